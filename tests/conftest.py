@@ -1,0 +1,29 @@
+"""Shared fixtures: one real Kafka broker per test session (see airflow_kafka_spark.stack.broker)."""
+
+from __future__ import annotations
+
+import itertools
+import os
+
+import pytest
+
+from airflow_kafka_spark.stack.broker import LocalBroker
+
+_names = itertools.count()
+
+
+@pytest.fixture(scope="session")
+def broker(tmp_path_factory):
+    b = LocalBroker(data_dir=tmp_path_factory.mktemp("kafka"))
+    b.start()
+    yield b
+    b.stop()
+    if os.environ.get("AKS_KEEP_BROKER_LOG"):
+        print(f"broker log: {b.log_file}")
+
+
+@pytest.fixture
+def topic_name(request):
+    """A fresh topic name per test (topics are never shared between tests)."""
+    base = "".join(c if c.isalnum() else "-" for c in request.node.name)[:40]
+    return f"{base}-{next(_names)}"
