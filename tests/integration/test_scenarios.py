@@ -1,0 +1,444 @@
+"""Issue 3 acceptance — Spark is the oracle.
+
+Each scenario builds a real state (real broker, the reference query on real Spark with the real
+connector), asks the validator for a verdict, then restarts the real query on that checkpoint and
+checks that what Spark does matches the verdict: BLOCK ⇒ Spark fails, or loses / duplicates / skips
+records (counted against the produced records); PASS ⇒ the sink is exact; WARN ⇒ the quantified
+replay is what happens. The observed table is printed (``-s``) and collected in docs/scenarios.md.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from airflow_kafka_spark.stack import oracle, topics
+from airflow_kafka_spark.stack.broker import LocalBroker
+from airflow_kafka_spark.stack.produce import produce
+from airflow_kafka_spark.validate import validate
+from airflow_kafka_spark.verdict import DeployOptions
+from tests.support import spark_session
+
+pytestmark = pytest.mark.integration
+
+OBSERVED: list[dict] = []
+
+
+@dataclass
+class Job:
+    """One topic set, one checkpoint, one sink — and everything that was produced."""
+
+    broker: LocalBroker
+    root: Path
+    topics: list[str]
+    sink: str = "idempotent"
+
+    def __post_init__(self) -> None:
+        self.checkpoint = self.root / "checkpoint"
+        self.output = self.root / "out"
+        self.produced: list = []
+
+    @property
+    def bootstrap(self) -> str:
+        return self.broker.bootstrap_servers
+
+    def produce(self, n: int, *, topic: str | None = None, partitions: int = 3, start_id: int | None = None,
+                **kw) -> list:
+        start = len(self.produced) if start_id is None else start_id
+        recs = produce(self.bootstrap, topic or self.topics[0], n, partitions=partitions, start_id=start, **kw)
+        self.produced += recs
+        return recs
+
+    def run(self, *, topics: list[str] | None = None, **options) -> spark_session.RunResult:
+        return spark_session.run_available_now(self.bootstrap, ",".join(topics or self.topics), self.checkpoint,
+                                               self.output, sink=self.sink, **options)
+
+    def sink_rows(self) -> list[dict]:
+        return oracle.read_sink(self.output, self.sink)
+
+    def compare(self, produced=None) -> oracle.Comparison:
+        return oracle.compare(self.produced if produced is None else produced, self.sink_rows())
+
+    def validate(self, kafka_bootstrap: str | None = None, **options):
+        opts = DeployOptions(**({"topics": self.topics} | options))
+        return validate(checkpoint_location=str(self.checkpoint),
+                        kafka_config={"bootstrap.servers": kafka_bootstrap or self.bootstrap}, options=opts)
+
+
+@pytest.fixture
+def job(broker, tmp_path, topic_name):
+    def make(partitions: int = 3, *, sink: str = "idempotent", extra_topics: int = 0, config: dict | None = None):
+        names = [topic_name] + [f"{topic_name}-x{i}" for i in range(extra_topics)]
+        for name in names:
+            topics.create_topic(broker.bootstrap_servers, name, partitions, config)
+        return Job(broker, tmp_path, names, sink)
+
+    return make
+
+
+def codes(verdict) -> set[str]:
+    return {f.code for f in verdict.findings}
+
+
+def finding(verdict, code: str):
+    return [f for f in verdict.findings if f.code == code]
+
+
+def record(scenario: str, verdict, spark_outcome: str) -> None:
+    row = {"scenario": scenario, "verdict": verdict.severity, "codes": sorted(codes(verdict) - {"OK"}),
+           "spark": spark_outcome}
+    OBSERVED.append(row)
+    print("SCENARIO " + json.dumps(row))
+
+
+def ok_first_run(j: Job, n: int = 300, **options) -> None:
+    j.produce(n)
+    res = j.run(**options)
+    assert res.ok, res.error
+    assert j.compare().exact
+
+
+# --------------------------------------------------------------------------- S01 / S31
+
+
+@pytest.mark.parametrize("fail_on_data_loss", ["true", "false"])
+def test_s01_retention_past_checkpoint(job, fail_on_data_loss):
+    j = job()
+    ok_first_run(j, 300)
+    j.produce(300)  # unread by the job
+    # retention (delete-records) removes 40 unread records per partition
+    ck = {tp.partition: off for tp, off in _committed(j).items()}
+    topics.delete_records(j.bootstrap, j.topics[0], {p: o + 40 for p, o in ck.items()})
+
+    v = j.validate(fail_on_data_loss=fail_on_data_loss == "true")
+    assert v.severity == "BLOCK"
+    lost = finding(v, "OFFSET_BELOW_LOG_START")
+    assert sum(f.numbers["records_lost"] for f in lost) == 120
+    if fail_on_data_loss == "false":
+        assert "FAIL_ON_DATA_LOSS_DISABLED" in codes(v)
+
+    res = j.run(fail_on_data_loss=fail_on_data_loss)
+    cmp = j.compare()
+    if fail_on_data_loss == "true":
+        assert not res.ok, "Spark should refuse to read deleted offsets"
+        outcome = "fails: " + _short(res.error)
+    else:
+        assert res.ok
+        assert len(cmp.missing) == 120 and not cmp.duplicated, cmp.summary()
+        outcome = f"silently skipped {len(cmp.missing)} records"
+    record(f"S01 retention past checkpoint (failOnDataLoss={fail_on_data_loss})", v, outcome)
+
+
+# --------------------------------------------------------------------------- S02 / S03 / S05
+
+
+def test_s02_topic_recreated_with_fewer_records(job):
+    j = job()
+    ok_first_run(j, 300)
+    topics.delete_topic(j.bootstrap, j.topics[0])
+    topics.create_topic(j.bootstrap, j.topics[0], 3)
+    j.produce(90)  # 30 per partition, below the checkpoint's 100
+
+    v = j.validate()
+    assert v.severity == "BLOCK"
+    assert codes(v) & {"OFFSET_AHEAD_OF_LOG_END", "TOPIC_RESET"}
+    res = j.run()
+    assert not res.ok
+    record("S02 topic recreated, fewer records", v, "fails: " + _short(res.error))
+
+
+def test_s03_topic_recreated_with_more_records_is_silently_skipped(job):
+    j = job()
+    ok_first_run(j, 300)
+    old_rows = j.sink_rows()
+    topics.delete_topic(j.bootstrap, j.topics[0])
+    topics.create_topic(j.bootstrap, j.topics[0], 3)
+    new = j.produce(450)  # 150 per partition, above the checkpoint's 100
+
+    v = j.validate()
+    assert v.severity == "BLOCK"
+    assert "TOPIC_RESET" in codes(v)
+    res = j.run()
+    assert res.ok, "Spark does not notice a recreated topic with more records"
+    # the sink still holds the old incarnation's rows at the same (partition, offset): compare only
+    # what this restart wrote (its batches ran under the same query id, after the first run's batches)
+    first_run_batches = {r["batch_id"] for r in old_rows}
+    cmp = oracle.compare(new, [r for r in j.sink_rows() if r["batch_id"] not in first_run_batches])
+    assert len(cmp.missing) == 300, cmp.summary()  # the first 100 of each new partition were never read
+    record("S03 topic recreated, more records", v, f"starts silently, skipped {len(cmp.missing)} new records")
+
+
+def test_s05_partitions_gone(job):
+    j = job(partitions=3)
+    ok_first_run(j, 300)
+    topics.delete_topic(j.bootstrap, j.topics[0])
+    topics.create_topic(j.bootstrap, j.topics[0], 2)
+    j.produce(400, partitions=2)
+
+    v = j.validate()
+    assert v.severity == "BLOCK"
+    assert "PARTITIONS_GONE" in codes(v)
+    res = j.run()
+    assert not res.ok
+    record("S05 partitions gone", v, "fails: " + _short(res.error))
+
+
+# --------------------------------------------------------------------------- S04
+
+
+def test_s04_partitions_added_untouched(job):
+    j = job(partitions=2)
+    ok_first_run(j, 200)
+    topics.add_partitions(j.bootstrap, j.topics[0], 3)
+    j.produce(300, partitions=3)
+
+    v = j.validate()
+    assert v.severity in ("PASS", "WARN"), v.to_dict()
+    assert "NEW_PARTITION" in codes(v)
+    res = j.run()
+    assert res.ok, res.error
+    assert j.compare().exact
+    record("S04 partition added (starts at 0)", v, "reads the new partition from 0; sink exact")
+
+
+def test_s04_partitions_added_and_trimmed(job):
+    j = job(partitions=2)
+    ok_first_run(j, 200)
+    topics.add_partitions(j.bootstrap, j.topics[0], 3)
+    j.produce(300, partitions=3)
+    topics.delete_records(j.bootstrap, j.topics[0], {2: 50})
+
+    v = j.validate()
+    assert v.severity == "BLOCK"
+    assert "NEW_PARTITION_TRUNCATED" in codes(v)
+    res = j.run()
+    assert not res.ok
+    record("S04 partition added, already trimmed", v, "fails: " + _short(res.error))
+
+
+# --------------------------------------------------------------------------- S06
+
+
+def test_s06_checkpoint_against_another_cluster(job, tmp_path):
+    j = job()
+    ok_first_run(j, 300)
+    # the validator records what it saw (lifecycle record) when validating against cluster 1
+    assert j.validate().severity in ("PASS", "WARN")
+    with LocalBroker(data_dir=tmp_path / "other-cluster") as other:
+        topics.create_topic(other.bootstrap_servers, j.topics[0], 3)
+        theirs = produce(other.bootstrap_servers, j.topics[0], 600, partitions=3)
+        v = j.validate(kafka_bootstrap=other.bootstrap_servers)
+        assert v.severity == "BLOCK"
+        assert "CLUSTER_MISMATCH" in codes(v)
+        other_out = tmp_path / "other-out"
+        res = spark_session.run_available_now(other.bootstrap_servers, j.topics[0], j.checkpoint, other_out)
+        assert res.ok
+        cmp = oracle.compare(theirs, oracle.read_sink(other_out, "idempotent"))
+        assert len(cmp.missing) == 300, cmp.summary()
+    record("S06 checkpoint used against another cluster", v, f"starts silently, skipped {len(cmp.missing)} records")
+
+
+# --------------------------------------------------------------------------- S07 – S10
+
+
+def test_s07_half_written_batch_replays_exactly_the_recorded_range(job):
+    j = job(sink="append")
+    j.produce(300)
+    assert j.run(max_offsets_per_trigger=60).ok
+    last = max(int(p.name) for p in (j.checkpoint / "commits").iterdir() if p.name.isdigit())
+    (j.checkpoint / "commits" / str(last)).unlink()  # crash after offsets/N, before commits/N
+
+    v = j.validate(idempotent_sink=False)
+    assert v.severity == "WARN"
+    [pending] = finding(v, "PENDING_BATCH_REPLAY")
+    announced = pending.numbers["records_to_replay"]
+    assert announced > 0
+    assert j.run().ok
+    cmp = j.compare()
+    assert not cmp.missing and cmp.duplicate_count == announced, cmp.summary()
+    record("S07 half-written batch (non-idempotent sink)", v, f"replayed batch {last}: {cmp.duplicate_count} dups")
+
+
+def test_s08_offset_log_gap(job):
+    j = job()
+    j.produce(300)
+    assert j.run(max_offsets_per_trigger=60).ok
+    last = max(int(p.name) for p in (j.checkpoint / "offsets").iterdir() if p.name.isdigit())
+    (j.checkpoint / "offsets" / str(last - 1)).unlink()
+
+    v = j.validate()
+    assert v.severity == "BLOCK" and "CHECKPOINT_CORRUPT" in codes(v)
+    res = j.run()
+    _assert_failed_or_wrong(j, res)
+    record("S08 offset log gap", v, _outcome(j, res))
+
+
+def test_s09_truncated_offset_file(job):
+    j = job()
+    ok_first_run(j, 300)
+    j.produce(60)
+    last = max(int(p.name) for p in (j.checkpoint / "offsets").iterdir() if p.name.isdigit())
+    (j.checkpoint / "offsets" / str(last)).write_bytes(b"")
+
+    v = j.validate()
+    assert v.severity == "BLOCK" and "CHECKPOINT_CORRUPT" in codes(v)
+    res = j.run()
+    _assert_failed_or_wrong(j, res)
+    record("S09 empty offsets file", v, _outcome(j, res))
+
+
+def test_s09_garbage_commit_file(job):
+    j = job()
+    ok_first_run(j, 300)
+    last = max(int(p.name) for p in (j.checkpoint / "commits").iterdir() if p.name.isdigit())
+    (j.checkpoint / "commits" / str(last)).write_bytes(b"\x00\xffgarbage")
+
+    v = j.validate()
+    assert v.severity == "BLOCK" and "CHECKPOINT_CORRUPT" in codes(v)
+    res = j.run()
+    _assert_failed_or_wrong(j, res)
+    record("S09 garbage commit file", v, _outcome(j, res))
+
+
+def test_s10_missing_query_id_breaks_the_idempotent_sink(job):
+    j = job()
+    j.produce(300)
+    assert j.run(max_offsets_per_trigger=60).ok
+    last = max(int(p.name) for p in (j.checkpoint / "commits").iterdir() if p.name.isdigit())
+    (j.checkpoint / "commits" / str(last)).unlink()   # a pending batch that will be replayed ...
+    (j.checkpoint / "metadata").unlink()              # ... under a new query id
+
+    v = j.validate()
+    assert v.severity == "BLOCK" and "MISSING_QUERY_ID" in codes(v)
+    res = j.run()
+    assert res.ok, "Spark 4.0 silently creates a new query id"
+    cmp = j.compare()
+    assert cmp.duplicate_count > 0, "the sink keyed by (query id, batch) wrote the replayed batch twice"
+    record("S10 metadata (query id) missing", v, f"new query id; idempotent sink got {cmp.duplicate_count} dups")
+
+
+# --------------------------------------------------------------------------- S11 / S13 / S22
+
+
+def test_s11_shuffle_partitions_pinned(job):
+    j = job()
+    j.produce(300)
+    assert j.run(stateful="dedup", shuffle_partitions=2).ok
+    v = j.validate(conf={"spark.sql.shuffle.partitions": "8"})
+    assert v.severity == "WARN" and "CONF_PINNED_BY_CHECKPOINT" in codes(v)
+    spark = spark_session.session()
+    spark.conf.set("spark.sql.shuffle.partitions", "8")
+    try:
+        j.produce(90)
+        assert j.run(stateful="dedup").ok
+    finally:
+        spark.conf.set("spark.sql.shuffle.partitions", "2")
+    last = max(int(p.name) for p in (j.checkpoint / "offsets").iterdir() if p.name.isdigit())
+    conf = json.loads((j.checkpoint / "offsets" / str(last)).read_text().splitlines()[1])["conf"]
+    assert conf["spark.sql.shuffle.partitions"] == "2"
+    assert j.compare().exact
+    record("S11 shuffle partitions changed", v, "Spark kept the pinned 2 partitions (8 ignored); sink exact")
+
+
+def test_s13_topic_added_to_subscription(job):
+    j = job(extra_topics=1)
+    a, b = j.topics
+    j.produce(300, topic=a)
+    assert j.run(topics=[a]).ok
+    j.produce(150, topic=b)
+
+    v = j.validate(topics=[a, b])
+    assert v.severity == "WARN"
+    [new] = [f for f in finding(v, "NEW_TOPIC_FROM_EARLIEST")] or [None]
+    assert new is not None
+    announced = sum(f.numbers.get("records", 0) for f in finding(v, "NEW_TOPIC_FROM_EARLIEST"))
+    res = j.run(topics=[a, b])
+    assert res.ok, res.error
+    cmp = j.compare()
+    assert cmp.exact and announced == 150
+    record("S13 topic added to subscribe", v, "new topic read from earliest; sink exact")
+
+
+def test_s13_topic_removed_from_subscription(job):
+    j = job(extra_topics=1)
+    a, b = j.topics
+    j.produce(300, topic=a)
+    j.produce(150, topic=b)
+    assert j.run(topics=[a, b]).ok
+
+    v = j.validate(topics=[b])
+    assert v.severity == "BLOCK" and "PARTITIONS_GONE" in codes(v)
+    res = j.run(topics=[b])
+    assert not res.ok
+    record("S13 topic removed from subscribe", v, "fails: " + _short(res.error))
+
+
+def test_s22_starting_offsets_ignored(job):
+    j = job()
+    ok_first_run(j, 300)
+    j.produce(150)
+    v = j.validate(starting_offsets="latest")
+    assert v.severity == "WARN" and "STARTING_OFFSETS_IGNORED" in codes(v)
+    assert j.run(starting_offsets="latest").ok
+    assert j.compare().exact, "the checkpoint won: records produced in between were still read"
+    record("S22 startingOffsets=latest on an existing checkpoint", v, "ignored by Spark; sink exact")
+
+
+# --------------------------------------------------------------------------- S25
+
+
+def test_s25_transactional_topic_no_false_alarm(job):
+    j = job()
+    j.produce(300, transactional_id="aks-tx-1")
+    assert j.run().ok
+    j.produce(150, start_id=300, transactional_id="aks-tx-2")
+    v = j.validate()
+    assert v.severity in ("PASS", "WARN"), v.to_dict()
+    assert not (codes(v) & {"OFFSET_BELOW_LOG_START", "OFFSET_AHEAD_OF_LOG_END", "TOPIC_RESET"})
+    assert j.run().ok
+    assert j.compare().exact
+    record("S25 transactional topic (control markers)", v, "restarts; sink exact")
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _committed(j: Job):
+    from airflow_kafka_spark.checkpoint import read_checkpoint
+
+    return read_checkpoint(str(j.checkpoint)).latest_committed.kafka_offsets
+
+
+def _short(text: str | None, n: int = 160) -> str:
+    if not text:
+        return ""
+    for marker in ("KAFKA_DATA_LOSS", "Partition", "are gone", "Added partition", "Incomplete log", "batch ",
+                   "doesn't exist", "Cannot", "Exception"):
+        i = text.find(marker)
+        if i >= 0:
+            return " ".join(text[i:i + n].split())
+    return " ".join(text[:n].split())
+
+
+def _assert_failed_or_wrong(j: Job, res) -> None:
+    """A BLOCK is justified if Spark fails, or if it runs but the sink is not exact."""
+    if res.ok:
+        assert not j.compare().exact, "Spark restarted cleanly and the sink is exact: BLOCK was not needed"
+
+
+def _outcome(j: Job, res) -> str:
+    if not res.ok:
+        return "fails: " + _short(res.error)
+    return "runs but sink wrong: " + json.dumps(j.compare().summary())
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _write_observed_table():
+    yield
+    if OBSERVED:
+        out = Path(__file__).resolve().parents[2] / ".cache" / "scenarios-observed.json"
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(OBSERVED, indent=1))

@@ -1,0 +1,65 @@
+"""One long-lived local SparkSession with the real Kafka connector, for fast query restarts.
+
+Restarting a query on a checkpoint inside a warm session takes a second or two, where a new
+spark-submit takes ~15 s; scenario tests use this, while tests/integration/test_stack.py keeps the
+spark-submit path itself covered. The query is the reference job's own ``build_query``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from airflow_kafka_spark.jobs import reference_job
+from airflow_kafka_spark.stack import jars
+
+_SESSION = None
+
+
+def session():
+    global _SESSION
+    if _SESSION is None:
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        os.environ.pop("SPARK_HOME", None)
+        from pyspark.sql import SparkSession
+
+        _SESSION = (SparkSession.builder.master("local[2]").appName("aks-tests")
+                    .config("spark.jars", ",".join(str(j) for j in jars.spark_kafka_jars()))
+                    .config("spark.ui.enabled", "false")
+                    .config("spark.sql.shuffle.partitions", "2")
+                    .config("spark.driver.memory", "1g")
+                    .getOrCreate())
+        _SESSION.sparkContext.setLogLevel("ERROR")
+    return _SESSION
+
+
+@dataclass
+class RunResult:
+    ok: bool
+    error: str | None
+    seconds: float
+
+
+def run_available_now(bootstrap: str, topics: str, checkpoint: Path, output: Path, *, sink: str = "idempotent",
+                      timeout: float = 120, **options) -> RunResult:
+    """Run the reference query once with availableNow on ``checkpoint``; capture Spark's failure text."""
+    argv = ["--topics", topics, "--bootstrap-servers", bootstrap, "--checkpoint", str(checkpoint),
+            "--output", str(output), "--sink", sink, "--trigger", "availableNow"]
+    for key, value in options.items():
+        argv += [f"--{key.replace('_', '-')}", str(value)]
+    args = reference_job.parse_args(argv)
+    t0 = time.monotonic()
+    query = reference_job.build_query(session(), args)
+    try:
+        finished = query.awaitTermination(timeout)
+        if not finished:
+            query.stop()
+            return RunResult(False, f"timeout after {timeout}s", time.monotonic() - t0)
+    except Exception as exc:  # StreamingQueryException: Spark refused or failed; the text is the evidence
+        return RunResult(False, str(exc), time.monotonic() - t0)
+    exc = query.exception()
+    return RunResult(exc is None, str(exc) if exc else None, time.monotonic() - t0)
