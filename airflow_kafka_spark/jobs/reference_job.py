@@ -93,7 +93,14 @@ def build_query(spark, args: argparse.Namespace, *, trigger: str | None = None):
     if trig == "availableNow":
         writer = writer.trigger(availableNow=True)
     elif trig.startswith("processing:"):
-        writer = writer.trigger(processingTime=trig.split(":", 1)[1])
+        interval = trig.split(":", 1)[1]
+        if interval[-1:].isalpha() and interval[:-1].replace(".", "").isdigit():
+            # Spark wants "1 second"; accept the compact forms people type (500ms, 1s, 2m).
+            unit = {"s": "seconds", "m": "minutes", "h": "hours"}.get(interval[-1], "")
+            interval = f"{interval[:-1]} {unit}" if unit else interval
+        if interval.endswith("ms") and interval[:-2].isdigit():
+            interval = f"{interval[:-2]} milliseconds"
+        writer = writer.trigger(processingTime=interval)
     else:
         raise SystemExit(f"error: unknown --trigger {trig!r}; use processing:<interval> or availableNow")
 
