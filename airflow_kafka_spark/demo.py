@@ -40,7 +40,7 @@ def run(workdir: Path, records: int, partitions: int) -> int:
         args = ["--topics", topic, "--bootstrap-servers", broker.bootstrap_servers, "--checkpoint", str(checkpoint),
                 "--output", str(output), "--sink", "idempotent", "--trigger", "processing:1s",
                 "--max-offsets-per-trigger", str(max(1, records // 4)), "--stop-marker", str(marker)]
-        _step("submitting the reference job with spark-submit (local[2]) ...")
+        _step("submitting the reference job with spark-submit (local[*]) ...")
         proc = spark.start_job(args, workdir / "job.log", master="local[*]")
         ends = {tp: o for tp, o in _ends(broker.bootstrap_servers, topic).items()}
         deadline = time.monotonic() + 300
