@@ -1,0 +1,63 @@
+"""Detached local drivers under real spark-submit: graceful stop on a batch boundary, and the kill fallback."""
+
+from __future__ import annotations
+
+import pytest
+
+from airflow_kafka_spark import driver
+from airflow_kafka_spark.checkpoint import read_checkpoint
+from airflow_kafka_spark.stack import spark, topics
+from airflow_kafka_spark.stack.produce import produce
+from tests.support.waiting import wait_until
+
+pytestmark = pytest.mark.integration
+
+
+def _args(bootstrap, topic, root, *extra):
+    return ["--topics", topic, "--bootstrap-servers", bootstrap, "--checkpoint", str(root / "ck"),
+            "--output", str(root / "out"), "--trigger", "processing:1s", "--max-offsets-per-trigger", "50", *extra]
+
+
+def _committed_batches(root) -> int:
+    st = read_checkpoint(str(root / "ck"))
+    return len(st.commit_batch_ids)
+
+
+def test_graceful_stop_ends_on_a_batch_boundary(broker, topic_name, tmp_path):
+    topics.create_topic(broker.bootstrap_servers, topic_name, 2)
+    produce(broker.bootstrap_servers, topic_name, 400, partitions=2)
+    marker = tmp_path / "STOP"
+    d = driver.start_local(spark.submit_command(_args(broker.bootstrap_servers, topic_name, tmp_path,
+                                                      "--stop-marker", str(marker))),
+                           env=spark.spark_env(), log_path=tmp_path / "driver.log")
+    assert driver.local_alive(d)
+    wait_until(lambda: _committed_batches(tmp_path) >= 2, timeout=180, what="two committed batches")
+    res = driver.stop(str(tmp_path / "ck"), str(marker), is_alive=lambda: driver.local_alive(d),
+                      kill=lambda: driver.kill_local(d), timeout_s=120, poll_s=0.5)
+    assert res.outcome == "STOPPED" and res.graceful and not res.killed, res
+    assert res.last_planned == res.last_committed
+    assert not driver.local_alive(d)
+    assert not marker.exists(), "the marker is removed so the next start does not stop at once"
+
+
+def test_kill_fallback_reports_the_batch_that_will_replay(broker, topic_name, tmp_path):
+    """A job that ignores the marker and sits inside a batch is killed and the cut batch is named."""
+    topics.create_topic(broker.bootstrap_servers, topic_name, 2)
+    produce(broker.bootstrap_servers, topic_name, 400, partitions=2)
+    d = driver.start_local(spark.submit_command(_args(broker.bootstrap_servers, topic_name, tmp_path,
+                                                      "--sleep-in-batch", "60")),
+                           env=spark.spark_env(), log_path=tmp_path / "driver.log")
+    wait_until(lambda: (read_checkpoint(str(tmp_path / "ck")).latest_planned is not None), timeout=180,
+               what="the first planned batch")
+    res = driver.stop(str(tmp_path / "ck"), str(tmp_path / "STOP"), is_alive=lambda: driver.local_alive(d),
+                      kill=lambda: driver.kill_local(d, grace_s=5), timeout_s=3, poll_s=0.5)
+    assert res.killed and not res.graceful
+    assert res.outcome == "STOPPED_MID_BATCH", res
+    assert res.replay_batch == res.last_planned and res.last_committed != res.last_planned
+    assert not driver.local_alive(d)
+
+
+def test_stop_when_nothing_runs(tmp_path):
+    res = driver.stop(str(tmp_path / "ck"), str(tmp_path / "STOP"), is_alive=lambda: False,
+                      kill=lambda: None, timeout_s=1)
+    assert res.outcome == "NOT_RUNNING" and not (tmp_path / "STOP").exists()
