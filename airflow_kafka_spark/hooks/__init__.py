@@ -1,0 +1,1 @@
+"""Thin Airflow hooks over the core (the core itself never imports Airflow)."""
