@@ -333,6 +333,7 @@ class _Reader:
         self.commit_files: dict[int, dict] = {}
         self.latest: int | None = None               # L
         self.committed: int | None = None            # C
+        self.crc_ids: dict[str, set[int]] = {}       # ".N.crc" Hadoop checksum files per log
 
     # ---- top level
 
@@ -343,6 +344,7 @@ class _Reader:
         self.commit_files = self._log_listing("commits", root_entries)
         offset_ids, commit_ids = sorted(self.offset_files), sorted(self.commit_files)
         self.latest = offset_ids[-1] if offset_ids else None
+        self._note_orphan_checksums(offset_ids, root_entries)
         self.committed = commit_ids[-1] if commit_ids else None
         latest, committed = self.latest, self.committed
 
@@ -431,6 +433,27 @@ class _Reader:
                               f"{rel} is a leftover temp file from an interrupted write; Spark ignores it: "
                               f"delete it once the query is stopped (backups must skip it)")
 
+    def _note_orphan_checksums(self, offset_ids: list[int], root_entries: dict[str, dict]) -> None:
+        """A Hadoop ``.N.crc`` left behind when ``N`` was deleted by hand blocks Spark's next write of
+        ``N``: the checksummed local/HDFS file system renames the checksum with the file and fails
+        with ``FileAlreadyExistsException`` (seen with Spark 4.0 after deleting ``commits/N`` alone)."""
+        latest = offset_ids[-1] if offset_ids else -1
+        if ".metadata.crc" in root_entries and "metadata" not in root_entries:
+            self._problem(CHECKPOINT_CORRUPT, ".metadata.crc",
+                          ".metadata.crc is the checksum of a deleted metadata file: Spark's start fails with "
+                          "'Multiple streaming queries are concurrently using metadata'; restore metadata from a "
+                          "backup (it holds the query id), or delete .metadata.crc to accept a new query id")
+        for log_name, files in (("offsets", self.offset_files), ("commits", self.commit_files)):
+            for n in sorted(self.crc_ids.get(log_name, set()) - set(files)):
+                will_write = n > latest if log_name == "offsets" else n >= latest
+                if not will_write:
+                    continue
+                rel = f"{log_name}/.{n}.crc"
+                self._problem(CHECKPOINT_CORRUPT, rel,
+                              f"{rel} is the checksum of a deleted {log_name}/{n}: Spark's next write of batch {n} "
+                              f"fails with FileAlreadyExistsException; delete {rel} too (remove batch files "
+                              f"together with their .crc)")
+
     def _log_listing(self, name: str, root_entries: dict[str, dict]) -> dict[int, dict]:
         """Batch id -> info for ``offsets/`` or ``commits/`` (only names Spark treats as batches)."""
         info = root_entries.get(name)
@@ -443,6 +466,8 @@ class _Reader:
             return {}
         entries = self._ls(name)
         self._note_strays(name, entries)
+        self.crc_ids[name] = {int(b[1:-4]) for b in entries if b.startswith(".") and b.endswith(".crc")
+                              and b[1:-4].isdigit()}
         out: dict[int, dict] = {}
         for base, entry in entries.items():
             batch_id = batch_id_from_name(base)

@@ -248,8 +248,7 @@ def test_s07_half_written_batch_replays_exactly_the_recorded_range(job):
     j = job(sink="append")
     j.produce(300)
     assert j.run(max_offsets_per_trigger=60).ok
-    last = max(int(p.name) for p in (j.checkpoint / "commits").iterdir() if p.name.isdigit())
-    (j.checkpoint / "commits" / str(last)).unlink()  # crash after offsets/N, before commits/N
+    last = _drop(j, "commits")  # crash after offsets/N, before commits/N
 
     v = j.validate(idempotent_sink=False)
     assert v.severity == "WARN"
@@ -262,12 +261,25 @@ def test_s07_half_written_batch_replays_exactly_the_recorded_range(job):
     record("S07 half-written batch (non-idempotent sink)", v, f"replayed batch {last}: {cmp.duplicate_count} dups")
 
 
+def test_s07_hand_deleted_commit_keeps_its_crc(job):
+    """Hand-editing a checkpoint with ``rm commits/N`` leaves Hadoop's ``.N.crc`` behind."""
+    j = job()
+    j.produce(300)
+    assert j.run(max_offsets_per_trigger=60).ok
+    _drop(j, "commits", keep_crc=True)
+
+    v = j.validate()
+    assert v.severity == "BLOCK" and "CHECKPOINT_CORRUPT" in codes(v)
+    res = j.run()
+    assert not res.ok and "FileAlreadyExistsException" in res.error
+    record("S07b commits/N deleted by hand, .N.crc left", v, "fails: FileAlreadyExistsException on commits/.N.crc")
+
+
 def test_s08_offset_log_gap(job):
     j = job()
     j.produce(300)
     assert j.run(max_offsets_per_trigger=60).ok
-    last = max(int(p.name) for p in (j.checkpoint / "offsets").iterdir() if p.name.isdigit())
-    (j.checkpoint / "offsets" / str(last - 1)).unlink()
+    _drop(j, "offsets", back=1)
 
     v = j.validate()
     assert v.severity == "BLOCK" and "CHECKPOINT_CORRUPT" in codes(v)
@@ -307,9 +319,9 @@ def test_s10_missing_query_id_breaks_the_idempotent_sink(job):
     j = job()
     j.produce(300)
     assert j.run(max_offsets_per_trigger=60).ok
-    last = max(int(p.name) for p in (j.checkpoint / "commits").iterdir() if p.name.isdigit())
-    (j.checkpoint / "commits" / str(last)).unlink()   # a pending batch that will be replayed ...
+    _drop(j, "commits")                               # a pending batch that will be replayed ...
     (j.checkpoint / "metadata").unlink()              # ... under a new query id
+    (j.checkpoint / ".metadata.crc").unlink()         # (lost with its checksum, as storage loses files)
 
     v = j.validate()
     assert v.severity == "BLOCK" and "MISSING_QUERY_ID" in codes(v)
@@ -321,6 +333,19 @@ def test_s10_missing_query_id_breaks_the_idempotent_sink(job):
 
 
 # --------------------------------------------------------------------------- S11 / S13 / S22
+
+
+def test_s10_metadata_deleted_by_hand_keeps_its_crc(job):
+    j = job()
+    ok_first_run(j, 300)
+    (j.checkpoint / "metadata").unlink()
+
+    v = j.validate()
+    assert v.severity == "BLOCK" and codes(v) & {"MISSING_QUERY_ID", "CHECKPOINT_CORRUPT"}
+    res = j.run()
+    assert not res.ok and "concurrently using metadata" in res.error
+    record("S10b metadata deleted by hand, .metadata.crc left", v,
+           "fails: Multiple streaming queries are concurrently using metadata")
 
 
 def test_s11_shuffle_partitions_pinned(job):
@@ -404,6 +429,16 @@ def test_s25_transactional_topic_no_false_alarm(job):
 
 
 # --------------------------------------------------------------------------- helpers
+
+
+def _drop(j: Job, log: str, *, back: int = 0, keep_crc: bool = False) -> int:
+    """Delete ``<log>/<latest - back>`` as a crash or an edit would; return the batch id."""
+    folder = j.checkpoint / log
+    n = max(int(p.name) for p in folder.iterdir() if p.name.isdigit()) - back
+    (folder / str(n)).unlink()
+    if not keep_crc:  # what a crash looks like: the file and its checksum are renamed together
+        (folder / f".{n}.crc").unlink(missing_ok=True)
+    return n
 
 
 def _committed(j: Job):

@@ -143,8 +143,13 @@ class FakeCheckpoint:
         target.write_bytes(data.encode() if isinstance(data, str) else data)
         return target
 
-    def remove(self, rel: str) -> None:
-        (self.root / rel).unlink()
+    def remove(self, rel: str, *, keep_crc: bool = False) -> None:
+        """Delete a file the way Hadoop does (with its ``.<name>.crc``), or, with ``keep_crc``, the
+        way a hand-run ``rm`` does, leaving the checksum behind."""
+        path = self.root / rel
+        path.unlink()
+        if not keep_crc:
+            (path.parent / f".{path.name}.crc").unlink(missing_ok=True)
 
 
 def write_checkpoint(root: Path | str, *, batches: int = 3, sources: Sequence[SourceSpec] = ({"orders": 2},),

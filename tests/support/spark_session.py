@@ -53,13 +53,26 @@ def run_available_now(bootstrap: str, topics: str, checkpoint: Path, output: Pat
         argv += [f"--{key.replace('_', '-')}", str(value)]
     args = reference_job.parse_args(argv)
     t0 = time.monotonic()
-    query = reference_job.build_query(session(), args)
     try:
+        query = reference_job.build_query(session(), args)
         finished = query.awaitTermination(timeout)
         if not finished:
             query.stop()
             return RunResult(False, f"timeout after {timeout}s", time.monotonic() - t0)
-    except Exception as exc:  # StreamingQueryException: Spark refused or failed; the text is the evidence
-        return RunResult(False, str(exc), time.monotonic() - t0)
+    except Exception as exc:  # Spark refused at start or failed in a batch; the text is the evidence
+        return RunResult(False, error_text(exc), time.monotonic() - t0)
     exc = query.exception()
-    return RunResult(exc is None, str(exc) if exc else None, time.monotonic() - t0)
+    return RunResult(exc is None, error_text(exc) if exc else None, time.monotonic() - t0)
+
+
+def error_text(exc: BaseException) -> str:
+    """The whole story of a Spark failure: message, JVM stack and the chain of causes."""
+    parts = [str(exc)]
+    for attr in ("_stackTrace", "_cause"):
+        value = getattr(exc, attr, None)
+        if value:
+            parts.append(str(value))
+    cause = exc.__cause__ or exc.__context__
+    if cause is not None and cause is not exc:
+        parts.append(str(cause))
+    return "\n".join(parts)

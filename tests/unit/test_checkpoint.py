@@ -237,7 +237,7 @@ def test_crlf_and_trailing_newline_are_accepted_like_java_readline(tmp_path):
 
 def test_only_canonical_numeric_names_are_batches(tmp_path):
     ck = write_checkpoint(tmp_path / "cp", batches=2)
-    for name in ["007", "+3", "-1", "1.5", "٣", "99999999999999999999", "2.compact", ".2.crc", "abc"]:
+    for name in ["007", "+3", "-1", "1.5", "٣", "99999999999999999999", "2.compact", ".1.crc", "abc"]:
         ck.write(f"offsets/{name}", b"garbage")
     ck.path("offsets/sub").mkdir()
     st = read_checkpoint(ck.location)
@@ -329,6 +329,17 @@ def test_commits_far_behind_offsets(tmp_path):
     p = problem(read_checkpoint(ck.location), CHECKPOINT_CORRUPT)
     assert "commits end at batch 2 but offsets/ at 5" in p.message
     assert "remove offsets/4-5 so Spark re-runs batch 3" in p.message
+
+
+@pytest.mark.parametrize("rel", ["commits/5", "offsets/6"])
+def test_hand_deleted_batch_file_leaving_its_crc_blocks(tmp_path, rel):
+    """Spark 4.0 fails with FileAlreadyExistsException when it writes N again over a leftover .N.crc
+    (seen in tests/integration/test_scenarios.py::test_s07_hand_deleted_commit_keeps_its_crc)."""
+    ck = write_checkpoint(tmp_path / "cp", batches=7 if rel.startswith("offsets") else 6)
+    ck.remove(rel, keep_crc=True)
+    log, n = rel.split("/")
+    p = problem(read_checkpoint(ck.location), CHECKPOINT_CORRUPT)
+    assert p.path == f"{log}/.{n}.crc" and "FileAlreadyExistsException" in p.message
 
 
 def test_commit_without_its_offsets_inside_the_window(tmp_path):
