@@ -35,6 +35,7 @@ class Job:
     root: Path
     topics: list[str]
     sink: str = "idempotent"
+    partitions: int = 3
 
     def __post_init__(self) -> None:
         self.checkpoint = self.root / "checkpoint"
@@ -45,10 +46,11 @@ class Job:
     def bootstrap(self) -> str:
         return self.broker.bootstrap_servers
 
-    def produce(self, n: int, *, topic: str | None = None, partitions: int = 3, start_id: int | None = None,
-                **kw) -> list:
+    def produce(self, n: int, *, topic: str | None = None, partitions: int | None = None,
+                start_id: int | None = None, **kw) -> list:
         start = len(self.produced) if start_id is None else start_id
-        recs = produce(self.bootstrap, topic or self.topics[0], n, partitions=partitions, start_id=start, **kw)
+        recs = produce(self.bootstrap, topic or self.topics[0], n, partitions=partitions or self.partitions,
+                       start_id=start, **kw)
         self.produced += recs
         return recs
 
@@ -74,7 +76,7 @@ def job(broker, tmp_path, topic_name):
         names = [topic_name] + [f"{topic_name}-x{i}" for i in range(extra_topics)]
         for name in names:
             topics.create_topic(broker.bootstrap_servers, name, partitions, config)
-        return Job(broker, tmp_path, names, sink)
+        return Job(broker, tmp_path, names, sink, partitions)
 
     return make
 
@@ -450,8 +452,9 @@ def _committed(j: Job):
 def _short(text: str | None, n: int = 160) -> str:
     if not text:
         return ""
-    for marker in ("KAFKA_DATA_LOSS", "Partition", "are gone", "Added partition", "Incomplete log", "batch ",
-                   "doesn't exist", "Cannot", "Exception"):
+    for marker in ("KAFKA_DATA_LOSS", "COULD_NOT_READ", "OffsetOutOfRange", "Cannot fetch", "offset was changed",
+                   "have been deleted", "PartitionDoesNotStartFromZero", "Incomplete log", "doesn't exist",
+                   "concurrently", "FileAlreadyExists", "Exception:"):
         i = text.find(marker)
         if i >= 0:
             return " ".join(text[i:i + n].split())
