@@ -1,0 +1,376 @@
+"""Small fsspec helpers shared by backup, restore and reset: listing, atomic writes, moves, a lock.
+
+Why a module of its own: backup, restore and reset all have to answer the same storage questions
+(is this rename atomic here? can a reader ever see half a file? is that path inside this one?) and
+the answers depend on the file system, not on the operation. Keeping them in one place keeps the
+crash-safety argument in one place too:
+
+* **Local and HDFS-like** file systems rename atomically: files are written under a temporary name
+  and renamed into place; directories are moved with one rename.
+* **Object stores** (S3, GCS, ABFS, ``memory://``) have no rename, but a single PUT is atomic for
+  readers: single files are written with one PUT; directories are "moved" by copying every object
+  and then deleting the source, which is not atomic but is *idempotent* — re-running the same
+  move finishes it, which is what the operation journal relies on.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import posixpath
+import socket
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+import fsspec
+from fsspec.implementations.local import LocalFileSystem
+
+from airflow_kafka_spark.errors import UserError
+
+OBJECT_STORE_PROTOCOLS = frozenset({
+    "s3", "s3a", "gs", "gcs", "abfs", "abfss", "az", "adl", "wasb", "wasbs", "oss", "r2", "memory",
+})
+
+
+@dataclass(frozen=True)
+class Location:
+    """A URL opened through fsspec: the file system, the path it understands, and the URL as given."""
+
+    fs: Any
+    path: str
+    url: str
+
+    @property
+    def local(self) -> bool:
+        return isinstance(self.fs, LocalFileSystem)
+
+    @property
+    def object_store(self) -> bool:
+        protocols = self.fs.protocol if isinstance(self.fs.protocol, tuple | list) else (self.fs.protocol,)
+        return any(p in OBJECT_STORE_PROTOCOLS for p in protocols)
+
+    def child(self, *parts: str) -> Location:
+        """A location below this one (URL and path both extended)."""
+        rel = "/".join(p.strip("/") for p in parts if p)
+        return Location(self.fs, posixpath.join(self.path, rel), self.url.rstrip("/") + "/" + rel)
+
+    def sibling(self, name: str) -> Location:
+        """A location next to this one, e.g. ``<checkpoint>.reset-...`` beside ``<checkpoint>``."""
+        return Location(self.fs, self.path.rstrip("/") + name, self.url.rstrip("/") + name)
+
+
+def open_location(url: str, storage_options: dict | None = None, *, what: str = "location") -> Location:
+    """Open ``url`` (a path or any fsspec URL); a scheme without a driver is a one-line error."""
+    if not isinstance(url, str) or not url.strip():
+        raise UserError(f"{what} is empty; pass a path or a URL such as /data/ckpt or s3://bucket/ckpt")
+    try:
+        fs, path = fsspec.core.url_to_fs(url, **(storage_options or {}))
+    except (ImportError, ValueError) as exc:
+        raise UserError(f"cannot open {what} {url}: {exc}; install the fsspec driver for this URL scheme") \
+            from None
+    path = path.rstrip("/") or "/"
+    return Location(fs, path, url.rstrip("/") or url)
+
+
+def comparable(loc: Location) -> tuple[str, str]:
+    """(protocol, normalised absolute path) so two spellings of one place compare equal."""
+    protocol = loc.fs.protocol if isinstance(loc.fs.protocol, str) else loc.fs.protocol[0]
+    path = loc.path
+    if loc.local:
+        path = os.path.realpath(path)
+    return protocol, posixpath.normpath(path)
+
+
+def is_within(inner: Location, outer: Location) -> bool:
+    """True if ``inner`` is ``outer`` or below it (same file system)."""
+    pi, a = comparable(inner)
+    po, b = comparable(outer)
+    if pi != po:
+        return False
+    return a == b or a.startswith(b.rstrip("/") + "/")
+
+
+def info_or_none(loc: Location) -> dict | None:
+    """``fs.info`` or None when the path does not exist; other failures are one-line errors."""
+    try:
+        return loc.fs.info(loc.path)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise UserError(f"cannot access {loc.url}: {os_reason(exc)}") from None
+
+
+def is_dir(loc: Location, info: dict | None = None) -> bool:
+    info = info if info is not None else info_or_none(loc)
+    return bool(info) and info.get("type") == "directory"
+
+
+def exists(loc: Location) -> bool:
+    return info_or_none(loc) is not None
+
+
+def os_reason(exc: BaseException) -> str:
+    """The useful part of an OS error (``Permission denied``), not its repr."""
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror
+    return " ".join(str(exc).split())[:200] or type(exc).__name__
+
+
+def mtime_of(info: dict) -> float | None:
+    """A modification time in epoch seconds from whichever key this fsspec driver uses."""
+    for key in ("mtime", "LastModified", "last_modified", "updated", "modificationTime", "created"):
+        value = info.get(key)
+        if value is None:
+            continue
+        if hasattr(value, "timestamp"):
+            return float(value.timestamp())
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            continue
+        return number / 1000 if key == "modificationTime" else number
+    return None
+
+
+def list_files(loc: Location) -> dict[str, dict]:
+    """Every file below ``loc`` as relative path -> fsspec info (one recursive listing).
+
+    Directories are left out. A missing ``loc`` gives ``{}``; a listing error is a one-line error.
+    """
+    try:
+        found = loc.fs.find(loc.path, withdirs=False, detail=True)
+    except FileNotFoundError:
+        return {}
+    except OSError as exc:
+        raise UserError(f"cannot list {loc.url}: {os_reason(exc)}") from None
+    root = loc.fs._strip_protocol(loc.path).rstrip("/")
+    out: dict[str, dict] = {}
+    for path, info in found.items():
+        if info.get("type") == "directory":
+            continue
+        p = loc.fs._strip_protocol(path)
+        if p == root:
+            continue
+        if not p.startswith(root + "/"):
+            continue
+        out[p[len(root) + 1:]] = info
+    return out
+
+
+def write_atomic(loc: Location, data: bytes) -> None:
+    """Write one file so that readers see the old content or the new one, never a torn file."""
+    fs, path = loc.fs, loc.path
+    parent = posixpath.dirname(path)
+    try:
+        if loc.local:
+            os.makedirs(parent, exist_ok=True)
+            tmp = os.path.join(parent, f".{os.path.basename(path)}.{uuid.uuid4().hex[:8]}.tmp")
+            try:
+                with open(tmp, "wb") as fh:
+                    fh.write(data)
+                    fh.flush()
+                    os.fsync(fh.fileno())
+                os.replace(tmp, path)
+            finally:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(tmp)
+            fsync_dir(parent)
+        elif loc.object_store:
+            fs.pipe_file(path, data)
+        else:
+            tmp = f"{path}.{uuid.uuid4().hex[:8]}.tmp"
+            fs.makedirs(parent, exist_ok=True)
+            fs.pipe_file(tmp, data)
+            if fs.exists(path):
+                fs.rm(path)
+            fs.mv(tmp, path)
+    except OSError as exc:
+        raise UserError(f"cannot write {loc.url}: {os_reason(exc)}") from None
+
+
+def fsync_dir(path: str) -> None:
+    """Persist a rename/creation in a local directory (best effort: not every FS supports it)."""
+    with contextlib.suppress(OSError):
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def read_bytes(loc: Location) -> bytes | None:
+    """The file's bytes, or None if it does not exist."""
+    try:
+        return loc.fs.cat_file(loc.path)
+    except FileNotFoundError:
+        return None
+    except IsADirectoryError:
+        raise UserError(f"{loc.url} is a directory, expected a file") from None
+    except OSError as exc:
+        raise UserError(f"cannot read {loc.url}: {os_reason(exc)}") from None
+
+
+def remove_file(loc: Location) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        loc.fs.rm_file(loc.path)
+
+
+def remove_tree(loc: Location) -> None:
+    """Delete a directory tree this module's callers created themselves (staging, garbage)."""
+    if loc.local:
+        import shutil
+
+        shutil.rmtree(loc.path, ignore_errors=True)
+        return
+    with contextlib.suppress(FileNotFoundError):
+        loc.fs.rm(loc.path, recursive=True)
+
+
+def move_dir(src: Location, dst: Location) -> None:
+    """Move the tree at ``src`` to ``dst`` (which must not exist yet).
+
+    Local and HDFS-like file systems: one rename (atomic). Object stores: copy every file that is
+    not yet at ``dst`` with the same size, then delete ``src`` — interrupted at any point, running
+    it again finishes the move (the operation journal depends on that).
+    """
+    try:
+        if src.local:
+            os.makedirs(os.path.dirname(dst.path), exist_ok=True)
+            if os.path.exists(dst.path):
+                raise UserError(f"cannot move {src.url} to {dst.url}: the destination exists")
+            os.rename(src.path, dst.path)
+            fsync_dir(os.path.dirname(dst.path))
+            return
+        if not src.object_store:
+            if src.fs.exists(dst.path):
+                raise UserError(f"cannot move {src.url} to {dst.url}: the destination exists")
+            src.fs.mv(src.path, dst.path, recursive=True)
+            return
+        done = list_files(dst)
+        for rel, info in list_files(src).items():
+            have = done.get(rel)
+            if have is not None and have.get("size") == info.get("size"):
+                continue
+            src.fs.copy(posixpath.join(src.path, rel), posixpath.join(dst.path, rel))
+        src.fs.rm(src.path, recursive=True)
+    except OSError as exc:
+        raise UserError(f"cannot move {src.url} to {dst.url}: {os_reason(exc)}") from None
+
+
+class DirLock:
+    """An exclusive lock file (``O_CREAT|O_EXCL`` locally, best effort on object stores).
+
+    Held by backup and prune of one job, so garbage collection never deletes a blob a running
+    backup has just decided to reuse. A lock left by a killed process is broken when its owner is
+    provably gone (same host, dead pid) or older than ``stale_after_s``.
+    """
+
+    def __init__(self, loc: Location, *, what: str, timeout: float = 30.0, stale_after_s: float = 6 * 3600) -> None:
+        self.loc = loc
+        self.what = what
+        self.timeout = timeout
+        self.stale_after_s = stale_after_s
+        self.token = f"{socket.gethostname()} {os.getpid()} {uuid.uuid4().hex} {int(time.time() * 1000)}"
+
+    def __enter__(self) -> DirLock:
+        deadline = time.monotonic() + self.timeout
+        while True:
+            if self._try():
+                return self
+            token = self._owner()
+            if token is not None and self._stale(token):
+                if self._owner() == token:
+                    remove_file(self.loc)
+                continue
+            if time.monotonic() > deadline:
+                raise UserError(f"{self.what} is locked by {self._describe(token)} (lock file {self.loc.url}); "
+                                "wait for that operation to finish, or delete the lock file if no "
+                                "airflow-kafka-spark process is running")
+            time.sleep(0.05)
+
+    def __exit__(self, *exc: object) -> None:
+        if self._owner() == self.token:
+            remove_file(self.loc)
+
+    def _try(self) -> bool:
+        if self.loc.local:
+            os.makedirs(os.path.dirname(self.loc.path), exist_ok=True)
+            try:
+                fd = os.open(self.loc.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+            except FileExistsError:
+                return False
+            try:
+                os.write(fd, self.token.encode())
+            finally:
+                os.close(fd)
+            return True
+        if self.loc.fs.exists(self.loc.path):
+            return False
+        self.loc.fs.pipe_file(self.loc.path, self.token.encode())
+        time.sleep(0.05)
+        return self._owner() == self.token
+
+    def _owner(self) -> str | None:
+        try:
+            return self.loc.fs.cat_file(self.loc.path).decode(errors="replace")
+        except (FileNotFoundError, OSError):
+            return None
+
+    def _stale(self, token: str) -> bool:
+        parts = token.split()
+        if len(parts) >= 4 and parts[0] == socket.gethostname() and parts[1].isdigit() \
+                and not pid_alive(int(parts[1])):
+            return True
+        if len(parts) >= 4 and parts[3].isdigit():
+            return time.time() * 1000 - int(parts[3]) > self.stale_after_s * 1000
+        return False
+
+    @staticmethod
+    def _describe(token: str | None) -> str:
+        if not token:
+            return "another process"
+        parts = token.split()
+        return f"pid {parts[1]} on {parts[0]}" if len(parts) >= 2 else token[:60]
+
+
+def pid_alive(pid: int) -> bool:
+    """True if a process with ``pid`` exists on this host (zombies count as gone)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    with contextlib.suppress(OSError, IndexError), open(f"/proc/{pid}/stat") as fh:
+        if fh.read().split(")")[-1].split()[0] == "Z":
+            return False
+    return True
+
+
+# --------------------------------------------------------------------------------------------------
+# crash points (test hook)
+# --------------------------------------------------------------------------------------------------
+
+CRASH_ENV = "AKS_CRASH_AT"
+_crash_counts: dict[str, int] = {}
+
+
+def crash_point(name: str) -> None:
+    """SIGKILL this very process when ``$AKS_CRASH_AT`` names this point (crash-safety tests).
+
+    ``AKS_CRASH_AT=backup.blob#3`` kills at the third time the point is passed; without ``#n`` at
+    the first. A SIGKILL is the harshest interruption (no ``finally``, no atexit), which is what the
+    operations must survive. Without the variable this is a dictionary lookup and nothing else.
+    """
+    spec = os.environ.get(CRASH_ENV)
+    if not spec:
+        return
+    count = _crash_counts[name] = _crash_counts.get(name, 0) + 1
+    for item in spec.split(","):
+        point, _, nth = item.strip().partition("#")
+        if point == name and (not nth or (nth.isdigit() and int(nth) == count)):
+            import signal
+
+            os.kill(os.getpid(), signal.SIGKILL)
