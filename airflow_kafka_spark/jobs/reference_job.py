@@ -18,7 +18,9 @@ Sinks:
 
 Graceful stop: when the ``--stop-marker`` file appears, the job waits until no trigger is active,
 stops the query, and, if a batch was cut anyway (``offsets/N`` without ``commits/N``), runs one
-``availableNow`` pass on the same checkpoint, which replays exactly that batch's recorded range.
+``once`` pass on the same checkpoint, which replays exactly that batch's recorded range. A job that
+is always behind never shows a gap between batches; after ``--stop-grace`` seconds it is stopped
+inside a batch and that batch is replayed the same way.
 It exits 0 only when the last planned batch is committed; it prints one JSON status line.
 """
 
@@ -47,6 +49,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--stateful", default="none", choices=["none", "dedup", "count_by_key"],
                    help="add a stateful stage (changes the checkpoint in a way Spark cannot recover from)")
     p.add_argument("--stop-marker", help="stop on a batch boundary when this file appears")
+    p.add_argument("--stop-grace", type=float, default=15.0,
+                   help="seconds to wait for a gap between batches before stopping inside one (then replayed)")
     p.add_argument("--sleep-in-batch", type=float, default=0.0, help="widen kill windows in tests")
     p.add_argument("--shuffle-partitions", type=int, default=4)
     p.add_argument("--query-name", default="reference_job")
@@ -92,6 +96,8 @@ def build_query(spark, args: argparse.Namespace, *, trigger: str | None = None):
     trig = trigger or args.trigger
     if trig == "availableNow":
         writer = writer.trigger(availableNow=True)
+    elif trig == "once":
+        writer = writer.trigger(once=True)  # runs exactly one batch: the pending one, when there is one
     elif trig.startswith("processing:"):
         interval = trig.split(":", 1)[1]
         if interval[-1:].isalpha() and interval[:-1].replace(".", "").isdigit():
@@ -150,11 +156,14 @@ def _checkpoint_boundary(spark, checkpoint: str) -> tuple[int | None, int | None
     return result[0], result[1]
 
 
-def _wait_for_boundary(query, marker: str, poll: float = 0.05) -> None:
-    """Block until the marker exists and no trigger is running, then return (caller stops)."""
+def _wait_for_boundary(query, marker: str, grace_s: float, poll: float = 0.05) -> None:
+    """Block until the marker exists and no trigger is running (or ``grace_s`` passed), then return."""
+    seen_at = None
     while query.isActive:
-        if os.path.exists(marker) and not query.status.get("isTriggerActive", False):
-            return
+        if os.path.exists(marker):
+            seen_at = seen_at or time.monotonic()
+            if not query.status.get("isTriggerActive", False) or time.monotonic() - seen_at > grace_s:
+                return
         time.sleep(poll)
 
 
@@ -177,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
         planned, committed = _checkpoint_boundary(spark, args.checkpoint)
         _status(event="finished", last_planned=planned, last_committed=committed)
         return 0
-    _wait_for_boundary(query, args.stop_marker)
+    _wait_for_boundary(query, args.stop_marker, args.stop_grace)
     if query.exception() is not None:
         _status(event="failed", error=str(query.exception())[:2000])
         return 1
@@ -186,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
     drained = False
     if planned is not None and planned != committed:
         # A batch started between the check and the stop: replay exactly its recorded range.
-        drain = build_query(spark, args, trigger="availableNow")
+        drain = build_query(spark, args, trigger="once")
         drain.awaitTermination()
         drained = True
         planned, committed = _checkpoint_boundary(spark, args.checkpoint)

@@ -6,7 +6,7 @@ import pytest
 
 from airflow_kafka_spark import driver
 from airflow_kafka_spark.checkpoint import read_checkpoint
-from airflow_kafka_spark.stack import spark, topics
+from airflow_kafka_spark.stack import oracle, spark, topics
 from airflow_kafka_spark.stack.produce import produce
 from tests.support.waiting import wait_until
 
@@ -61,3 +61,23 @@ def test_stop_when_nothing_runs(tmp_path):
     res = driver.stop(str(tmp_path / "ck"), str(tmp_path / "STOP"), is_alive=lambda: False,
                       kill=lambda: None, timeout_s=1)
     assert res.outcome == "NOT_RUNNING" and not (tmp_path / "STOP").exists()
+
+
+def test_a_job_that_is_always_behind_still_stops_on_a_boundary(broker, topic_name, tmp_path):
+    """No gap between batches: after --stop-grace the batch is cut and replayed once, exactly."""
+    topics.create_topic(broker.bootstrap_servers, topic_name, 2)
+    produced = produce(broker.bootstrap_servers, topic_name, 2000, partitions=2)
+    marker = tmp_path / "STOP"
+    args = _args(broker.bootstrap_servers, topic_name, tmp_path, "--stop-marker", str(marker),
+                 "--sleep-in-batch", "1.5", "--stop-grace", "2")
+    args[args.index("processing:1s")] = "processing:100ms"
+    d = driver.start_local(spark.submit_command(args), env=spark.spark_env(), log_path=tmp_path / "driver.log")
+    wait_until(lambda: _committed_batches(tmp_path) >= 2, timeout=180, what="two committed batches")
+    res = driver.stop(str(tmp_path / "ck"), str(marker), is_alive=lambda: driver.local_alive(d),
+                      kill=lambda: driver.kill_local(d), timeout_s=120, poll_s=0.5)
+    assert res.outcome == "STOPPED" and res.graceful, (res, (tmp_path / "driver.log").read_text()[-2000:])
+    rows = oracle.read_sink(tmp_path / "out", "idempotent")
+    cmp = oracle.compare(produced, rows)
+    assert not cmp.duplicated and not cmp.unexpected
+    ends = read_checkpoint(str(tmp_path / "ck")).latest_committed.kafka_offsets
+    assert len(rows) == sum(ends.values()), "the sink holds exactly what the committed offsets cover"
