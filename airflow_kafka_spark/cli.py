@@ -272,6 +272,10 @@ from airflow_kafka_spark.cli_checkpoint import register_commands  # noqa: E402  
 
 register_commands(register)
 
+from airflow_kafka_spark.cli_watch import register_commands as register_watch_commands  # noqa: E402  (lag, mirror, audit)
+
+register_watch_commands(register)
+
 
 # --------------------------------------------------------------------------------------------------
 # entry point
