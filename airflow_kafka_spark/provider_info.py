@@ -48,6 +48,16 @@ def get_provider_info() -> dict[str, Any]:
                 "python-modules": ["airflow_kafka_spark.hooks.streaming"],
             }
         ],
-        # "operators", "sensors" and "triggers" are added, in the same shape, together with their
-        # first module (the test in tests/airflow/test_provider.py enforces it).
+        "sensors": [
+            {
+                "integration-name": INTEGRATION,
+                "python-modules": ["airflow_kafka_spark.sensors.lag"],
+            }
+        ],
+        "triggers": [
+            {
+                "integration-name": INTEGRATION,
+                "python-modules": ["airflow_kafka_spark.triggers.lag"],
+            }
+        ],
     }
