@@ -223,7 +223,9 @@ def test_3_producing_faster_than_the_rate_limit_warns(sc):
                 break
     sc.acks.update(prod.acks)
     assert statuses[-1][0] is Status.WARN, statuses
-    assert "grew" in statuses[-1][2], statuses[-1][2]
+    # Either evaluator may see it first: broker samples ("lag grew ...") or the batches ramping up to the
+    # rate limit ("... falls behind"); both are the falling-behind warning, never a stall or an idle job.
+    assert "grew" in statuses[-1][2] or "falls behind" in statuses[-1][2], statuses[-1][2]
     MEASURED["warn_after_observations"] = len(statuses)
     MEASURED["warn_lag_records"] = [s[1] for s in statuses]
 
