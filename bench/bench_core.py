@@ -100,7 +100,8 @@ def main() -> int:
     for r in rows:
         print(f"{r['what']:<34} {r['partitions']:>10} {r['batches']:>8} {r['median_ms']:>10} {r['p90_ms']:>8} "
               f"{r['peak_kib']:>9}")
-    print(f"{cli['what']:<34} median {cli['median_ms']} ms; imports Airflow/PySpark: {cli['imports_airflow_or_pyspark']}")
+    print(f"{cli['what']:<34} median {cli['median_ms']} ms; "
+          f"imports Airflow/PySpark: {cli['imports_airflow_or_pyspark']}")
     return 0
 
 

@@ -162,7 +162,8 @@ class LocalBroker:
                 last = str(exc)
             time.sleep(0.2)
         self.stop()
-        raise UserError(f"Kafka broker did not answer metadata requests in {timeout:.0f}s ({last}); see {self.log_file}")
+        raise UserError(f"Kafka broker did not answer metadata requests in {timeout:.0f}s ({last}); "
+                        f"see {self.log_file}")
 
     def stop(self, timeout: float = 30.0) -> None:
         if self.process is None:
