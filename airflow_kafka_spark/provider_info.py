@@ -48,16 +48,26 @@ def get_provider_info() -> dict[str, Any]:
                 "python-modules": ["airflow_kafka_spark.hooks.streaming"],
             }
         ],
+        "operators": [
+            {
+                "integration-name": INTEGRATION,
+                "python-modules": [
+                    "airflow_kafka_spark.operators.checkpoint",
+                    "airflow_kafka_spark.operators.safe_restart",
+                    "airflow_kafka_spark.operators.streaming",
+                ],
+            }
+        ],
         "sensors": [
             {
                 "integration-name": INTEGRATION,
-                "python-modules": ["airflow_kafka_spark.sensors.lag"],
+                "python-modules": ["airflow_kafka_spark.sensors.health", "airflow_kafka_spark.sensors.lag"],
             }
         ],
         "triggers": [
             {
                 "integration-name": INTEGRATION,
-                "python-modules": ["airflow_kafka_spark.triggers.lag"],
+                "python-modules": ["airflow_kafka_spark.triggers.health", "airflow_kafka_spark.triggers.lag"],
             }
         ],
     }

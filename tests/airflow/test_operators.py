@@ -1,0 +1,601 @@
+"""The provider's operators, health sensor and trigger in real Airflow 3 (SQLite, ``dag.test()``), against
+the real broker and checkpoints written byte for byte as Spark 4.0 writes them.
+
+No Spark is started here: what needs a running job (submit, stop, the whole safe restart) is in
+``test_safe_restart_dag.py``. What is checked here is the Airflow contract of each piece (keyword-only
+arguments, no I/O at construction, templated fields, XCom shapes, one-line failures, deferral and
+trigger serialisation), the guards that cost no Spark start (ALREADY_RUNNING, BLOCK, override
+audit), secrets staying out of XCom, rendered fields and logs, and the cluster-mode command lines that
+cannot be run on this machine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import itertools
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from airflow_kafka_spark import submit
+from airflow_kafka_spark.lifecycle import DriverInfo, LifecycleRecord
+from airflow_kafka_spark.stack import topics
+from airflow_kafka_spark.stack.produce import produce
+from tests.support.checkpoint_factory import commit_file, offsets_file, write_checkpoint
+
+pytestmark = [pytest.mark.airflow, pytest.mark.integration]
+
+# Random per session, so that the value is in no source file: Airflow stores DAG files' source in the
+# metadata DB (dag_code), and the "not in any file under $AIRFLOW_HOME" check must mean the connection.
+SECRET = f"s3cr3t-sasl-{uuid.uuid4().hex}"
+_dag_ids = itertools.count()
+
+
+# --------------------------------------------------------------------------------------------------
+# helpers shared with the other test modules of this folder
+# --------------------------------------------------------------------------------------------------
+
+def write_registry(path: Path, jobs: list[dict[str, Any]], **defaults: Any) -> Path:
+    """A job registry whose state lives under ``$AKS_DATA_DIR`` (set by the caller)."""
+    doc = {
+        "version": 1,
+        "vars": {"data": "${AKS_DATA_DIR}"},
+        "allowed_roots": ["${data}", "${AKS_PACKAGE_DIR}/jobs"],
+        "defaults": {
+            "application": "${AKS_PACKAGE_DIR}/jobs/reference_job.py",
+            "checkpoint": "${data}/checkpoints/{name}",
+            "output": "${data}/sinks/{name}",
+            "backup_root": "${data}/backups",
+            "stop_timeout_s": 60,
+            "health_gate": {"min_batches": 2, "timeout_s": 150},
+            **defaults,
+        },
+        "jobs": jobs,
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return path
+
+
+def kafka_conn(bootstrap: str, **extra: str) -> str:
+    return json.dumps({"conn_type": "kafka", "extra": {"bootstrap.servers": bootstrap, **extra}})
+
+
+SPARK_LOCAL_CONN = json.dumps({"conn_type": "spark", "host": "local[2]"})
+
+
+@dataclass
+class RunResult:
+    """What a ``dag.test()`` run left in the metadata DB."""
+
+    state: str
+    run_id: str
+    states: dict[str, str]
+    xcoms: dict[tuple[str, str], Any] = field(default_factory=dict)
+    rendered: dict[str, Any] = field(default_factory=dict)
+    seconds: float = 0.0
+
+    def xcom(self, task_id: str, key: str = "return_value") -> Any:
+        return self.xcoms.get((task_id, key))
+
+
+def collect(dag_id: str, run_id: str, state: str, seconds: float) -> RunResult:
+    from airflow.models import TaskInstance
+    from airflow.models.renderedtifields import RenderedTaskInstanceFields
+    from airflow.models.xcom import XComModel
+    from airflow.utils.session import create_session
+
+    with create_session() as s:
+        tis = s.query(TaskInstance).filter_by(dag_id=dag_id, run_id=run_id).all()
+        xcoms = s.query(XComModel).filter_by(dag_id=dag_id, run_id=run_id).all()
+        rendered = s.query(RenderedTaskInstanceFields).filter_by(dag_id=dag_id, run_id=run_id).all()
+        return RunResult(
+            state=str(state), run_id=run_id, states={t.task_id: str(t.state) for t in tis},
+            xcoms={(x.task_id, x.key): XComModel.deserialize_value(x) for x in xcoms},
+            rendered={r.task_id: r.rendered_fields for r in rendered}, seconds=seconds)
+
+
+def run_inline(dag: Any, conf: dict[str, Any] | None = None) -> RunResult:
+    """``dag.test()`` for a DAG built in the test: registered in the dags-folder bundle by hand first
+    (``dag.test()`` refuses DAGs that are not serialized)."""
+    from airflow.dag_processing.bundles.manager import DagBundlesManager
+    from airflow.dag_processing.dagbag import DagBag, sync_bag_to_db
+
+    DagBundlesManager().sync_bundles_to_db()
+    bag = DagBag(dag_folder="/nonexistent", collect_dags=False)
+    bag.bag_dag(dag)
+    sync_bag_to_db(bag, "dags-folder", None)
+    started = time.perf_counter()
+    dr = dag.test(run_conf=conf)
+    return collect(dag.dag_id, dr.run_id, dr.state, time.perf_counter() - started)
+
+
+def new_dag(**kwargs: Any) -> Any:
+    from airflow.sdk import DAG
+
+    return DAG(f"aks_test_ops_{os.getpid()}_{next(_dag_ids)}", schedule=None, **kwargs)
+
+
+def assert_no_secret(result: RunResult, *texts: str, secret: str = SECRET) -> None:
+    """The secret is nowhere: XCom values, rendered template fields, the captured task logs (``dag.test()``
+    writes task logs to the console), and no file under ``$AIRFLOW_HOME``, the metadata DB included."""
+    assert secret not in json.dumps({f"{k[0]}/{k[1]}": v for k, v in result.xcoms.items()}, default=str)
+    assert secret not in json.dumps(result.rendered, default=str)
+    for text in texts:
+        assert secret not in text
+    # grep in another process: opening and closing the SQLite files from *this* process would drop
+    # its POSIX locks on them (all of a process's fcntl locks on a file go with any close()), and the
+    # next Airflow process to exit would then checkpoint and delete the WAL under this one's feet.
+    found = subprocess.run(["grep", "-rlF", "--", secret, os.environ["AIRFLOW_HOME"]], capture_output=True,
+                           text=True, timeout=60)
+    assert found.returncode == 1 and not found.stdout, found.stdout + found.stderr
+
+
+# --------------------------------------------------------------------------------------------------
+# fixtures
+# --------------------------------------------------------------------------------------------------
+
+@dataclass
+class Env:
+    data: Path
+    registry: Path
+    bootstrap: str
+    topic: str
+
+    def checkpoint(self, job: str) -> Path:
+        return self.data / "checkpoints" / job
+
+
+@pytest.fixture(scope="module")
+def env(broker, airflow_home, tmp_path_factory):
+    base = tmp_path_factory.mktemp("aks-ops")
+    data = base / "data"
+    data.mkdir()
+    topic = f"ops-{os.getpid()}"
+    topics.create_topic(broker.bootstrap_servers, topic, 2)
+    produce(broker.bootstrap_servers, topic, 400, partitions=2)
+    registry = write_registry(base / "streaming_jobs.yaml", [
+        {"name": "alpha", "topics": [topic]},
+        {"name": "beta", "topics": [topic]},
+        {"name": "gamma", "topics": [topic]},
+        {"name": "delta", "topics": [topic]},
+    ])
+    mp = pytest.MonkeyPatch()
+    mp.setenv("AKS_DATA_DIR", str(data))
+    mp.setenv("AKS_JOB_REGISTRY", str(registry))
+    # A SASL password in the Kafka connection (unused by the PLAINTEXT broker): it must never surface.
+    mp.setenv("AIRFLOW_CONN_KAFKA_DEFAULT", kafka_conn(broker.bootstrap_servers, **{
+        "sasl.username": "svc-streaming", "sasl.password": SECRET}))
+    mp.setenv("AIRFLOW_CONN_SPARK_DEFAULT", SPARK_LOCAL_CONN)
+    yield Env(data=data, registry=registry, bootstrap=broker.bootstrap_servers, topic=topic)
+    mp.undo()
+
+
+def fake_checkpoint(env: Env, job: str, *, batches: int = 3, rpb: int = 5) -> Path:
+    """A checkpoint of ``job`` with ``batches`` committed batches of ``rpb`` records per partition."""
+    ck = env.checkpoint(job)
+    write_checkpoint(ck, batches=batches, sources=({env.topic: 2},), records_per_batch=rpb,
+                     start_timestamp_ms=int(time.time() * 1000) - batches * 1000)
+    return ck
+
+
+def add_batch(ck: Path, topic: str, batch_id: int, end: int) -> None:
+    """Append ``offsets/<id>`` and ``commits/<id>`` as a running query does."""
+    line = json.dumps({topic: {"0": end, "1": end}}, separators=(",", ":"))
+    (ck / "offsets" / str(batch_id)).write_bytes(offsets_file([line], batch_timestamp_ms=int(time.time() * 1000)))
+    (ck / "commits" / str(batch_id)).write_bytes(commit_file())
+
+
+def record_fake_submit(env: Env, job: str, pid: int, *, committed_before: int | None = None) -> LifecycleRecord:
+    """What a submit records, for a driver that is any process (this test's own pid = alive).
+    ``committed_before`` defaults to the checkpoint's last committed batch (nothing new yet)."""
+    ck = str(env.checkpoint(job))
+    record = LifecycleRecord.load_or_create(job, ck)
+    from airflow_kafka_spark.checkpoint import read_checkpoint
+
+    state = read_checkpoint(ck)
+    if committed_before is None and state.latest_committed is not None:
+        committed_before = state.latest_committed.batch_id
+    submit.record_submit(record, app={"application": "app.py", "application_args": [], "compatibility_version": "7"},
+                         driver=DriverInfo(kind="local-pid", id=str(pid), host=socket.gethostname(),
+                                           started_at=int(time.time() * 1000)),
+                         master="local[2]", deploy_mode=None, mode=submit.DETACH_LOCAL,
+                         committed_before=committed_before, query_id_before=state.query_id, log_path=None,
+                         starting_offsets_file=None, actor="test")
+    record.save()
+    return record
+
+
+def dead_pid() -> int:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+# --------------------------------------------------------------------------------------------------
+# construction: keyword-only, no I/O, templated fields
+# --------------------------------------------------------------------------------------------------
+
+def test_operators_are_keyword_only_and_read_nothing_when_built():
+    from airflow_kafka_spark.operators.checkpoint import (
+        BackupCheckpointOperator,
+        ResetCheckpointOperator,
+        RestoreCheckpointOperator,
+        ValidateCheckpointOperator,
+    )
+    from airflow_kafka_spark.operators.streaming import StopStreamingJobOperator, SubmitStreamingJobOperator
+    from airflow_kafka_spark.sensors.health import StreamingHealthSensor
+
+    # A registry path that does not exist and no connections: building must not touch either.
+    kw = {"job": "{{ params.job }}", "registry_path": "/nonexistent/registry.yaml"}
+    ops = [ValidateCheckpointOperator(task_id="v", **kw), BackupCheckpointOperator(task_id="b", **kw),
+           RestoreCheckpointOperator(task_id="r", backup_id=None, **kw),
+           ResetCheckpointOperator(task_id="x", mode="preserve", **kw),
+           SubmitStreamingJobOperator(task_id="s", **kw), StopStreamingJobOperator(task_id="t", **kw),
+           StreamingHealthSensor(task_id="h", **kw)]
+    for op in ops:
+        assert "job" in op.template_fields
+        assert op.job == "{{ params.job }}"
+    with pytest.raises(TypeError):
+        ValidateCheckpointOperator("v", "orders")  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        StreamingHealthSensor("h", "orders")  # type: ignore[misc]
+
+
+def test_unknown_and_path_like_jobs_fail_with_one_registry_line(env):
+    from airflow_kafka_spark.operators.checkpoint import ValidateCheckpointOperator
+
+    with new_dag() as dag:
+        ValidateCheckpointOperator(task_id="unknown", job="nope")
+        ValidateCheckpointOperator(task_id="path_like", job="../x")
+        ValidateCheckpointOperator(task_id="templated", job="{{ params.job }}")
+    r = run_inline(dag, {"job": "/etc/passwd"})
+    assert r.states == {"unknown": "failed", "path_like": "failed", "templated": "failed"}
+    unknown = r.xcom("unknown", "failure")
+    assert unknown.startswith("unknown job 'nope'; known jobs: alpha, beta, delta, gamma") and "\n" not in unknown
+    assert r.xcom("path_like", "failure").startswith("invalid job name '../x'")
+    assert r.xcom("templated", "failure").startswith("invalid job name '/etc/passwd'")
+    assert r.rendered["templated"]["job"] == "/etc/passwd"   # the template was rendered, then refused
+
+
+# --------------------------------------------------------------------------------------------------
+# validate: verdict to XCom, BLOCK fails, override is recorded; secrets stay out
+# --------------------------------------------------------------------------------------------------
+
+def test_validate_pushes_verdict_blocks_and_records_an_override_without_leaking_secrets(env, broker, capfd):
+    from airflow.sdk import Param
+
+    from airflow_kafka_spark.operators.checkpoint import ValidateCheckpointOperator
+
+    ck = fake_checkpoint(env, "alpha", batches=3, rpb=5)    # C = 15 per partition, log end 200
+    with new_dag(params={"override": Param(False, type="boolean")}) as dag:
+        ValidateCheckpointOperator(task_id="validate", job="alpha", override="{{ params.override }}",
+                                   reason="checking {{ params.override }}")
+    ok = run_inline(dag, {"override": False})
+    assert ok.states == {"validate": "success"}
+    verdict = ok.xcom("validate")
+    assert verdict["verdict"] == "PASS" and verdict["job"] == "alpha"
+    assert verdict["position"]["last_committed_batch"] == 2
+    assert json.loads(verdict["position"]["offsets"]) == {env.topic: {"0": 15, "1": 15}}
+
+    # Retention passes the checkpoint: records 15..29 of each partition are gone before being read.
+    topics.delete_records(env.bootstrap, env.topic, {0: 30, 1: 30})
+    try:
+        blocked = run_inline(dag, {"override": False})
+        assert blocked.states == {"validate": "failed"}
+        assert "OFFSET_BELOW_LOG_START" in blocked.xcom("validate", "failure")
+        assert blocked.xcom("validate", "verdict")["verdict"] == "BLOCK"
+
+        overridden = run_inline(dag, {"override": True})
+        assert overridden.states == {"validate": "success"}
+        assert overridden.xcom("validate")["overridden"] is True
+        events = [e for e in LifecycleRecord.load(str(ck)).history if e["event"] == "verdict_overridden"]
+        assert len(events) == 1
+        assert events[0]["details"]["codes"] == ["OFFSET_BELOW_LOG_START"]
+        assert events[0]["details"]["reason"] == "checking True"
+        assert "via" in events[0]["actor"] and dag.dag_id in events[0]["actor"]
+    finally:
+        produce(env.bootstrap, env.topic, 100, partitions=2)   # later tests need records above the cut
+    out, err = capfd.readouterr()
+    assert "OFFSET_BELOW_LOG_START" in out + err     # the task logs were captured ...
+    for result in (ok, blocked, overridden):
+        assert_no_secret(result, out, err)              # ... and the SASL password is in none of it
+    assert SECRET not in Path(str(ck) + ".lifecycle.json").read_text()
+
+
+# --------------------------------------------------------------------------------------------------
+# backup, reset (dry run), restore, stop
+# --------------------------------------------------------------------------------------------------
+
+def test_backup_reset_dry_run_restore_and_stop_without_driver(env):
+    from airflow_kafka_spark.checkpoint import read_checkpoint
+    from airflow_kafka_spark.operators.checkpoint import (
+        BackupCheckpointOperator,
+        ResetCheckpointOperator,
+        RestoreCheckpointOperator,
+    )
+    from airflow_kafka_spark.operators.streaming import StopStreamingJobOperator
+
+    ck = fake_checkpoint(env, "beta", batches=3, rpb=20)    # C = 60 per partition, within the log
+    LifecycleRecord.create("beta", str(ck)).save()
+    with new_dag() as dag:
+        stop = StopStreamingJobOperator(task_id="stop", job="beta")
+        backup = BackupCheckpointOperator(task_id="backup", job="beta", reason="test backup")
+        reset = ResetCheckpointOperator(task_id="reset", job="beta", mode="preserve", dry_run=True)
+        skipped = ResetCheckpointOperator(task_id="no_reset", job="beta", mode=None)
+        restore = RestoreCheckpointOperator(task_id="restore", job="beta",
+                                            backup_id="{{ ti.xcom_pull(task_ids='backup')['backup_id'] }}",
+                                            trigger_rule="none_failed")
+        stop >> backup >> [reset, skipped] >> restore
+    r = run_inline(dag)
+    assert r.states["stop"] == "success" and r.xcom("stop")["outcome"] == "NOT_RUNNING"
+    assert r.states["backup"] == "success"
+    backup_id = r.xcom("backup")["backup_id"]
+    assert backup_id and r.xcom("backup")["backup"]["last_committed_batch"] == 2
+    assert r.states["reset"] == "success" and r.xcom("reset")["dry_run"] is True
+    assert json.loads(r.xcom("reset")["starting_offsets"]) == {env.topic: {"0": 60, "1": 60}}
+    assert r.states["no_reset"] == "skipped"
+    assert read_checkpoint(str(ck)).latest_committed.batch_id == 2   # the dry run moved nothing
+    assert r.states["restore"] == "success", r.xcom("restore", "failure")
+    assert r.xcom("restore")["restored"] is True and r.xcom("restore")["backup_id"] == backup_id
+    assert r.rendered["restore"]["backup_id"] == backup_id
+
+
+# --------------------------------------------------------------------------------------------------
+# submit: the guards that keep a second driver off a checkpoint, and the command line
+# --------------------------------------------------------------------------------------------------
+
+def test_submit_refuses_a_live_recorded_driver_and_a_held_lease(env):
+    from airflow_kafka_spark.operators.streaming import SubmitStreamingJobOperator
+
+    ck = fake_checkpoint(env, "gamma")
+    record_fake_submit(env, "gamma", os.getpid())   # this process: alive
+    with new_dag() as dag:
+        SubmitStreamingJobOperator(task_id="submit", job="gamma")
+    r = run_inline(dag)
+    assert r.states == {"submit": "failed"}
+    assert r.xcom("submit", "failure").startswith("ALREADY_RUNNING: job gamma already has a live driver (local-pid "
+                                                  f"{os.getpid()}")
+    record = LifecycleRecord.load(str(ck))
+    assert record.lease is None                       # released even though the submit refused
+    assert record.driver.id == str(os.getpid())       # and nothing was replaced
+
+    # Another holder's live lease (a submit in progress elsewhere) also refuses, before any check.
+    record.driver = None
+    record.save()
+    record.acquire_lease("other_dag/run_1/submit", 300, run_id="run_1")
+    try:
+        r2 = run_inline(dag)
+        assert r2.states == {"submit": "failed"}
+        assert r2.xcom("submit", "failure").startswith("ALREADY_RUNNING: job gamma (checkpoint ")
+        assert "leased by other_dag/run_1/submit" in r2.xcom("submit", "failure")
+    finally:
+        LifecycleRecord.load(str(ck)).release_lease("other_dag/run_1/submit")
+
+
+def test_submit_dry_run_builds_the_command_with_the_spark_provider_hook(env):
+    from airflow_kafka_spark.operators.streaming import SubmitStreamingJobOperator
+
+    with new_dag() as dag:
+        SubmitStreamingJobOperator(task_id="submit", job="delta", dry_run=True)
+    r = run_inline(dag)
+    assert r.states == {"submit": "success"}
+    out = r.xcom("submit")
+    assert out["dry_run"] is True and out["master"] == "local[2]" and out["detach"] == "local-process"
+    cmd = out["command"]
+    for part in ("--master local[2]", "--conf spark.ui.enabled=false", "--jars ", "spark-sql-kafka-0-10",
+                 "--name aks-delta", "reference_job.py", f"--topics {env.topic}",
+                 f"--bootstrap-servers {env.bootstrap}", f"--checkpoint {env.checkpoint('delta')}",
+                 f"--stop-marker {env.checkpoint('delta')}.stop", "--starting-offsets earliest"):
+        assert part in cmd, part
+    assert "sasl" not in cmd and SECRET not in cmd
+    assert_no_secret(r)
+
+
+def test_cluster_modes_build_detached_commands_and_parse_driver_ids(monkeypatch):
+    """No YARN or standalone cluster here: the command lines and the id parsing are what can be checked."""
+    from airflow_kafka_spark.operators.streaming import spark_hook
+    from airflow_kafka_spark.registry import JobSpec
+
+    spec = JobSpec(name="orders", application="/apps/job.py", topics=("orders",), checkpoint="hdfs://nn/ck/orders",
+                   backup_root="hdfs://nn/backups", stop_marker="hdfs://nn/ck/orders.stop",
+                   spark_conf={"spark.jars.packages": "org.apache.spark:spark-sql-kafka-0-10_2.13:4.0.0"},
+                   spark_conn_id="spark_yarn", deploy_mode="cluster")
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_YARN", json.dumps({"conn_type": "spark", "host": "yarn",
+                                                              "extra": {"queue": "streaming"}}))
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_STANDALONE", json.dumps({"conn_type": "spark", "host": "spark://m",
+                                                                    "port": 7077}))
+    for conn_id, master, mode, conf in (
+            ("spark_yarn", "yarn", submit.DETACH_YARN, "spark.yarn.submit.waitAppCompletion=false"),
+            ("spark_standalone", "spark://m:7077", submit.DETACH_STANDALONE,
+             "spark.standalone.submit.waitAppCompletion=false")):
+        s = dataclasses.replace(spec, spark_conn_id=conn_id)
+        probe = spark_hook(s, deploy_mode="cluster")
+        assert probe._connection["master"] == master
+        assert submit.detach_mode(master, "cluster") == mode
+        assert not submit.needs_local_connector_jars(s, master)
+        args = submit.job_arguments(s, bootstrap_servers="b1:9092", kafka_options=["kafka.security.protocol=SSL"])
+        cmd = spark_hook(s, **submit.hook_kwargs(s, args=args, mode=mode))._build_spark_submit_command(s.application)
+        line = " ".join(cmd)
+        assert f"--master {master}" in line and "--deploy-mode cluster" in line and f"--conf {conf}" in line
+        assert "--kafka-option kafka.security.protocol=SSL" in line and "spark.ui.enabled" not in line
+        assert ("--queue streaming" in line) == (mode == submit.DETACH_YARN)
+
+    assert submit.detach_mode("local[*]", None) == submit.DETACH_LOCAL
+    assert submit.detach_mode("yarn", "client") == submit.DETACH_LOCAL
+    assert submit.detach_mode("k8s://https://api:6443", "cluster") == submit.DETACH_K8S
+    with pytest.raises(Exception, match="needs a cluster manager"):
+        submit.detach_mode("local[2]", "cluster")
+    with pytest.raises(Exception, match="keeps spark-submit attached"):
+        submit.hook_kwargs(dataclasses.replace(spec, spark_conf={"spark.yarn.submit.waitAppCompletion": "true"}),
+                           args=[], mode=submit.DETACH_YARN)
+
+    yarn_out = "INFO Client: Submitting application application_1718000000000_0042 to ResourceManager\n"
+    k8s_out = ("Deployed Spark application orders with application ID spark-a1b2 and submission ID "
+               "streaming:orders-3f9a-driver into Kubernetes\n")
+    k8s_old = "pod name: orders-3f9a-driver\n\t namespace: streaming\n"
+    standalone_out = "Driver successfully submitted as driver-20260131120000-0007\n"
+    assert submit.parse_driver_id(submit.DETACH_YARN, yarn_out) == "application_1718000000000_0042"
+    assert submit.parse_driver_id(submit.DETACH_K8S, k8s_out) == "streaming:orders-3f9a-driver"
+    assert submit.parse_driver_id(submit.DETACH_K8S, k8s_old) == "streaming:orders-3f9a-driver"
+    assert submit.parse_driver_id(submit.DETACH_STANDALONE, standalone_out) == "driver-20260131120000-0007"
+    assert submit.parse_driver_id(submit.DETACH_YARN, "nothing") is None
+    yarn = DriverInfo(kind="yarn", id="application_1_2")
+    assert submit.cluster_kill_command(yarn, master="yarn", spark_binary="spark-submit") == [
+        "yarn", "application", "-kill", "application_1_2"]
+    drv = DriverInfo(kind="standalone", id="driver-20260131120000-0007")
+    assert submit.cluster_status_command(drv, master="spark://m:7077", spark_binary="spark-submit") == [
+        "spark-submit", "--master", "spark://m:7077", "--status", "driver-20260131120000-0007"]
+
+
+def test_kafka_options_for_the_job_never_carry_secrets():
+    config = {"bootstrap.servers": "b:9093", "security.protocol": "SASL_SSL", "sasl.mechanism": "PLAIN",
+              "sasl.username": "svc", "sasl.password": SECRET, "sasl.jaas.config": f"password=\"{SECRET}\";"}
+    opts = submit.kafka_job_options(config)
+    assert opts == ["kafka.security.protocol=SASL_SSL", "kafka.sasl.mechanism=PLAIN"]
+    assert submit.kafka_job_options({"bootstrap.servers": "b", "security.protocol": "PLAINTEXT"}) == []
+    env = submit.driver_env(["spark-submit"], "yarn", base={"PATH": "/bin", "AIRFLOW_CONN_KAFKA_DEFAULT": SECRET,
+                                                            "AIRFLOW__CORE__FERNET_KEY": "k", "HOME": "/h"})
+    assert env == {"PATH": "/bin", "HOME": "/h"}
+
+
+# --------------------------------------------------------------------------------------------------
+# health gate: probe rules, trigger serialisation, deferrable and poke sensor in a DAG
+# --------------------------------------------------------------------------------------------------
+
+def test_health_probe_waits_passes_and_fails(env):
+    from airflow_kafka_spark.triggers.health import FAILED, HEALTHY, WAITING, probe_health
+
+    ck = fake_checkpoint(env, "delta", batches=4, rpb=10)
+    from airflow_kafka_spark.checkpoint import read_checkpoint
+
+    qid = read_checkpoint(str(ck)).query_id
+
+    def probe(**kw):
+        args = {"checkpoint": str(ck), "topics": [env.topic], "min_batches": 2, "baseline_batch": 1,
+                "kafka_config": lambda: {"bootstrap.servers": env.bootstrap}, "baseline_query_id": qid,
+                "alive": lambda: True}
+        return probe_health(**{**args, **kw})
+
+    healthy = probe()
+    assert healthy.state == HEALTHY and healthy.new_batches == 2 and healthy.last_committed == 3, healthy.reason
+    assert healthy.samples and healthy.lag_records is not None
+    assert probe(baseline_batch=2).state == WAITING                  # only batch 3 is new
+    assert probe(baseline_batch=3, baseline_query_id="another-query").new_batches == 4   # a reset: all new
+    dead = probe(alive=lambda: False, log_tail=lambda: "Traceback: boom")
+    assert dead.state == FAILED and "driver exited" in dead.reason and "boom" in dead.reason
+
+
+def test_health_trigger_serializes_round_trip_and_reports_a_dead_driver(env):
+    from airflow_kafka_spark.triggers.health import StreamingHealthTrigger
+
+    ck = fake_checkpoint(env, "delta", batches=2)
+    trigger = StreamingHealthTrigger(
+        checkpoint=str(ck), topics=[env.topic], kafka_conn_id="kafka_default", min_batches=1, baseline_batch=1,
+        baseline_query_id=None, driver={"kind": "local-pid", "id": str(dead_pid()), "host": socket.gethostname()},
+        deadline_epoch_s=time.time() + 30, poll_interval_s=0.5)
+    classpath, kwargs = trigger.serialize()
+    assert classpath == "airflow_kafka_spark.triggers.health.StreamingHealthTrigger"
+    json.dumps(kwargs)                       # plain JSON: serde-able, and ...
+    assert SECRET not in json.dumps(kwargs)  # ... no Kafka config in it
+    again = StreamingHealthTrigger(**kwargs)
+    assert again.serialize() == (classpath, kwargs)
+
+    async def first_event():
+        return await again.run().__anext__()
+
+    event = asyncio.run(first_event())
+    assert event.payload["state"] == "failed" and "driver exited" in event.payload["reason"]
+
+
+def test_health_sensor_defers_then_passes_promotes_and_consumes_starting_offsets(env):
+    """The deferrable sensor (trigger run inline by dag.test) and the poke sensor, in real Airflow."""
+    from airflow_kafka_spark.sensors.health import StreamingHealthSensor
+
+    ck = fake_checkpoint(env, "alpha", batches=3, rpb=5)
+    record = record_fake_submit(env, "alpha", os.getpid(), committed_before=2)
+    record.set_next_starting_offsets(json.dumps({env.topic: {"0": 0, "1": 0}}))
+    record.save()
+    with new_dag() as dag:
+        deferred = StreamingHealthSensor(task_id="deferred", job="alpha", min_batches=1, deferrable=True,
+                                         poke_interval=0.5, gate_timeout_s=60)
+        poked = StreamingHealthSensor(task_id="poked", job="alpha", min_batches="{{ 1 }}", deferrable=False,
+                                      poke_interval=0.5, gate_timeout_s=60, promote=False)
+        deferred >> poked
+    timer = threading.Timer(3.0, add_batch, args=(ck, env.topic, 3, 20))   # the "job" commits batch 3 later
+    timer.start()
+    try:
+        r = run_inline(dag)
+    finally:
+        timer.cancel()
+    assert r.states == {"deferred": "success", "poked": "success"}, r.xcoms
+    gate = r.xcom("deferred")
+    assert gate["state"] == "healthy" and gate["new_batches"] == 1 and gate["last_committed"] == 3
+    assert gate["waited_s"] > 0          # it did wait in the trigger, not on the first probe
+    assert gate["promoted"] is True and gate["compatibility_version"] == "7"
+    assert gate["starting_offsets_consumed"] is not None
+    rec = LifecycleRecord.load(str(ck))
+    assert rec.next_starting_offsets is None
+    assert submit.last_good_app(rec)["compatibility_version"] == "7" and rec.compatibility_version == "7"
+    assert [e["event"] for e in rec.history].count("health_gate_passed") == 2
+
+
+def test_health_sensor_fails_at_once_when_the_driver_is_gone(env):
+    from airflow_kafka_spark.sensors.health import StreamingHealthSensor
+
+    fake_checkpoint(env, "beta", batches=2)
+    record_fake_submit(env, "beta", dead_pid())
+    with new_dag() as dag:
+        StreamingHealthSensor(task_id="gate", job="beta", deferrable=True, poke_interval=0.5, gate_timeout_s=60)
+    started = time.perf_counter()
+    r = run_inline(dag)
+    assert r.states == {"gate": "failed"}
+    assert "health gate of job beta failed: the driver exited after 0 new committed batch(es)" in r.xcom(
+        "gate", "failure")
+    assert time.perf_counter() - started < 30
+
+
+# --------------------------------------------------------------------------------------------------
+# the safe-restart rules that need no run
+# --------------------------------------------------------------------------------------------------
+
+def test_safe_restart_modes_decide_the_action():
+    from airflow_kafka_spark.errors import UserError
+    from airflow_kafka_spark.operators.safe_restart import decide, outcome_of
+
+    assert decide("auto", registry_compat="1", recorded_compat=None)["action"] == "keep"
+    assert decide("auto", registry_compat="1", recorded_compat="1")["action"] == "keep"
+    bumped = decide("auto", registry_compat="2", recorded_compat="1")
+    assert (bumped["action"], bumped["reset_mode"], bumped["tolerate_block"]) == ("reset", "preserve", True)
+    assert decide("keep", registry_compat="2", recorded_compat="1")["action"] == "keep"
+    assert decide("reset-latest", registry_compat="1", recorded_compat="1")["reset_mode"] == "latest"
+    when = decide("reset-to-datetime", registry_compat="1", recorded_compat=None, when="2026-01-31T12:00:00Z")
+    assert (when["reset_mode"], when["to_datetime"]) == ("to-datetime", "2026-01-31T12:00:00Z")
+    restore = decide("restore", registry_compat="1", recorded_compat="1", backup_id="20260131T120000000Z-b4-aa")
+    assert (restore["action"], restore["restore_backup_id"]) == ("restore", "20260131T120000000Z-b4-aa")
+    for bad in (dict(mode="restore"), dict(mode="restore", backup_id="../../etc"),
+                dict(mode="reset-to-datetime"), dict(mode="reset-to-datetime", when="yesterday"), dict(mode="nuke")):
+        mode = bad.pop("mode")
+        with pytest.raises(UserError):
+            decide(mode, registry_compat="1", recorded_compat="1", **bad)
+
+    plan = {"dry_run": False}
+    ok = {"plan": "success", "validate_before": "success", "stop": "success", "health_gate": "success"}
+    assert outcome_of(plan, ok) == "SUCCESS"
+    assert outcome_of(None, {"plan": "failed"}) == "REFUSED"
+    assert outcome_of(plan, {**ok, "validate_before": "failed"}) == "BLOCKED"
+    assert outcome_of(plan, {**ok, "health_gate": "failed", "rollback": "success"}) == "ROLLED_BACK"
+    assert outcome_of(plan, {**ok, "submit": "failed", "rollback": "failed"}) == "ROLLBACK_FAILED"
+    assert outcome_of({"dry_run": True}, ok) == "DRY_RUN"
