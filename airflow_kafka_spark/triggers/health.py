@@ -1,0 +1,201 @@
+"""The health gate after a (re)start: K new committed batches, lag not growing, driver alive.
+
+Why a gate at all: spark-submit returning (or a pid existing) says nothing about the query. A
+checkpoint-breaking change, a wrong jar or a bad option only shows once Spark plans and commits a
+batch, often minutes later. The gate waits for evidence instead: at least ``min_batches`` batches
+committed *after* the submit (counted from the batch committed before it; after a reset, the new
+query's batches), and a lag that is not growing (:func:`~airflow_kafka_spark.status.evaluate_status`
+over the checkpoint's offsets history and the broker samples taken while waiting). It fails at once
+when the driver is gone (local pid dead, cluster application ended) or when the job rewinds, and
+on timeout.
+
+A caveat by design: a job that gets no new records commits no batches (Spark skips empty
+micro-batches), so the gate needs traffic on the topics to pass; on a quiet topic it times out.
+
+:func:`probe_health` is one synchronous look; the sensor calls it in poke mode, and
+:class:`StreamingHealthTrigger` calls it in a thread from the triggerer (deferrable mode), so no
+worker slot is held while a restarted job warms up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from airflow.triggers.base import BaseTrigger, TriggerEvent
+
+from airflow_kafka_spark.checkpoint import read_checkpoint
+from airflow_kafka_spark.errors import UserError
+from airflow_kafka_spark.offsets import TopicPartition
+from airflow_kafka_spark.status import Status, StatusThresholds, evaluate_status
+
+HEALTHY, WAITING, FAILED = "healthy", "waiting", "failed"
+MAX_SAMPLES = 30
+
+
+@dataclass
+class HealthProbe:
+    """One look at a restarted job. ``samples`` are the broker log ends seen so far (JSON-able)."""
+
+    state: str
+    reason: str
+    new_batches: int = 0
+    last_committed: int | None = None
+    query_id: str | None = None
+    status: str | None = None
+    lag_records: int | None = None
+    trend_growing: bool | None = None
+    samples: list[list[Any]] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _sample_doc(latest: Mapping[TopicPartition, int]) -> list[list[Any]]:
+    return [[tp.topic, tp.partition, off] for tp, off in sorted(latest.items())]
+
+
+def _samples_in(samples: Sequence[Sequence[Any]]) -> list[tuple[int, dict[TopicPartition, int]]]:
+    out = []
+    for at, doc in samples:
+        out.append((int(at), {TopicPartition(str(t), int(p)): int(o) for t, p, o in doc}))
+    return out
+
+
+def probe_health(*, checkpoint: str, topics: Sequence[str], kafka_config: Callable[[], dict[str, Any]],
+                 min_batches: int, baseline_batch: int | None, baseline_query_id: str | None,
+                 alive: Callable[[], bool], log_tail: Callable[[], str] | None = None,
+                 samples: Sequence[Sequence[Any]] = (), kafka_timeout_s: float = 10.0) -> HealthProbe:
+    """One health look: FAILED if the driver is gone or the job rewinds, HEALTHY once ``min_batches``
+    new batches are committed and the lag is not growing, WAITING otherwise.
+
+    ``baseline_batch``/``baseline_query_id``: the checkpoint's last committed batch and query id
+    when the driver was submitted. A different query id (a reset left a new checkpoint) means
+    every committed batch is new.
+    """
+    from airflow_kafka_spark.kafka_view import KafkaView
+
+    kept = [list(s) for s in samples][-MAX_SAMPLES:]
+    state = read_checkpoint(checkpoint, read_history=True)
+    committed = state.latest_committed
+    same_query = state.query_id is not None and state.query_id == baseline_query_id
+    floor = baseline_batch if same_query and baseline_batch is not None else -1
+    new = sum(1 for b in state.commit_batch_ids if b > floor)
+    base = {"new_batches": new, "last_committed": committed.batch_id if committed else None,
+            "query_id": state.query_id, "samples": kept}
+    if not alive():
+        tail = log_tail() if log_tail else ""
+        return HealthProbe(FAILED, f"the driver exited after {new} new committed batch(es)"
+                           + (f"; last driver output:\n{tail}" if tail else ""), **base)
+    if new < min_batches:
+        return HealthProbe(WAITING, f"{new} of {min_batches} new batches committed", **base)
+    with KafkaView(kafka_config(), timeout=kafka_timeout_s) as view:
+        broker = view.broker_state(list(topics))
+    now = broker.sampled_at_ms
+    st = evaluate_status(state.history, broker.latest, now, previous_latest=_samples_in(kept),
+                         thresholds=StatusThresholds(), committed=committed.kafka_offsets if committed else None)
+    kept = [*kept, [now, _sample_doc(broker.latest)]][-MAX_SAMPLES:]
+    growing = bool(st.numbers.get("trend_growing"))
+    base.update(samples=kept)
+    extra = {"status": str(st.status), "lag_records": st.numbers.get("lag_records"), "trend_growing": growing}
+    if st.status is Status.REWIND:
+        return HealthProbe(FAILED, f"the job rewinds: {st.reason}", **base, **extra)
+    if growing:
+        return HealthProbe(WAITING, f"{new} new batches committed but the lag grows: {st.reason}", **base, **extra)
+    return HealthProbe(HEALTHY, f"{new} new batches committed (last {base['last_committed']}), lag "
+                       f"{extra['lag_records']} records, not growing ({st.status})", **base, **extra)
+
+
+def make_liveness(driver: Mapping[str, Any], *, master: str | None, spark_binary: str | None) -> Callable[[], bool]:
+    """``is_alive`` for a recorded driver, from plain values (what a trigger can carry)."""
+    from airflow_kafka_spark import driver as drivers
+    from airflow_kafka_spark import submit
+    from airflow_kafka_spark.lifecycle import DriverInfo
+
+    info = DriverInfo(kind=str(driver["kind"]), id=str(driver["id"]), host=driver.get("host"),
+                      started_at=driver.get("started_at"))
+    if info.kind == drivers.LOCAL:
+        return lambda: drivers.local_alive(info)
+    if not master or not spark_binary:
+        raise UserError(f"driver {info.kind} {info.id}: the master and spark binary are needed to check it")
+    env = submit.driver_env([spark_binary], master)
+    return lambda: submit.cluster_alive(info, master=master, spark_binary=spark_binary, env=env)
+
+
+class StreamingHealthTrigger(BaseTrigger):
+    """Polls :func:`probe_health` from the triggerer until the job is healthy, failed or out of time.
+
+    Every blocking call (checkpoint listing, Kafka admin requests, the connection lookup, process
+    checks) runs in a thread (``asyncio.to_thread``): the triggerer's event loop serves every
+    deferred task of the deployment and must never block. The kwargs are plain JSON values, and no
+    secret is among them: the Kafka config is read from the connection inside the thread.
+    """
+
+    def __init__(self, *, checkpoint: str, topics: list[str], kafka_conn_id: str, min_batches: int,
+                 baseline_batch: int | None, baseline_query_id: str | None, driver: dict[str, Any],
+                 deadline_epoch_s: float, poll_interval_s: float = 15.0, master: str | None = None,
+                 spark_binary: str | None = None, log_path: str | None = None) -> None:
+        super().__init__()
+        self.checkpoint = checkpoint
+        self.topics = list(topics)
+        self.kafka_conn_id = kafka_conn_id
+        self.min_batches = int(min_batches)
+        self.baseline_batch = baseline_batch
+        self.baseline_query_id = baseline_query_id
+        self.driver = dict(driver)
+        self.deadline_epoch_s = float(deadline_epoch_s)
+        self.poll_interval_s = float(poll_interval_s)
+        self.master = master
+        self.spark_binary = spark_binary
+        self.log_path = log_path
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return (f"{type(self).__module__}.{type(self).__qualname__}", {
+            "checkpoint": self.checkpoint, "topics": list(self.topics), "kafka_conn_id": self.kafka_conn_id,
+            "min_batches": self.min_batches, "baseline_batch": self.baseline_batch,
+            "baseline_query_id": self.baseline_query_id, "driver": dict(self.driver),
+            "deadline_epoch_s": self.deadline_epoch_s, "poll_interval_s": self.poll_interval_s,
+            "master": self.master, "spark_binary": self.spark_binary, "log_path": self.log_path})
+
+    def _probe(self, samples: list[list[Any]]) -> HealthProbe:
+        from airflow_kafka_spark import submit
+        from airflow_kafka_spark.hooks.streaming import StreamingKafkaHook
+
+        config_cache: dict[str, Any] = {}
+
+        def config() -> dict[str, Any]:
+            if "c" not in config_cache:
+                config_cache["c"] = StreamingKafkaHook(self.kafka_conn_id).kafka_config()
+            return config_cache["c"]
+
+        alive = make_liveness(self.driver, master=self.master, spark_binary=self.spark_binary)
+        return probe_health(checkpoint=self.checkpoint, topics=self.topics, kafka_config=config,
+                            min_batches=self.min_batches, baseline_batch=self.baseline_batch,
+                            baseline_query_id=self.baseline_query_id, alive=alive,
+                            log_tail=lambda: submit.log_tail(self.log_path, kafka_config=config_cache.get("c")),
+                            samples=samples)
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        samples: list[list[Any]] = []
+        started = time.time()
+        while True:
+            try:
+                probe = await asyncio.to_thread(self._probe, samples)
+            except UserError as exc:
+                # A broker that does not answer for one poll is not a verdict on the job: retry until the
+                # deadline, then report the last error.
+                probe = HealthProbe(WAITING, f"probe failed: {exc}", samples=samples)
+            samples = probe.samples
+            if probe.state in (HEALTHY, FAILED):
+                yield TriggerEvent({**probe.to_dict(), "samples": [], "waited_s": round(time.time() - started, 1)})
+                return
+            if time.time() >= self.deadline_epoch_s:
+                yield TriggerEvent({**probe.to_dict(), "samples": [], "state": FAILED,
+                                    "reason": f"timed out after {time.time() - started:.0f}s: {probe.reason}",
+                                    "waited_s": round(time.time() - started, 1)})
+                return
+            self.log.info("health gate: %s", probe.reason)
+            await asyncio.sleep(max(0.1, min(self.poll_interval_s, self.deadline_epoch_s - time.time())))
