@@ -1,0 +1,160 @@
+"""``streaming_safe_restart``: restart a registered Spark Structured Streaming job without losing or duplicating data.
+
+Trigger it from the UI ("Trigger Dag" shows a typed form) or the REST API with the job's name and
+a mode; everything else (checkpoint, backups, application, connections) comes from the job
+registry (``streaming_jobs.yaml`` beside this file, or ``$AKS_JOB_REGISTRY``).
+
+Procedure::
+
+    plan ─ validate_before ─ stop ─ backup ─┬ reset ──┬─ validate_after ─ submit ─ health_gate ─┐
+                                            └ restore ┘                                        ├ finish
+                          (any step from stop on fails) ─────────────────────────── rollback ──┘
+
+* ``plan`` decides what the mode means and takes the job's run lease (one run per job at a time).
+* ``validate_before`` judges the checkpoint against Kafka. A BLOCK (e.g. retention deleted records
+  the job has not read) stops the run **before anything is changed**, unless the mode replaces the
+  checkpoint anyway (reset, restore): then the override is recorded and the reset or restore plan
+  judges its own result.
+* ``stop`` ends the running driver on a batch boundary; ``backup`` takes a verified backup.
+* ``reset`` runs for the reset modes and for ``auto`` when the registry's ``compatibility_version``
+  differs from the one of the application that last passed a health gate (checkpoint-breaking
+  change: reset with ``preserve``, the new query starts exactly where the old one committed).
+  ``restore`` runs for ``restore`` with the given backup id. Otherwise both skip.
+* ``validate_after`` judges what the new driver will start from; ``submit`` starts it detached;
+  ``health_gate`` waits (in the triggerer) for committed batches and a lag that is not growing.
+* ``rollback`` (only when a step after the stop failed) stops the new driver, restores this run's
+  backup and resubmits the previous application; ``finish`` writes the audit entry into the
+  lifecycle record and fails the run with the reason whenever anything failed.
+
+``dry_run`` runs every step in plan-only mode: the verdict, the reset/restore plan and the
+spark-submit line are shown in the task XComs and logs, and nothing is changed.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from airflow.sdk import DAG, Param, TriggerRule, chain
+
+from airflow_kafka_spark.operators.checkpoint import (
+    BackupCheckpointOperator,
+    ResetCheckpointOperator,
+    RestoreCheckpointOperator,
+    ValidateCheckpointOperator,
+)
+from airflow_kafka_spark.operators.safe_restart import (
+    BACKUP,
+    CHANGE_STEPS,
+    FINISH,
+    HEALTH_GATE,
+    PLAN,
+    RESET,
+    RESTORE,
+    ROLLBACK,
+    SAFE_RESTART_MODES,
+    STOP,
+    SUBMIT,
+    VALIDATE_AFTER,
+    VALIDATE_BEFORE,
+    SafeRestartFinishOperator,
+    SafeRestartPlanOperator,
+    SafeRestartRollbackOperator,
+)
+from airflow_kafka_spark.operators.streaming import StopStreamingJobOperator, SubmitStreamingJobOperator
+from airflow_kafka_spark.registry import NAME_PATTERN, default_registry_path, load_registry
+from airflow_kafka_spark.sensors.health import StreamingHealthSensor
+
+DAG_ID = "streaming_safe_restart"
+# How often the health gate looks at the job. Seconds; the default suits production, tests and the
+# demo set a short one.
+HEALTH_POLL_S = float(os.environ.get("AKS_HEALTH_GATE_POLL_S", "15"))
+# The shape of a backup id (airflow_kafka_spark.backup checks it again before any use): rejecting a
+# malformed id in the form means no run is created for it.
+BACKUP_ID_PATTERN = r"^[0-9]{8}T[0-9]{9}Z-[A-Za-z0-9._-]{1,40}$"
+
+
+def _job_param() -> Param:
+    """The job drop-down, from the registry at parse time.
+
+    The enum is also what rejects an unknown or path-like job name at trigger time (HTTP 400 from
+    the REST API, before a run exists). A registry that cannot be read must not break the DAG
+    import: the field then takes any registry-style name and the first task reports the registry
+    error.
+    """
+    try:
+        names = load_registry(default_registry_path(Path(__file__).parent)).names()
+        problem = None
+    except Exception as exc:  # parse time: report in the form, never fail the import
+        names, problem = [], str(exc)
+    if names:
+        return Param(type="string", enum=names, pattern=f"^{NAME_PATTERN}$", title="Job",
+                     description="The streaming job, as declared in the job registry.")
+    return Param(type="string", pattern=f"^{NAME_PATTERN}$", title="Job",
+                 description=f"The job registry could not be read ({problem or 'no jobs declared'}).")
+
+
+PARAMS = {
+    "job": _job_param(),
+    "mode": Param("auto", type="string", enum=list(SAFE_RESTART_MODES), title="Mode", values_display={
+        "auto": "auto: reset (preserve) only if compatibility_version changed, else keep",
+        "keep": "keep: restart on the existing checkpoint",
+        "reset-preserve": "reset, continue where the last committed batch ended",
+        "reset-earliest": "reset, read from the earliest retained offset",
+        "reset-latest": "reset, skip to the end (skips records)",
+        "reset-to-datetime": "reset, start at the first record at or after a time",
+        "restore": "restore a backup (give its id)"}),
+    "backup_id": Param(None, type=["null", "string"], pattern=BACKUP_ID_PATTERN, title="Backup id",
+                       description="For mode restore: the backup to restore (e.g. 20260131T120000000Z-b41)."),
+    "datetime": Param(None, type=["null", "string"], format="date-time", title="Date and time",
+                      description="For mode reset-to-datetime: ISO-8601, e.g. 2026-01-31T12:00:00Z."),
+    "dry_run": Param(False, type="boolean", title="Dry run", description="Plan only: change nothing."),
+    "accept_data_loss": Param(False, type="boolean", title="Accept data loss",
+                              description="Allow a reset that skips records (recorded in the audit history)."),
+    "reason": Param(None, type=["null", "string"], maxLength=500, title="Reason",
+                    description="Why; kept in the job's audit history."),
+}
+
+JOB = "{{ params.job }}"
+REASON = "{{ params.reason or '' }}"
+
+with DAG(
+    dag_id=DAG_ID,
+    schedule=None,
+    max_active_runs=1,
+    catchup=False,
+    params=PARAMS,
+    tags=["streaming", "spark", "kafka"],
+    doc_md=__doc__,
+    default_args={"retries": 0},
+) as dag:
+    plan = SafeRestartPlanOperator(
+        task_id=PLAN, job=JOB, mode="{{ params.mode }}", backup_id="{{ params.backup_id or '' }}",
+        datetime="{{ params.datetime or '' }}", dry_run="{{ params.dry_run }}",
+        accept_data_loss="{{ params.accept_data_loss }}", reason=REASON)
+    dry = plan.output["dry_run"]
+    validate_before = ValidateCheckpointOperator(
+        task_id=VALIDATE_BEFORE, job=JOB, override=plan.output["tolerate_block"], dry_run=dry, reason=REASON)
+    stop = StopStreamingJobOperator(task_id=STOP, job=JOB, dry_run=dry, reason=REASON)
+    backup = BackupCheckpointOperator(task_id=BACKUP, job=JOB, missing_ok=True, dry_run=dry,
+                                      reason="before safe restart {{ run_id }}")
+    reset = ResetCheckpointOperator(
+        task_id=RESET, job=JOB, mode=plan.output["reset_mode"], to_datetime=plan.output["to_datetime"],
+        accept_data_loss=plan.output["accept_data_loss"], dry_run=dry, reason=REASON)
+    restore = RestoreCheckpointOperator(task_id=RESTORE, job=JOB, backup_id=plan.output["restore_backup_id"],
+                                        dry_run=dry, reason=REASON)
+    validate_after = ValidateCheckpointOperator(
+        task_id=VALIDATE_AFTER, job=JOB, override=dry, dry_run=dry, reason=REASON,
+        trigger_rule=TriggerRule.NONE_FAILED)
+    submit = SubmitStreamingJobOperator(task_id=SUBMIT, job=JOB, dry_run=dry, reason=REASON)
+    health_gate = StreamingHealthSensor(task_id=HEALTH_GATE, job=JOB, dry_run=dry, deferrable=True,
+                                        poke_interval=HEALTH_POLL_S)
+    rollback = SafeRestartRollbackOperator(task_id=ROLLBACK, job=JOB, reason=REASON,
+                                           trigger_rule=TriggerRule.ONE_FAILED)
+    finish = SafeRestartFinishOperator(task_id=FINISH, job=JOB, reason=REASON, trigger_rule=TriggerRule.ALL_DONE)
+
+    chain(plan, validate_before, stop, backup, [reset, restore], validate_after, submit, health_gate)
+    steps = {STOP: stop, BACKUP: backup, RESET: reset, RESTORE: restore, VALIDATE_AFTER: validate_after,
+             SUBMIT: submit, HEALTH_GATE: health_gate}
+    [steps[t] for t in CHANGE_STEPS] >> rollback
+    [plan, validate_before, *steps.values(), rollback] >> finish

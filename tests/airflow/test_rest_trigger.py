@@ -1,0 +1,150 @@
+"""Triggering ``streaming_safe_restart`` through Airflow's REST API, as the UI's trigger form does.
+
+A real ``airflow api-server`` runs in a subprocess on a free 127.0.0.1 port against this session's
+SQLite DB, with the default SimpleAuthManager: a token from ``POST /auth/token`` (the admin
+password the server generates), then ``POST /api/v2/dags/{dag_id}/dagRuns``. The DAG's typed
+Params are the validation: a UI-style conf is accepted (the run is created, and stays queued: no
+scheduler runs here and new DAGs start paused), while an unknown job, a path-like job name or a
+malformed backup id is refused with HTTP 400 before any run exists.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.airflow.conftest import TIMINGS
+from tests.airflow.test_operators import write_registry
+
+pytestmark = pytest.mark.airflow
+
+DAG_ID = "streaming_safe_restart"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def ui_conf(**overrides: object) -> dict[str, object]:
+    """Every field of the trigger form, the way the UI sends them (unset optional fields as null)."""
+    return {"job": "orders", "mode": "auto", "backup_id": None, "datetime": None, "dry_run": False,
+            "accept_data_loss": False, "reason": "deploy 2026-01-31", **overrides}
+
+
+@pytest.fixture(scope="module")
+def api(airflow_home, tmp_path_factory):
+    base = tmp_path_factory.mktemp("aks-rest")
+    registry = write_registry(base / "streaming_jobs.yaml",
+                              [{"name": "orders", "topics": ["orders"]}, {"name": "payments", "topics": ["payments"]}])
+    mp = pytest.MonkeyPatch()
+    mp.setenv("AKS_DATA_DIR", str(base / "data"))
+    mp.setenv("AKS_JOB_REGISTRY", str(registry))
+    # The API server reads the serialized DAG from the DB (the DAG processor's job); sync it here.
+    # Every dag.test() earlier in the session re-synced the dags folder with *its* registry, and a
+    # serialized DAG younger than [core] min_serialized_dag_update_interval (30 s) is not rewritten.
+    mp.setenv("AIRFLOW__CORE__MIN_SERIALIZED_DAG_UPDATE_INTERVAL", "0")
+    from airflow.dag_processing.bundles.manager import DagBundlesManager
+    from airflow.dag_processing.dagbag import DagBag, sync_bag_to_db
+
+    DagBundlesManager().sync_bundles_to_db()
+    bag = DagBag()
+    assert DAG_ID in bag.dags, bag.import_errors
+    sync_bag_to_db(bag, "dags-folder", None)
+
+    port = _free_port()
+    log = base / "api-server.log"
+    started = time.perf_counter()
+    with open(log, "wb") as fh:
+        proc = subprocess.Popen([str(Path(sys.executable).with_name("airflow")), "api-server", "-H", "127.0.0.1",
+                                 "-p", str(port), "-w", "1"], stdout=fh, stderr=subprocess.STDOUT,
+                                env=dict(os.environ), start_new_session=True)
+    base_url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            if proc.poll() is not None:
+                pytest.fail(f"api-server exited {proc.returncode}: {log.read_text()[-3000:]}")
+            try:
+                if httpx.get(f"{base_url}/api/v2/monitor/health", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                pytest.fail(f"api-server did not answer in 120s: {log.read_text()[-3000:]}")
+            time.sleep(0.5)
+        TIMINGS["api-server start"] = time.perf_counter() - started
+        passwords = json.loads((airflow_home / "simple_auth_manager_passwords.json.generated").read_text())
+        user, password = next(iter(passwords.items()))
+        token = httpx.post(f"{base_url}/auth/token", json={"username": user, "password": password},
+                           timeout=10).json()["access_token"]
+        client = httpx.Client(base_url=base_url, headers={"Authorization": f"Bearer {token}"}, timeout=30)
+        yield client
+        client.close()
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+        mp.undo()
+
+
+def _runs(client: httpx.Client) -> list[dict]:
+    r = client.get(f"/api/v2/dags/{DAG_ID}/dagRuns", params={"limit": 100})
+    assert r.status_code == 200, r.text
+    return r.json()["dag_runs"]
+
+
+def test_the_trigger_form_is_typed_from_the_registry(api):
+    r = api.get(f"/api/v2/dags/{DAG_ID}/details")
+    assert r.status_code == 200, r.text
+    details = r.json()
+    assert details["max_active_runs"] == 1
+    params = details["params"]
+    assert params["job"]["schema"]["enum"] == ["orders", "payments"]
+    assert params["mode"]["value"] == "auto"
+    assert params["mode"]["schema"]["enum"] == ["auto", "keep", "reset-preserve", "reset-earliest", "reset-latest",
+                                                "reset-to-datetime", "restore"]
+    assert params["dry_run"]["schema"]["type"] == "boolean"
+    assert params["backup_id"]["schema"]["type"] == ["null", "string"]
+
+
+def test_a_ui_style_conf_is_accepted_and_bad_job_names_are_refused(api):
+    before = {r["dag_run_id"] for r in _runs(api)}
+    ok = api.post(f"/api/v2/dags/{DAG_ID}/dagRuns", json={"logical_date": None, "conf": ui_conf()})
+    assert ok.status_code == 200, ok.text
+    run = ok.json()
+    assert run["state"] == "queued" and run["conf"]["job"] == "orders" and run["triggered_by"] == "rest_api"
+
+    refused = {
+        "unknown job": ui_conf(job="nope"),
+        "path-like job": ui_conf(job="../x"),
+        "absolute path as job": ui_conf(job="/etc/passwd"),
+        "unknown mode": ui_conf(mode="nuke"),
+        "malformed backup id": ui_conf(mode="restore", backup_id="../../backups/other"),
+        "job missing": {k: v for k, v in ui_conf().items() if k != "job"},
+    }
+    for what, conf in refused.items():
+        r = api.post(f"/api/v2/dags/{DAG_ID}/dagRuns", json={"logical_date": None, "conf": conf})
+        assert r.status_code in (400, 422), (what, r.status_code, r.text)
+        if what.endswith("job"):
+            assert "job" in r.text, (what, r.text)
+    # Extra, unknown body fields are refused by the API model itself.
+    r = api.post(f"/api/v2/dags/{DAG_ID}/dagRuns", json={"logical_date": None, "conf": ui_conf(),
+                                                          "execution_date": None})
+    assert r.status_code == 422, r.text
+
+    after = {r["dag_run_id"] for r in _runs(api)}
+    assert after - before == {run["dag_run_id"]}          # exactly the accepted run was created
+    assert api.delete(f"/api/v2/dags/{DAG_ID}/dagRuns/{run['dag_run_id']}").status_code == 204
