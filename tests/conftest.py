@@ -22,6 +22,17 @@ def broker(tmp_path_factory):
         print(f"broker log: {b.log_file}")
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _stop_shared_spark_session():
+    """Stop the warm SparkSession (if a test started one) before the interpreter exits."""
+    yield
+    import sys
+
+    module = sys.modules.get("tests.support.spark_session")
+    if module is not None:
+        module.stop()
+
+
 @pytest.fixture
 def topic_name(request):
     """A fresh topic name per test (topics are never shared between tests)."""

@@ -7,6 +7,7 @@ spark-submit path itself covered. The query is the reference job's own ``build_q
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 import time
@@ -35,6 +36,19 @@ def session():
                     .getOrCreate())
         _SESSION.sparkContext.setLogLevel("ERROR")
     return _SESSION
+
+
+def stop() -> None:
+    """Stop the shared session (end of the test session), quietly.
+
+    Without this, py4j closes its sockets from ``__del__`` at interpreter exit, after pytest has
+    closed the log stream, and prints a "Logging error" traceback into the CI output.
+    """
+    global _SESSION
+    if _SESSION is not None:
+        _SESSION.stop()
+        _SESSION = None
+    logging.getLogger("py4j").setLevel(logging.CRITICAL)
 
 
 @dataclass
