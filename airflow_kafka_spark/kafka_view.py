@@ -492,7 +492,18 @@ class KafkaView:
 
         For DStream-style jobs that ``commitAsync`` (Structured Streaming never commits, S23).
         Partitions without a committed offset are left out; an unknown group gives ``{}``.
+
+        The group is described first: librdkafka's admin client crashes the whole process (a
+        segfault, no exception) when an OffsetFetch is answered NOT_COORDINATOR —
+        ``rd_kafka_handle_OffsetFetch`` re-queries the coordinator through a consumer-group handle
+        that an admin client does not have (librdkafka #5040, seen here with 2.16 against a fresh
+        broker). A group that was never used is exactly when that answer comes (its coordinator is
+        still being set up). DescribeGroups does not have the bug, and a group that does not exist
+        has no offsets to fetch. A coordinator moving between brokers can still provoke it, which is
+        why the listener inside a Spark job never fetches offsets at all.
         """
+        if not self.describe_group(group_id).exists:
+            return {}
         wanted = set(topics) if topics is not None else None
         deadline = self._deadline()
         what = f"committed offsets of group {group_id}"

@@ -83,36 +83,19 @@ class MirrorResult:
         }
 
 
-def group_offsets_if_exists(view: KafkaView, group: str) -> PartitionOffsets:
-    """The group's committed offsets, asking only when the group exists (``{}`` otherwise).
-
-    Why not simply :meth:`KafkaView.group_offsets`: librdkafka's admin client crashes the whole
-    process (a segfault, no exception) when an OffsetFetch is answered NOT_COORDINATOR —
-    ``rd_kafka_handle_OffsetFetch`` re-queries the coordinator through a consumer-group handle that an
-    admin client does not have (librdkafka #5040, seen here with 2.16 against a fresh broker). A group
-    that was never used is exactly when that answer comes (its coordinator is still being set up).
-    DescribeGroups does not have the bug, so it goes first, and a group that does not exist has no
-    offsets to fetch. A coordinator moving between brokers can still provoke it, which is why the
-    listener inside a Spark job never fetches offsets at all.
-    """
-    if not view.describe_group(group).exists:
-        return {}
-    return view.group_offsets(group)
-
-
 def mirror_offsets(view: KafkaView, group: str, offsets: PartitionOffsets, *, batch_id: int | None = None,
                    dry_run: bool = False, check_foreign: bool = True) -> MirrorResult:
     """Commit ``offsets`` (a checkpoint's ``C``) to the shadow ``group`` after the safety checks.
 
     ``check_foreign``: read the group's offsets first and refuse a group that holds other topics
-    (a real consumer's group). The in-job listener turns it off: see :func:`group_offsets_if_exists`
+    (a real consumer's group). The in-job listener turns it off: see :meth:`KafkaView.group_offsets`
     for why it must not fetch offsets; it still refuses a group with live members.
     """
     warnings = check_group_name(group)
     bad = sorted(tp for tp, o in offsets.items() if o < 0)
     if bad:
         raise UserError(f"cannot mirror unresolved offsets (earliest/latest sentinels) for {', '.join(map(str, bad))}")
-    previous = group_offsets_if_exists(view, group) if check_foreign else {}
+    previous = view.group_offsets(group) if check_foreign else {}
     foreign = sorted({tp.topic for tp in previous} - {tp.topic for tp in offsets})
     if foreign:
         raise UserError(f"consumer group {group} holds offsets for topics this job does not read "
@@ -140,7 +123,7 @@ def mirror_checkpoint(checkpoint: str, group: str, kafka_config: Mapping[str, An
     kafka = view or KafkaView(dict(kafka_config or {}), timeout=timeout)
     try:
         if committed is None:
-            return MirrorResult(group=group, offsets={}, previous=group_offsets_if_exists(kafka, group), batch_id=None,
+            return MirrorResult(group=group, offsets={}, previous=kafka.group_offsets(group), batch_id=None,
                                 dry_run=dry_run, warnings=[*check_group_name(group),
                                                            "no committed batch yet: nothing mirrored"])
         return mirror_offsets(kafka, group, committed.kafka_offsets, batch_id=committed.batch_id, dry_run=dry_run)
@@ -149,5 +132,4 @@ def mirror_checkpoint(checkpoint: str, group: str, kafka_config: Mapping[str, An
             kafka.close()
 
 
-__all__ = ["GROUP_PREFIX", "MirrorResult", "check_group_name", "default_group", "group_offsets_if_exists",
-           "mirror_checkpoint", "mirror_offsets"]
+__all__ = ["GROUP_PREFIX", "MirrorResult", "check_group_name", "default_group", "mirror_checkpoint", "mirror_offsets"]

@@ -485,11 +485,10 @@ def _observe_group(kafka: KafkaView, group_id: str, topics: Sequence[str] | None
                    thresholds: StatusThresholds | None, samples: Sequence[Sample], job: str | None,
                    max_offsets_per_trigger: int | None, processing_rate: float | None, budget_s: float,
                    now_ms: int | None) -> Observation:
-    from airflow_kafka_spark.mirror import group_offsets_if_exists
 
     # Describe first: a fetch for a group that does not exist can crash librdkafka (see mirror.py).
     wanted_topics = set(topics) if topics else None
-    positions = {tp: o for tp, o in group_offsets_if_exists(kafka, group_id).items()
+    positions = {tp: o for tp, o in kafka.group_offsets(group_id).items()
                  if wanted_topics is None or tp.topic in wanted_topics}
     wanted = list(dict.fromkeys([*(topics or ()), *sorted({tp.topic for tp in positions})]))
     if not wanted:

@@ -21,7 +21,7 @@ group is alive rather than stopped.
 
 Never a risk to the query: it does not read the group's offsets (librdkafka's admin client can
 segfault the process on an OffsetFetch answered NOT_COORDINATOR, see
-:func:`airflow_kafka_spark.mirror.group_offsets_if_exists`); it only describes the group (a group
+:meth:`airflow_kafka_spark.kafka_view.KafkaView.group_offsets`); it only describes the group (a group
 with live members is refused) and commits. And never in the query's way: the listener bus is
 shared with Spark's own listeners and ``onQueryProgress`` must return at once, so commits happen
 on one background thread that always commits the *latest* offsets it was handed (older ones are

@@ -32,7 +32,7 @@ from confluent_kafka import Producer
 
 from airflow_kafka_spark.checkpoint import read_checkpoint
 from airflow_kafka_spark.kafka_view import KafkaView
-from airflow_kafka_spark.mirror import group_offsets_if_exists, mirror_checkpoint
+from airflow_kafka_spark.mirror import mirror_checkpoint
 from airflow_kafka_spark.offsets import TopicPartition
 from airflow_kafka_spark.stack import spark, topics
 from airflow_kafka_spark.stack.produce import produce
@@ -194,7 +194,7 @@ def test_1_running_caught_up_job_is_ok_and_mirrored_by_the_listener(sc):
     assert obs.status.status is Status.OK, obs.status.reason
     assert obs.lag.records == 0 and obs.lag.seconds == 0.0 and not obs.alerts()
     # the listener inside the job committed C to the shadow group
-    wait_until(lambda: group_offsets_if_exists(sc.view, sc.group) == ends, timeout=30, interval=0.5,
+    wait_until(lambda: sc.view.group_offsets(sc.group) == ends, timeout=30, interval=0.5,
                what="the listener to mirror the committed offsets")
     assert sc.view.describe_group(sc.group).members == []      # a shadow group: nobody consumes with it
     described = _parse_describe(sc.broker.consumer_groups("--describe", "--group", sc.group))
@@ -276,7 +276,7 @@ def test_5_lag_equals_kafka_consumer_groups_and_seconds_match_the_record_age(sc)
     # The listener's group holds a committed batch end: C itself, or the batch before when the kill
     # came between the commit and the listener's (asynchronous) mirror.
     ends_of_batches = [b.kafka_offsets for b in read_checkpoint(str(sc.checkpoint), read_history=True).history]
-    listener = group_offsets_if_exists(sc.view, sc.group)
+    listener = sc.view.group_offsets(sc.group)
     assert listener in ends_of_batches and all(listener[tp] <= committed[tp] for tp in committed)
     MEASURED["listener_group_equals_C_after_kill"] = listener == committed
 
