@@ -73,10 +73,10 @@ class StreamingLagSensor(BaseSensorOperator):
 
     def _spec(self) -> JobSpec:
         from airflow_kafka_spark.errors import UserError
-        from airflow_kafka_spark.registry import load_registry
+        from airflow_kafka_spark.operators._common import load_job
 
         try:
-            return load_registry(self.registry_path, dags_folder=conf.get("core", "dags_folder")).get(self.job)
+            return load_job(self.job, self.registry_path)[1]
         except UserError as exc:
             raise AirflowFailException(str(exc)) from None
 
