@@ -29,7 +29,7 @@ max_age_days: 30}, stop_timeout_s (300), stop_marker (``<checkpoint>.stop``),
 compatibility_version ("1"), starting_offsets_default (earliest|latest|offsets JSON),
 fail_on_data_loss (true), max_offsets_per_trigger, max_lag_records, max_lag_seconds,
 min_headroom_s, stall_after_s (unset = not checked), mirror_group, health_gate {min_batches: 1,
-timeout_s: 600}. Unknown keys are errors (with a "did you mean"), and so are duplicate keys,
+timeout_s: 600, idle_pass_s: 120}. Unknown keys are errors (with a "did you mean"), and so are duplicate keys,
 which plain PyYAML would resolve silently in favour of the last one.
 
 Values (not keys) may use ``${VAR}`` and ``${VAR:-default}``: registry ``vars``, then the
@@ -111,7 +111,7 @@ JOB_KEYS = (
 )
 REQUIRED_JOB_KEYS = ("name", "application", "topics", "checkpoint", "backup_root")
 RETENTION_KEYS = ("keep_last", "max_age_days")
-HEALTH_GATE_KEYS = ("min_batches", "timeout_s")
+HEALTH_GATE_KEYS = ("min_batches", "timeout_s", "idle_pass_s")
 PATH_FIELDS = ("application", "checkpoint", "output", "backup_root", "stop_marker")
 
 # Flags of the reference job that the operator derives from registry fields (or, for the
@@ -147,10 +147,17 @@ class BackupRetention:
 @dataclass(frozen=True)
 class HealthGate:
     """After a (re)start, the job counts as healthy once ``min_batches`` new batches commit
-    within ``timeout_s`` seconds."""
+    within ``timeout_s`` seconds.
+
+    ``idle_pass_s``: Spark plans no batch while the topics are quiet, so a gate that only counts
+    batches would time out (and roll back a good deploy) on a quiet topic. Once the driver has
+    been alive this long and the job has nothing left to read, the gate passes as *idle* and says
+    that the first batch of the new code is still unproven. ``None`` (``null``) disables it.
+    """
 
     min_batches: int = 1
     timeout_s: float = 600.0
+    idle_pass_s: float | None = 120.0
 
 
 @dataclass(frozen=True)
@@ -900,8 +907,11 @@ def _health_gate(ctx: _Ctx, where: str, value: Any) -> HealthGate:
     _check_keys(ctx, where, value, HEALTH_GATE_KEYS)
     batches = _int(ctx, f"{where}.min_batches", value.get("min_batches", HealthGate.min_batches), minimum=1)
     timeout = _number(ctx, f"{where}.timeout_s", value.get("timeout_s"), HealthGate.timeout_s, positive=True)
+    idle: float | None = HealthGate.idle_pass_s
+    if "idle_pass_s" in value:
+        idle = _number(ctx, f"{where}.idle_pass_s", value["idle_pass_s"], None, positive=True)
     return HealthGate(min_batches=batches or HealthGate.min_batches,
-                      timeout_s=timeout if timeout is not None else HealthGate.timeout_s)
+                      timeout_s=timeout if timeout is not None else HealthGate.timeout_s, idle_pass_s=idle)
 
 
 def _kind(value: Any) -> str:

@@ -350,4 +350,4 @@ def _health_summary(doc: Any) -> dict[str, Any] | None:
     if not isinstance(doc, Mapping):
         return None
     return {k: doc.get(k) for k in ("state", "reason", "new_batches", "last_committed", "lag_records", "status",
-                                    "promoted", "dry_run")}
+                                    "promoted", "idle", "dry_run")}

@@ -113,7 +113,8 @@ class StreamingHealthSensor(BaseSensorOperator):
         gate = {"checkpoint": spec.checkpoint, "topics": list(spec.topics), "kafka_conn_id": spec.kafka_conn_id,
                 "min_batches": min_batches, "baseline_batch": sub.get("committed_before"),
                 "baseline_query_id": sub.get("query_id_before"), "driver": dict(sub["driver"]),
-                "master": master, "spark_binary": spark_binary, "log_path": sub.get("log_path")}
+                "master": master, "spark_binary": spark_binary, "log_path": sub.get("log_path"),
+                "idle_pass_s": spec.health_gate.idle_pass_s, "submitted_at_ms": sub["driver"].get("started_at")}
         self._spec, self._gate = spec, gate
         return spec, gate
 
@@ -130,7 +131,8 @@ class StreamingHealthSensor(BaseSensorOperator):
                              min_batches=gate["min_batches"], baseline_batch=gate["baseline_batch"],
                              baseline_query_id=gate["baseline_query_id"], alive=alive,
                              log_tail=lambda: submit.log_tail(gate["log_path"], kafka_config=config.get("c")),
-                             samples=self._samples)
+                             samples=self._samples, idle_pass_s=gate["idle_pass_s"],
+                             submitted_at_ms=gate["submitted_at_ms"])
         self._samples = probe.samples
         self.log.info("health gate %s: %s", spec.name, probe.reason)
         return probe
@@ -199,7 +201,7 @@ class StreamingHealthSensor(BaseSensorOperator):
         good = submit.promote_submitted(record, actor=actor(context)) if self.promote else None
         record.add_event("health_gate_passed", actor=actor(context), new_batches=result.get("new_batches"),
                          last_committed=result.get("last_committed"), lag_records=result.get("lag_records"),
-                         status=result.get("status"), promoted=bool(good))
+                         status=result.get("status"), idle=bool(result.get("idle")), promoted=bool(good))
         record.save()
         result.update(starting_offsets_consumed=consumed, promoted=good is not None,
                       compatibility_version=(good or {}).get("compatibility_version"))

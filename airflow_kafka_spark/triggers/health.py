@@ -9,8 +9,13 @@ over the checkpoint's offsets history and the broker samples taken while waiting
 when the driver is gone (local pid dead, cluster application ended) or when the job rewinds, and
 on timeout.
 
-A caveat by design: a job that gets no new records commits no batches (Spark skips empty
-micro-batches), so the gate needs traffic on the topics to pass; on a quiet topic it times out.
+A quiet topic: a job that gets no new records commits no batches (Spark plans no batch without
+new data), so counting batches alone would time out and roll back a good deploy. With
+``idle_pass_s`` set, once the driver has been alive that long with nothing left to read (its
+position, the last committed offsets or the initial offsets Spark resolved in ``sources/0/0``,
+equals the log end of every partition) and no batch in flight, the gate passes as **idle**: the
+result says so (``idle: true``) because the first batch of the new code is still unproven, and a
+failure that only shows in a batch (a state schema change) will show when records arrive.
 
 :func:`probe_health` is one synchronous look; the sensor calls it in poke mode, and
 :class:`StreamingHealthTrigger` calls it in a thread from the triggerer (deferrable mode), so no
@@ -48,6 +53,7 @@ class HealthProbe:
     status: str | None = None
     lag_records: int | None = None
     trend_growing: bool | None = None
+    idle: bool = False
     samples: list[list[Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
@@ -68,13 +74,15 @@ def _samples_in(samples: Sequence[Sequence[Any]]) -> list[tuple[int, dict[TopicP
 def probe_health(*, checkpoint: str, topics: Sequence[str], kafka_config: Callable[[], dict[str, Any]],
                  min_batches: int, baseline_batch: int | None, baseline_query_id: str | None,
                  alive: Callable[[], bool], log_tail: Callable[[], str] | None = None,
-                 samples: Sequence[Sequence[Any]] = (), kafka_timeout_s: float = 10.0) -> HealthProbe:
+                 samples: Sequence[Sequence[Any]] = (), kafka_timeout_s: float = 10.0,
+                 idle_pass_s: float | None = None, submitted_at_ms: int | None = None,
+                 now_ms: int | None = None) -> HealthProbe:
     """One health look: FAILED if the driver is gone or the job rewinds, HEALTHY once ``min_batches``
     new batches are committed and the lag is not growing, WAITING otherwise.
 
     ``baseline_batch``/``baseline_query_id``: the checkpoint's last committed batch and query id
     when the driver was submitted. A different query id (a reset left a new checkpoint) means
-    every committed batch is new.
+    every committed batch is new. ``idle_pass_s``/``submitted_at_ms``: the idle pass (module doc).
     """
     from airflow_kafka_spark.kafka_view import KafkaView
 
@@ -91,7 +99,24 @@ def probe_health(*, checkpoint: str, topics: Sequence[str], kafka_config: Callab
         return HealthProbe(FAILED, f"the driver exited after {new} new committed batch(es)"
                            + (f"; last driver output:\n{tail}" if tail else ""), **base)
     if new < min_batches:
-        return HealthProbe(WAITING, f"{new} of {min_batches} new batches committed", **base)
+        waiting = f"{new} of {min_batches} new batches committed"
+        alive_s = ((now_ms or int(time.time() * 1000)) - submitted_at_ms) / 1000 if submitted_at_ms else None
+        if idle_pass_s is None or alive_s is None or alive_s < idle_pass_s:
+            return HealthProbe(WAITING, waiting, **base)
+        position = _position_if_idle(state)
+        if position is None:
+            return HealthProbe(WAITING, f"{waiting}; not idle: a batch is in flight or no start position is "
+                               "known yet", **base)
+        with KafkaView(kafka_config(), timeout=kafka_timeout_s) as view:
+            latest = view.broker_state(list(topics)).latest
+        behind = {tp: end - position.get(tp, 0) for tp, end in latest.items() if end > position.get(tp, 0)}
+        if behind:
+            return HealthProbe(WAITING, f"{waiting}; {sum(behind.values())} records to read on {len(behind)} "
+                               "partition(s)", **base, lag_records=sum(behind.values()))
+        return HealthProbe(HEALTHY, f"idle: the driver has run {alive_s:.0f}s with nothing to read (position = "
+                           f"log end on all {len(latest)} partitions) and {new} new committed batch(es); the "
+                           "first batch of this code is not proven until records arrive", **base,
+                           lag_records=0, idle=True)
     with KafkaView(kafka_config(), timeout=kafka_timeout_s) as view:
         broker = view.broker_state(list(topics))
     now = broker.sampled_at_ms
@@ -107,6 +132,20 @@ def probe_health(*, checkpoint: str, topics: Sequence[str], kafka_config: Callab
         return HealthProbe(WAITING, f"{new} new batches committed but the lag grows: {st.reason}", **base, **extra)
     return HealthProbe(HEALTHY, f"{new} new batches committed (last {base['last_committed']}), lag "
                        f"{extra['lag_records']} records, not growing ({st.status})", **base, **extra)
+
+
+def _position_if_idle(state: Any) -> dict[TopicPartition, int] | None:
+    """Where the job will read next, if no batch is in flight: the last committed offsets, or the
+    initial offsets Spark resolved for a query that has not committed a batch yet."""
+    committed, planned = state.latest_committed, state.latest_planned
+    if planned is not None and (committed is None or planned.batch_id > committed.batch_id):
+        return None
+    if committed is not None:
+        return dict(committed.kafka_offsets)
+    merged: dict[TopicPartition, int] = {}
+    for offsets in state.initial_offsets.values():
+        merged.update(offsets)
+    return merged or None
 
 
 def make_liveness(driver: Mapping[str, Any], *, master: str | None, spark_binary: str | None) -> Callable[[], bool]:
@@ -137,7 +176,8 @@ class StreamingHealthTrigger(BaseTrigger):
     def __init__(self, *, checkpoint: str, topics: list[str], kafka_conn_id: str, min_batches: int,
                  baseline_batch: int | None, baseline_query_id: str | None, driver: dict[str, Any],
                  deadline_epoch_s: float, poll_interval_s: float = 15.0, master: str | None = None,
-                 spark_binary: str | None = None, log_path: str | None = None) -> None:
+                 spark_binary: str | None = None, log_path: str | None = None,
+                 idle_pass_s: float | None = None, submitted_at_ms: int | None = None) -> None:
         super().__init__()
         self.checkpoint = checkpoint
         self.topics = list(topics)
@@ -151,6 +191,8 @@ class StreamingHealthTrigger(BaseTrigger):
         self.master = master
         self.spark_binary = spark_binary
         self.log_path = log_path
+        self.idle_pass_s = idle_pass_s
+        self.submitted_at_ms = submitted_at_ms
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (f"{type(self).__module__}.{type(self).__qualname__}", {
@@ -158,7 +200,8 @@ class StreamingHealthTrigger(BaseTrigger):
             "min_batches": self.min_batches, "baseline_batch": self.baseline_batch,
             "baseline_query_id": self.baseline_query_id, "driver": dict(self.driver),
             "deadline_epoch_s": self.deadline_epoch_s, "poll_interval_s": self.poll_interval_s,
-            "master": self.master, "spark_binary": self.spark_binary, "log_path": self.log_path})
+            "master": self.master, "spark_binary": self.spark_binary, "log_path": self.log_path,
+            "idle_pass_s": self.idle_pass_s, "submitted_at_ms": self.submitted_at_ms})
 
     def _probe(self, samples: list[list[Any]]) -> HealthProbe:
         from airflow_kafka_spark import submit
@@ -176,7 +219,7 @@ class StreamingHealthTrigger(BaseTrigger):
                             min_batches=self.min_batches, baseline_batch=self.baseline_batch,
                             baseline_query_id=self.baseline_query_id, alive=alive,
                             log_tail=lambda: submit.log_tail(self.log_path, kafka_config=config_cache.get("c")),
-                            samples=samples)
+                            samples=samples, idle_pass_s=self.idle_pass_s, submitted_at_ms=self.submitted_at_ms)
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         samples: list[list[Any]] = []

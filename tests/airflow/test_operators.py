@@ -498,6 +498,40 @@ def test_health_probe_waits_passes_and_fails(env):
     assert dead.state == FAILED and "driver exited" in dead.reason and "boom" in dead.reason
 
 
+def test_health_probe_passes_a_quiet_caught_up_job_as_idle_only_after_the_idle_window(env):
+    """Spark plans no batch on a quiet topic: once the driver has lived ``idle_pass_s`` with its position at
+    the log end and no batch in flight, the gate passes as idle (and says the new code is unproven)."""
+    from airflow_kafka_spark.checkpoint import read_checkpoint
+    from airflow_kafka_spark.triggers.health import HEALTHY, WAITING, probe_health
+    from tests.support.kafka import end_offsets
+
+    ck = fake_checkpoint(env, "idle-probe", batches=2, rpb=5)
+    ends = end_offsets(env.bootstrap, env.topic, 2)
+    qid = read_checkpoint(str(ck)).query_id
+    now = int(time.time() * 1000)
+
+    def probe(**kw):
+        args = {"checkpoint": str(ck), "topics": [env.topic], "min_batches": 2, "baseline_batch": 1,
+                "kafka_config": lambda: {"bootstrap.servers": env.bootstrap}, "baseline_query_id": qid,
+                "alive": lambda: True, "idle_pass_s": 30.0, "submitted_at_ms": now - 60_000}
+        return probe_health(**{**args, **kw})
+
+    behind = probe()                         # committed 10 per partition, the topic holds far more
+    assert behind.state == WAITING and not behind.idle
+    assert behind.lag_records == sum(e - 10 for e in ends.values()), behind.reason
+    line = json.dumps({env.topic: {"0": ends[0], "1": ends[1]}}, separators=(",", ":"))
+    (ck / "offsets" / "2").write_bytes(offsets_file([line], batch_timestamp_ms=now))
+    in_flight = probe(baseline_batch=0)      # batch 2 planned, not committed: never idle
+    assert in_flight.state == WAITING and "in flight" in in_flight.reason
+    (ck / "commits" / "2").write_bytes(commit_file())
+    # caught up, 1 new batch of the 2 required: passes only once the driver has lived idle_pass_s
+    assert probe(submitted_at_ms=now - 5_000).state == WAITING
+    assert probe(idle_pass_s=None).state == WAITING
+    idle = probe()
+    assert idle.state == HEALTHY and idle.idle and idle.lag_records == 0 and idle.new_batches == 1, idle.reason
+    assert "not proven" in idle.reason
+
+
 def test_health_trigger_serializes_round_trip_and_reports_a_dead_driver(env):
     from airflow_kafka_spark.triggers.health import StreamingHealthTrigger
 

@@ -99,7 +99,7 @@ def test_good_registry_loads_with_defaults_and_derived_fields(tmp_path, root, ap
     assert orders.starting_offsets_default == "earliest"
     assert orders.compatibility_version == "1"
     assert orders.backup_retention == BackupRetention(keep_last=5, max_age_days=30.0)
-    assert orders.health_gate == HealthGate(min_batches=1, timeout_s=600.0)
+    assert orders.health_gate == HealthGate(min_batches=1, timeout_s=600.0, idle_pass_s=120.0)
     assert reg.get("payments").topics == ("payments", "refunds")
     json.dumps(orders.to_dict())  # XCom-able
 
@@ -117,7 +117,7 @@ def test_every_field_parses(tmp_path, root, app):
         "compatibility_version": 3, "starting_offsets_default": {"t.a": {0: 5, "1": -2}},
         "fail_on_data_loss": "false", "max_offsets_per_trigger": 100, "max_lag_records": 1,
         "max_lag_seconds": 30, "min_headroom_s": 3600, "stall_after_s": 120,
-        "mirror_group": "aks-mirror-full", "health_gate": {"min_batches": 3},
+        "mirror_group": "aks-mirror-full", "health_gate": {"min_batches": 3, "idle_pass_s": None},
     }]
     spec = load_registry(write(tmp_path, doc)).get("full-job_1")
     assert spec.application_args == ("--trigger", "processing:2s", "--shuffle-partitions", "8")
@@ -129,9 +129,22 @@ def test_every_field_parses(tmp_path, root, app):
     assert spec.compatibility_version == "3"
     assert json.loads(spec.starting_offsets_default) == {"t.a": {"0": 5, "1": -2}}
     assert spec.fail_on_data_loss is False
-    assert spec.health_gate == HealthGate(min_batches=3, timeout_s=600.0)
+    assert spec.health_gate == HealthGate(min_batches=3, timeout_s=600.0, idle_pass_s=None)   # null disables
     assert (spec.max_lag_records, spec.max_lag_seconds, spec.min_headroom_s, spec.stall_after_s) == \
         (1, 30.0, 3600.0, 120.0)
+
+
+@pytest.mark.parametrize("gate, problem", [
+    ({"idle_pass_s": 0}, "must be > 0"),
+    ({"idle_pass_s": "soon"}, "is not a number"),
+    ({"idle_after": 5}, "idle_pass_s"),            # unknown key: "did you mean"
+])
+def test_health_gate_idle_pass_is_checked(tmp_path, root, app, gate, problem):
+    doc = base_doc(root, app)
+    doc["jobs"][0]["health_gate"] = gate
+    with pytest.raises(UserError) as exc:
+        load_registry(write(tmp_path, doc))
+    assert problem in str(exc.value) and "health_gate" in str(exc.value)
 
 
 def test_shipped_example_registry_loads(monkeypatch, tmp_path):
