@@ -4,36 +4,23 @@ A real ``airflow api-server`` runs in a subprocess on a free 127.0.0.1 port agai
 SQLite DB, with the default SimpleAuthManager: a token from ``POST /auth/token`` (the admin
 password the server generates), then ``POST /api/v2/dags/{dag_id}/dagRuns``. The DAG's typed
 Params are the validation: a UI-style conf is accepted (the run is created, and stays queued: no
-scheduler runs here and new DAGs start paused), while an unknown job, a path-like job name or a
+scheduler runs in this module and new DAGs start paused; test_scheduled_run.py runs such a run to
+the end with the scheduler and the triggerer), while an unknown job, a path-like job name or a
 malformed backup id is refused with HTTP 400 before any run exists.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import signal
-import socket
-import subprocess
-import sys
-import time
-from pathlib import Path
-
 import httpx
 import pytest
 
 from tests.airflow.conftest import TIMINGS
+from tests.airflow.services import AirflowServices
 from tests.airflow.test_operators import write_registry
 
 pytestmark = pytest.mark.airflow
 
 DAG_ID = "streaming_safe_restart"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def ui_conf(**overrides: object) -> dict[str, object]:
@@ -62,41 +49,14 @@ def api(airflow_home, tmp_path_factory):
     assert DAG_ID in bag.dags, bag.import_errors
     sync_bag_to_db(bag, "dags-folder", None)
 
-    port = _free_port()
-    log = base / "api-server.log"
-    started = time.perf_counter()
-    with open(log, "wb") as fh:
-        proc = subprocess.Popen([str(Path(sys.executable).with_name("airflow")), "api-server", "-H", "127.0.0.1",
-                                 "-p", str(port), "-w", "1"], stdout=fh, stderr=subprocess.STDOUT,
-                                env=dict(os.environ), start_new_session=True)
-    base_url = f"http://127.0.0.1:{port}"
+    services = AirflowServices(airflow_home, base)
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"api-server exited {proc.returncode}: {log.read_text()[-3000:]}")
-            try:
-                if httpx.get(f"{base_url}/api/v2/monitor/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail(f"api-server did not answer in 120s: {log.read_text()[-3000:]}")
-            time.sleep(0.5)
-        TIMINGS["api-server start"] = time.perf_counter() - started
-        passwords = json.loads((airflow_home / "simple_auth_manager_passwords.json.generated").read_text())
-        user, password = next(iter(passwords.items()))
-        token = httpx.post(f"{base_url}/auth/token", json={"username": user, "password": password},
-                           timeout=10).json()["access_token"]
-        client = httpx.Client(base_url=base_url, headers={"Authorization": f"Bearer {token}"}, timeout=30)
+        TIMINGS["api-server start"] = services.start_api_server()
+        client = services.client()
         yield client
         client.close()
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
+        services.stop()
         mp.undo()
 
 

@@ -1,0 +1,185 @@
+"""A safe restart triggered through the REST API and run by Airflow's own components, to the end.
+
+``dag.test()`` (test_safe_restart_dag.py) runs every task in the test process and runs deferred
+triggers inline. Here nothing is inline: ``airflow api-server``, ``airflow scheduler``
+(LocalExecutor: each task in its own process, talking to the API server's execution API) and
+``airflow triggerer`` run as separate processes on this session's SQLite DB. The run is created
+by ``POST /api/v2/dags/streaming_safe_restart/dagRuns`` with the conf the UI's trigger form sends;
+the health gate defers to the real triggerer; the reference job is really started by spark-submit.
+
+Checked: the run succeeds; the health gate was deferred (its try went through the triggerer and
+its log says so); one driver runs and commits batches; the sink holds exactly what Kafka
+acknowledged; the audit entry names the REST user who triggered the run and the reason from the form.
+A second run (``keep``) on the now quiet topic passes its gate as *idle* instead of timing out and
+rolling back a good deploy.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from airflow_kafka_spark import driver as drivers
+from airflow_kafka_spark.checkpoint import read_checkpoint
+from airflow_kafka_spark.lifecycle import LifecycleRecord
+from airflow_kafka_spark.stack import oracle, topics
+from tests.airflow.conftest import TIMINGS
+from tests.airflow.services import AirflowServices
+from tests.airflow.test_operators import SPARK_LOCAL_CONN, kafka_conn, write_registry
+from tests.airflow.test_safe_restart_dag import PARTITIONS, Feed
+from tests.support.kafka import end_offsets
+from tests.support.waiting import wait_until
+
+pytestmark = [pytest.mark.airflow, pytest.mark.integration]
+
+DAG_ID = "streaming_safe_restart"
+JOB = "live"
+IDLE_PASS_S = 40     # above the ~15-25 s a spark-submit needs to start or to fail at start here
+
+
+@pytest.fixture(scope="module")
+def cluster(broker, airflow_home, tmp_path_factory):
+    base = tmp_path_factory.mktemp("aks-scheduled")
+    data = base / "data"
+    topic = f"live-{os.getpid()}"
+    topics.create_topic(broker.bootstrap_servers, topic, PARTITIONS)
+    registry = write_registry(base / "streaming_jobs.yaml", [
+        {"name": JOB, "topics": [topic], "sink": "idempotent", "max_offsets_per_trigger": 200,
+         "application_args": ["--trigger", "processing:1s", "--shuffle-partitions", "2"],
+         "spark_conf": {"spark.sql.shuffle.partitions": "2", "spark.driver.memory": "768m"},
+         "health_gate": {"idle_pass_s": IDLE_PASS_S}}])
+    mp = pytest.MonkeyPatch()
+    mp.setenv("AKS_DATA_DIR", str(data))
+    mp.setenv("AKS_JOB_REGISTRY", str(registry))
+    mp.setenv("AKS_HEALTH_GATE_POLL_S", "2")
+    mp.setenv("AIRFLOW_CONN_KAFKA_DEFAULT", kafka_conn(broker.bootstrap_servers))
+    mp.setenv("AIRFLOW_CONN_SPARK_DEFAULT", SPARK_LOCAL_CONN)
+    mp.setenv("AIRFLOW__CORE__MIN_SERIALIZED_DAG_UPDATE_INTERVAL", "0")
+    # The DAG as the DAG processor would store it (with this registry's job list in the form).
+    from airflow.dag_processing.bundles.manager import DagBundlesManager
+    from airflow.dag_processing.dagbag import DagBag, sync_bag_to_db
+
+    DagBundlesManager().sync_bundles_to_db()
+    bag = DagBag()
+    assert DAG_ID in bag.dags, bag.import_errors
+    sync_bag_to_db(bag, "dags-folder", None)
+
+    services = AirflowServices(airflow_home, base)
+    checkpoint = data / "checkpoints" / JOB
+    try:
+        TIMINGS["scheduled: api-server start"] = services.start_api_server()
+        services.start("scheduler")
+        services.start("triggerer")
+        client = services.client()
+        yield services, client, checkpoint, Feed(broker.bootstrap_servers, topic), data / "sinks" / JOB
+        client.close()
+    finally:
+        services.stop()
+        rec = LifecycleRecord.load(str(checkpoint))
+        if rec is not None and rec.driver is not None:
+            drivers.kill_local(rec.driver, grace_s=5)
+        mp.undo()
+
+
+def _wait_for_run(services: AirflowServices, client, run_id: str, timeout: float = 420) -> str:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        services.check_alive()
+        state = client.get(f"/api/v2/dags/{DAG_ID}/dagRuns/{run_id}").json()["state"]
+        if state in ("success", "failed"):
+            return state
+        time.sleep(2)
+    pytest.fail(f"run {run_id} did not finish in {timeout:.0f}s:\n{services.tail('scheduler')}")
+
+
+def _trigger(services: AirflowServices, client, conf: dict) -> tuple[str, str, dict[str, dict]]:
+    """POST the run as the UI does, wait for it; (run id, state, task instances by task id)."""
+    r = client.post(f"/api/v2/dags/{DAG_ID}/dagRuns", json={"logical_date": None, "conf": conf})
+    assert r.status_code == 200, r.text
+    run_id = r.json()["dag_run_id"]
+    state = _wait_for_run(services, client, run_id)
+    tis = {t["task_id"]: t for t in client.get(f"/api/v2/dags/{DAG_ID}/dagRuns/{run_id}/taskInstances",
+                                              params={"limit": 100}).json()["task_instances"]}
+    return run_id, state, tis
+
+
+def _ui_conf(mode: str, reason: str) -> dict:
+    return {"job": JOB, "mode": mode, "backup_id": None, "datetime": None, "dry_run": False,
+            "accept_data_loss": False, "reason": reason}
+
+
+def _caught_up(checkpoint: Path, feed: Feed) -> bool:
+    st = read_checkpoint(str(checkpoint))
+    ends = end_offsets(feed.bootstrap, feed.topic, PARTITIONS)
+    return st.latest_committed is not None and {
+        tp.partition: o for tp, o in st.latest_committed.kafka_offsets.items()} == ends
+
+
+def _audit(checkpoint: Path) -> dict:
+    rec = LifecycleRecord.load(str(checkpoint))
+    assert rec is not None
+    return [e for e in rec.history if e["event"] == "safe_restart"][-1]
+
+
+def test_a_run_triggered_through_the_rest_api_runs_to_the_end_in_scheduler_and_triggerer(cluster):
+    services, client, checkpoint, feed, sink = cluster
+    r = client.patch(f"/api/v2/dags/{DAG_ID}", json={"is_paused": False})
+    assert r.status_code == 200, r.text
+    conf = _ui_conf("auto", "first deploy from the REST API")
+    feed.add(200)
+    started = time.perf_counter()
+    with feed:
+        run_id, state, tis = _trigger(services, client, conf)
+    TIMINGS["scheduled: REST-triggered safe restart (first start)"] = time.perf_counter() - started
+    states = {k: v["state"] for k, v in tis.items()}
+    assert state == "success", (states, services.tail("scheduler"))
+    assert states["submit"] == states["health_gate"] == states["finish"] == "success", states
+    assert states["reset"] == states["restore"] == states["rollback"] == "skipped", states
+
+    # The health gate went through the triggerer.
+    gate = tis["health_gate"]
+    log = client.get(f"/api/v2/dags/{DAG_ID}/dagRuns/{run_id}/taskInstances/health_gate/logs/{gate['try_number']}",
+                     params={"full_content": True})
+    assert log.status_code == 200, log.text
+    # The triggerer routes a trigger's log lines into the deferred task's log: lines whose logger is
+    # the trigger class prove the waiting happened in the triggerer process, not in a worker slot.
+    entries = [e for e in log.json()["content"] if isinstance(e, dict)]
+    from_trigger = [e["event"] for e in entries if str(e.get("logger", "")).endswith("StreamingHealthTrigger")]
+    assert from_trigger and all(m.startswith("health gate:") for m in from_trigger), log.text[-3000:]
+
+    rec = LifecycleRecord.load(str(checkpoint))
+    assert rec is not None and rec.driver is not None and drivers.local_alive(rec.driver)
+    entry = _audit(checkpoint)
+    assert entry["actor"] == client.user                         # the REST user, not a system name
+    details = entry["details"]
+    assert (details["outcome"], details["mode"], details["action"]) == ("SUCCESS", "auto", "keep")
+    assert details["reason"] == conf["reason"] and details["run"] == f"{DAG_ID}/{run_id}"
+
+    wait_until(lambda: _caught_up(checkpoint, feed), timeout=180, interval=1.0,
+               what="the job to commit every produced record")
+    cmp = oracle.compare(feed.produced, oracle.read_sink(sink, "idempotent"))
+    assert cmp.exact, cmp.summary()
+
+
+def test_a_keep_restart_on_a_quiet_topic_passes_the_gate_as_idle(cluster):
+    services, client, checkpoint, feed, sink = cluster
+    before = LifecycleRecord.load(str(checkpoint)).driver
+    started = time.perf_counter()
+    _, state, tis = _trigger(services, client, _ui_conf("keep", "restart with no traffic"))
+    TIMINGS["scheduled: keep on a quiet topic (idle gate)"] = time.perf_counter() - started
+    assert state == "success", ({k: v["state"] for k, v in tis.items()}, services.tail("scheduler"))
+    details = _audit(checkpoint)["details"]
+    assert details["outcome"] == "SUCCESS" and details["stop"]["outcome"] == "STOPPED"
+    health = details["health"]
+    assert health["idle"] is True and health["new_batches"] == 0 and health["lag_records"] == 0, health
+    assert "not proven" in health["reason"]
+    now = LifecycleRecord.load(str(checkpoint)).driver
+    assert now.id != before.id and drivers.local_alive(now) and not drivers.local_alive(before)
+    # ... and the restarted job still works: new records arrive, get committed, the sink stays exact.
+    feed.add(100)
+    wait_until(lambda: _caught_up(checkpoint, feed), timeout=180, interval=1.0, what="the restarted job to catch up")
+    cmp = oracle.compare(feed.produced, oracle.read_sink(sink, "idempotent"))
+    assert cmp.exact, cmp.summary()
