@@ -21,6 +21,23 @@ import httpx
 import pytest
 
 
+def sync_dags_folder(dag_id: str) -> None:
+    """Parse the dags folder and store the serialized DAGs, the DAG processor's job.
+
+    The API server and the scheduler read DAGs from the DB. Set
+    ``AIRFLOW__CORE__MIN_SERIALIZED_DAG_UPDATE_INTERVAL=0`` first: every ``dag.test()`` earlier in
+    the session stored the DAG parsed with *its* registry, and a serialized DAG younger than that
+    interval (30 s) is not rewritten.
+    """
+    from airflow.dag_processing.bundles.manager import DagBundlesManager
+    from airflow.dag_processing.dagbag import DagBag, sync_bag_to_db
+
+    DagBundlesManager().sync_bundles_to_db()
+    bag = DagBag()
+    assert dag_id in bag.dags, bag.import_errors
+    sync_bag_to_db(bag, "dags-folder", None)
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

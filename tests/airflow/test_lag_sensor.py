@@ -12,23 +12,22 @@ import asyncio
 import os
 import threading
 import time
-from pathlib import Path
 
 import pytest
 
 from airflow_kafka_spark.stack import topics
 from airflow_kafka_spark.stack.produce import produce
-from tests.airflow.test_operators import add_batch, fake_checkpoint, kafka_conn, new_dag, run_inline, write_registry
+from tests.airflow.test_operators import (
+    Env,
+    add_batch,
+    fake_checkpoint,
+    kafka_conn,
+    new_dag,
+    run_inline,
+    write_registry,
+)
 
 pytestmark = [pytest.mark.airflow, pytest.mark.integration]
-
-
-class Env:
-    def __init__(self, data: Path, bootstrap: str, topic: str) -> None:
-        self.data, self.bootstrap, self.topic = data, bootstrap, topic
-
-    def checkpoint(self, job: str) -> Path:
-        return self.data / "checkpoints" / job
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +48,7 @@ def env(broker, airflow_home, tmp_path_factory):
     mp.setenv("AKS_DATA_DIR", str(data))
     mp.setenv("AKS_JOB_REGISTRY", str(registry))
     mp.setenv("AIRFLOW_CONN_KAFKA_DEFAULT", kafka_conn(broker.bootstrap_servers))
-    yield Env(data, broker.bootstrap_servers, topic)
+    yield Env(data=data, registry=registry, bootstrap=broker.bootstrap_servers, topic=topic)
     mp.undo()
 
 

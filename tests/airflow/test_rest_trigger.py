@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from tests.airflow.conftest import TIMINGS
-from tests.airflow.services import AirflowServices
+from tests.airflow.services import AirflowServices, sync_dags_folder
 from tests.airflow.test_operators import write_registry
 
 pytestmark = pytest.mark.airflow
@@ -37,17 +37,8 @@ def api(airflow_home, tmp_path_factory):
     mp = pytest.MonkeyPatch()
     mp.setenv("AKS_DATA_DIR", str(base / "data"))
     mp.setenv("AKS_JOB_REGISTRY", str(registry))
-    # The API server reads the serialized DAG from the DB (the DAG processor's job); sync it here.
-    # Every dag.test() earlier in the session re-synced the dags folder with *its* registry, and a
-    # serialized DAG younger than [core] min_serialized_dag_update_interval (30 s) is not rewritten.
     mp.setenv("AIRFLOW__CORE__MIN_SERIALIZED_DAG_UPDATE_INTERVAL", "0")
-    from airflow.dag_processing.bundles.manager import DagBundlesManager
-    from airflow.dag_processing.dagbag import DagBag, sync_bag_to_db
-
-    DagBundlesManager().sync_bundles_to_db()
-    bag = DagBag()
-    assert DAG_ID in bag.dags, bag.import_errors
-    sync_bag_to_db(bag, "dags-folder", None)
+    sync_dags_folder(DAG_ID)
 
     services = AirflowServices(airflow_home, base)
     try:

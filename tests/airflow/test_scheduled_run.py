@@ -27,7 +27,7 @@ from airflow_kafka_spark.checkpoint import read_checkpoint
 from airflow_kafka_spark.lifecycle import LifecycleRecord
 from airflow_kafka_spark.stack import oracle, topics
 from tests.airflow.conftest import TIMINGS
-from tests.airflow.services import AirflowServices
+from tests.airflow.services import AirflowServices, sync_dags_folder
 from tests.airflow.test_operators import SPARK_LOCAL_CONN, kafka_conn, write_registry
 from tests.airflow.test_safe_restart_dag import PARTITIONS, Feed
 from tests.support.kafka import end_offsets
@@ -58,14 +58,7 @@ def cluster(broker, airflow_home, tmp_path_factory):
     mp.setenv("AIRFLOW_CONN_KAFKA_DEFAULT", kafka_conn(broker.bootstrap_servers))
     mp.setenv("AIRFLOW_CONN_SPARK_DEFAULT", SPARK_LOCAL_CONN)
     mp.setenv("AIRFLOW__CORE__MIN_SERIALIZED_DAG_UPDATE_INTERVAL", "0")
-    # The DAG as the DAG processor would store it (with this registry's job list in the form).
-    from airflow.dag_processing.bundles.manager import DagBundlesManager
-    from airflow.dag_processing.dagbag import DagBag, sync_bag_to_db
-
-    DagBundlesManager().sync_bundles_to_db()
-    bag = DagBag()
-    assert DAG_ID in bag.dags, bag.import_errors
-    sync_bag_to_db(bag, "dags-folder", None)
+    sync_dags_folder(DAG_ID)     # with this registry's job list in the form
 
     services = AirflowServices(airflow_home, base)
     checkpoint = data / "checkpoints" / JOB
