@@ -300,7 +300,9 @@ def _judge(manifest: Manifest, current: CheckpointState, staged: CheckpointState
         sev = INFO if idempotent_sink else WARN
         plan.add("REPLAY", sev,
                  "the restored query re-reads " + " and ".join(what)
-                 + ("; the sink is idempotent" if idempotent_sink else
+                 + ("; the sink is idempotent by batch id, so replayed batches overwrite their earlier output (if "
+                    "the replay is cut into fewer batches than the first run was, the earlier output of the "
+                    f"batches beyond stays: up to {replay:,} duplicates)" if idempotent_sink else
                     f": a non-idempotent sink gets up to {replay:,} duplicates"),
                  "" if idempotent_sink else "use an idempotent sink, or accept the duplicates",
                  records_replayed=replay)
