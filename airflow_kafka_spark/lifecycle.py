@@ -42,15 +42,13 @@ from fsspec.implementations.local import LocalFileSystem
 from airflow_kafka_spark.errors import UserError
 from airflow_kafka_spark.kafka_view import redact
 from airflow_kafka_spark.offsets import PartitionOffsets, parse_offsets_json, to_offsets_json
+from airflow_kafka_spark.storage import open_location, write_atomic
 
 RECORD_SUFFIX = ".lifecycle.json"
 LOCK_SUFFIX = ".lock"
 FORMAT_VERSION = 1
 HISTORY_LIMIT = 200
 DRIVER_KINDS = ("local-pid", "yarn", "k8s", "standalone")
-OBJECT_STORE_PROTOCOLS = frozenset({
-    "s3", "s3a", "gs", "gcs", "abfs", "abfss", "az", "adl", "wasb", "wasbs", "oss", "r2", "memory",
-})
 
 # Test hook: seconds to pause between reading and writing the record while holding the lock. A
 # test sets it in racing processes to prove the lock, not luck, keeps exactly one winner.
@@ -477,11 +475,6 @@ def _fs(location: str) -> tuple[Any, str]:
             from None
 
 
-def _is_object_store(fs: Any) -> bool:
-    protocols = fs.protocol if isinstance(fs.protocol, tuple | list) else (fs.protocol,)
-    return any(p in OBJECT_STORE_PROTOCOLS for p in protocols)
-
-
 def _read_bytes(location: str) -> bytes | None:
     fs, path = _fs(location)
     try:
@@ -500,41 +493,8 @@ def _load_raw(location: str) -> LifecycleRecord | None:
 
 
 def _write_atomic(location: str, data: bytes) -> None:
-    """Readers see the old record or the new one, never a torn write."""
-    fs, path = _fs(location)
-    parent = fs._parent(path)
-    try:
-        if isinstance(fs, LocalFileSystem):
-            os.makedirs(parent, exist_ok=True)
-            tmp = os.path.join(parent, f".{os.path.basename(path)}.{uuid.uuid4().hex[:8]}.tmp")
-            try:
-                with open(tmp, "wb") as fh:
-                    fh.write(data)
-                    fh.flush()
-                    os.fsync(fh.fileno())
-                os.replace(tmp, path)
-            finally:
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(tmp)
-            with contextlib.suppress(OSError):  # persist the rename itself
-                dfd = os.open(parent, os.O_RDONLY)
-                try:
-                    os.fsync(dfd)
-                finally:
-                    os.close(dfd)
-        elif _is_object_store(fs):
-            fs.pipe_file(path, data)   # one PUT: atomic for readers
-        else:                          # HDFS & co: rename is atomic, overwrite may not be
-            tmp = f"{path}.{uuid.uuid4().hex[:8]}.tmp"
-            fs.makedirs(parent, exist_ok=True)
-            fs.pipe_file(tmp, data)
-            try:
-                fs.mv(tmp, path)
-            except (FileExistsError, OSError):
-                fs.rm(path)
-                fs.mv(tmp, path)
-    except OSError as exc:
-        raise UserError(f"cannot write lifecycle record {location}: {exc}") from None
+    """Readers see the old record or the new one, never a torn write (storage's one atomic writer)."""
+    write_atomic(open_location(location, what="lifecycle record"), data)
 
 
 class _RecordLock:
