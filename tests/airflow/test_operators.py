@@ -633,3 +633,39 @@ def test_safe_restart_modes_decide_the_action():
     assert outcome_of(plan, {**ok, "health_gate": "failed", "rollback": "success"}) == "ROLLED_BACK"
     assert outcome_of(plan, {**ok, "submit": "failed", "rollback": "failed"}) == "ROLLBACK_FAILED"
     assert outcome_of({"dry_run": True}, ok) == "DRY_RUN"
+
+
+# --------------------------------------------------------------------------------------------------
+# hostile or mistaken arguments: one line each, nothing changed
+# --------------------------------------------------------------------------------------------------
+
+def test_bad_arguments_fail_with_one_line_and_change_nothing(env):
+    from airflow_kafka_spark.operators.checkpoint import ResetCheckpointOperator, RestoreCheckpointOperator
+    from airflow_kafka_spark.sensors.health import StreamingHealthSensor
+    from tests.airflow.test_safe_restart_dag import tree
+
+    ck = fake_checkpoint(env, "gamma", batches=3, rpb=5)
+    record_fake_submit(env, "gamma", os.getpid())
+    before = {**tree(ck), **tree(env.data / "backups"), "record": (ck.parent / "gamma.lifecycle.json").read_text()}
+    with new_dag() as dag:
+        ResetCheckpointOperator(task_id="mode", job="gamma", mode="nuke")
+        ResetCheckpointOperator(task_id="shift", job="gamma", mode="shift-by", shift_by="ten")
+        ResetCheckpointOperator(task_id="offsets", job="gamma", mode="to-offsets", to_offsets="{not json")
+        ResetCheckpointOperator(task_id="flag", job="gamma", mode="earliest", dry_run="maybe")
+        ResetCheckpointOperator(task_id="when", job="gamma", mode="to-datetime", to_datetime="yesterday-ish")
+        RestoreCheckpointOperator(task_id="backup_id", job="gamma", backup_id="../../etc/passwd")
+        StreamingHealthSensor(task_id="batches", job="gamma", min_batches="many", poke_interval=0.5)
+        StreamingHealthSensor(task_id="zero", job="gamma", min_batches="0", poke_interval=0.5)
+    r = run_inline(dag)
+    assert set(r.states.values()) == {"failed"}, r.states
+    expected = {"mode": "reset mode 'nuke' is not one of", "shift": "shift_by must be a whole number",
+                "offsets": "to_offsets is not JSON", "flag": "dry_run must be true or false",
+                "when": "", "backup_id": "", "batches": "min_batches must be a whole number",
+                "zero": "min_batches must be at least 1"}
+    for task, start in expected.items():
+        line = r.xcom(task, "failure")
+        assert line and "\n" not in line and "Traceback" not in line, (task, line)
+        assert line.startswith(start), (task, line)
+    assert "yesterday-ish" in r.xcom("when", "failure") and "../../etc/passwd" in r.xcom("backup_id", "failure")
+    after = {**tree(ck), **tree(env.data / "backups"), "record": (ck.parent / "gamma.lifecycle.json").read_text()}
+    assert after == before
