@@ -30,6 +30,7 @@ import fsspec
 from airflow_kafka_spark.checkpoint import read_checkpoint
 from airflow_kafka_spark.errors import UserError
 from airflow_kafka_spark.lifecycle import DriverInfo
+from airflow_kafka_spark.storage import pid_alive
 
 LOCAL = "local-pid"
 
@@ -55,17 +56,9 @@ def local_alive(driver: DriverInfo) -> bool:
     pid = int(driver.id)
     with contextlib.suppress(ChildProcessError):
         os.waitpid(pid, os.WNOHANG)  # reap it if it is our own child, so it does not linger as a zombie
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+    if not pid_alive(pid):
         return False
-    except PermissionError:
-        return True
-    stat = Path(f"/proc/{pid}/stat")
-    if stat.exists():
-        fields = stat.read_text().rsplit(")", 1)[-1].split()
-        if fields and fields[0] == "Z":
-            return False
+    if Path(f"/proc/{pid}/stat").exists():
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
         if b"spark" not in cmdline.lower() and b"python" not in cmdline.lower():
             return False  # the pid was reused by something else

@@ -42,7 +42,7 @@ from fsspec.implementations.local import LocalFileSystem
 from airflow_kafka_spark.errors import UserError
 from airflow_kafka_spark.kafka_view import redact
 from airflow_kafka_spark.offsets import PartitionOffsets, parse_offsets_json, to_offsets_json
-from airflow_kafka_spark.storage import open_location, write_atomic
+from airflow_kafka_spark.storage import open_location, pid_alive, read_bytes, write_atomic
 
 RECORD_SUFFIX = ".lifecycle.json"
 LOCK_SUFFIX = ".lock"
@@ -476,15 +476,7 @@ def _fs(location: str) -> tuple[Any, str]:
 
 
 def _read_bytes(location: str) -> bytes | None:
-    fs, path = _fs(location)
-    try:
-        return fs.cat_file(path)
-    except FileNotFoundError:
-        return None
-    except IsADirectoryError:
-        raise UserError(f"lifecycle record {location} is a directory; move it away") from None
-    except OSError as exc:
-        raise UserError(f"cannot read lifecycle record {location}: {exc}") from None
+    return read_bytes(open_location(location, what="lifecycle record"))
 
 
 def _load_raw(location: str) -> LifecycleRecord | None:
@@ -581,13 +573,9 @@ class _RecordLock:
         if token is None:
             return None  # gone already: just retry
         parts = token.split()
-        if len(parts) >= 4 and parts[0] == socket.gethostname() and parts[1].isdigit():
-            try:
-                os.kill(int(parts[1]), 0)
-            except ProcessLookupError:
-                return token
-            except PermissionError:
-                pass
+        if (len(parts) >= 4 and parts[0] == socket.gethostname() and parts[1].isdigit()
+                and not pid_alive(int(parts[1]))):
+            return token
         created = int(parts[3]) if len(parts) >= 4 and parts[3].isdigit() else None
         if created is None:
             with contextlib.suppress(OSError, KeyError, TypeError):
