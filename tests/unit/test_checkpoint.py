@@ -99,15 +99,14 @@ def test_history_is_every_retained_batch_in_order(tmp_path):
     assert st.history[-1] is st.latest_planned
 
 
-def test_reading_100_batches_of_history_is_fast(tmp_path):
+def test_history_of_a_long_run_with_many_partitions_is_the_retained_100_batches(tmp_path):
+    # Speed is measured in bench/bench_core.py (docs/benchmarks.md), not asserted here.
     many_partitions = ({"orders": 48, "refunds": 12}, {"payments": 24})
     ck = write_checkpoint(tmp_path / "cp", batches=200, first_retained=100, sources=many_partitions)
-    read_checkpoint(ck.location, read_history=True)  # warm imports and the OS cache
-    t0 = time.perf_counter()
     st = read_checkpoint(ck.location, read_history=True)
-    elapsed = time.perf_counter() - t0
     assert len(st.history) == 100 and st.problems == []
-    assert elapsed < 0.5, f"100 batches took {elapsed:.3f}s"
+    assert [b.batch_id for b in st.history] == list(range(100, 200))
+    assert all(len(b.kafka_offsets) == 84 for b in st.history)
 
 
 def test_default_read_touches_only_the_files_restart_needs(tmp_path, monkeypatch):

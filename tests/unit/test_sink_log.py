@@ -161,7 +161,7 @@ def test_absurd_batch_id_does_not_enumerate_the_range(tmp_path):
     t0 = time.perf_counter()
     with pytest.raises(CheckpointFormatError, match="_spark_metadata/2 is missing"):
         log.files()
-    assert time.perf_counter() - t0 < 1
+    assert time.perf_counter() - t0 < 10      # enumerating 2**63 ids would never end; a look-up is instant
 
 
 @pytest.mark.parametrize(("data", "error"), [
