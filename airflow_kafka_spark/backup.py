@@ -50,7 +50,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
-from airflow_kafka_spark import storage
+from airflow_kafka_spark import seal, storage
 from airflow_kafka_spark.checkpoint import CheckpointState, batch_id_from_name, read_checkpoint
 from airflow_kafka_spark.errors import UserError
 from airflow_kafka_spark.lifecycle import LifecycleRecord
@@ -86,11 +86,14 @@ class FileEntry:
     size: int
     sha256: str
     mtime: float | None = None   # of the source file; lets the next backup skip re-hashing it
+    ctime: float | None = None   # local disks: inode change time, which no one can set back (see _reusable)
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {"path": self.path, "size": self.size, "sha256": self.sha256}
         if self.mtime is not None:
             d["mtime"] = self.mtime
+        if self.ctime is not None:
+            d["ctime"] = self.ctime
         return d
 
 
@@ -119,6 +122,7 @@ class Manifest:
     files: tuple[FileEntry, ...]
     stats: dict[str, Any] = field(default_factory=dict)
     digest: str = ""
+    hmac: str = ""               # keyed seal (seal.py), empty when written without a key
 
     @property
     def created_at(self) -> str:
@@ -151,23 +155,30 @@ class Manifest:
         }
 
     def to_dict(self) -> dict[str, Any]:
-        return {**self.body(), "digest": self.digest}
+        return {**self.body(), "digest": self.digest, **({"hmac": self.hmac} if self.hmac else {})}
 
     def summary(self) -> dict[str, Any]:
         """The catalog line: everything but the file list."""
         d = self.to_dict()
         d.pop("files")
+        d.pop("hmac", None)
         return d
 
-    def sealed(self) -> Manifest:
-        return replace(self, digest=_digest(self.body()))
+    def sealed(self, seal_key: bytes | None = None) -> Manifest:
+        """Both seals: the sha256 digest always, the HMAC when a key is given."""
+        body = self.body()
+        return replace(self, digest=_digest(body), hmac=seal.keyed(body, seal_key) if seal_key else "")
 
     def to_json(self) -> bytes:
         return (json.dumps(self.to_dict(), indent=1, sort_keys=False) + "\n").encode()
 
     @classmethod
-    def from_json(cls, raw: bytes, *, where: str) -> Manifest:
-        """Parse and check the seal; any mismatch is a one-line :class:`UserError` naming ``where``."""
+    def from_json(cls, raw: bytes, *, where: str, seal_key: bytes | None = None) -> Manifest:
+        """Parse and check the seal(s) and every path; any problem is a one-line :class:`UserError`.
+
+        Every file path must pass :func:`storage.check_relative` (no ``..``, absolute path, ``::``,
+        control character...) before anything uses it; with ``seal_key`` a valid HMAC is required.
+        """
         try:
             doc = json.loads(raw)
         except (ValueError, UnicodeDecodeError) as exc:
@@ -179,9 +190,10 @@ class Manifest:
             raise UserError(f"backup manifest {where} has format {fmt}, newer than this airflow-kafka-spark "
                             f"understands ({FORMAT_VERSION}); upgrade airflow-kafka-spark on this host")
         digest = doc.pop("digest", None)
+        keyed = doc.pop("hmac", None)
         try:
             files = tuple(FileEntry(path=_s(f["path"]), size=_i(f["size"]), sha256=_sha(f["sha256"]),
-                                    mtime=f.get("mtime")) for f in doc["files"])
+                                    mtime=_num(f.get("mtime")), ctime=_num(f.get("ctime"))) for f in doc["files"])
             m = cls(
                 backup_id=_s(doc["backup_id"]), job=_s(doc["job"]), created_at_ms=_i(doc["created_at_ms"]),
                 reason=str(doc.get("reason") or ""), checkpoint_location=_s(doc["checkpoint_location"]),
@@ -193,12 +205,34 @@ class Manifest:
                 topics=dict(doc.get("topics") or {}), forced=bool(doc.get("forced")),
                 running=bool(doc.get("running")), state=dict(doc.get("state") or {}),
                 problems=list(doc.get("problems") or []), files=files, stats=dict(doc.get("stats") or {}),
-                digest=str(digest or ""))
+                digest=str(digest or ""), hmac=keyed if isinstance(keyed, str) else "")
         except (KeyError, TypeError, ValueError, AttributeError, UserError) as exc:
             raise _tampered(where, f"missing or malformed field ({exc})") from None
-        if not digest or _digest(m.body()) != digest:
+        body = m.body()
+        if not digest or _digest(body) != digest:
             raise _tampered(where, "its digest does not match its content")
+        if seal_key is not None and not seal.keyed_ok(body, seal_key, keyed):
+            raise _tampered(where, "no valid keyed seal (HMAC) for the configured seal key"
+                            if keyed else "it has no keyed seal (HMAC) but a seal key is configured")
+        _check_paths(m, where)
         return m
+
+
+def _check_paths(m: Manifest, where: str) -> None:
+    """Names used to build paths (job, backup id, every file path) proven safe, and no duplicates."""
+    if not _JOB_NAME.match(m.job):
+        raise _tampered(where, f"job name {m.job!r} cannot name a backup folder")
+    if not _BACKUP_ID.match(m.backup_id):
+        raise _tampered(where, f"backup id {m.backup_id!r} is malformed")
+    seen: set[str] = set()
+    for f in m.files:
+        try:
+            storage.check_relative(f.path, what="file path")
+        except UserError as exc:
+            raise _tampered(where, str(exc).replace("; it was not opened", "")) from None
+        if f.path in seen:
+            raise _tampered(where, f"file path {f.path!r} is listed twice")
+        seen.add(f.path)
 
 
 def _tampered(where: str, why: str) -> UserError:
@@ -207,7 +241,15 @@ def _tampered(where: str, why: str) -> UserError:
 
 
 def _digest(body: Mapping[str, Any]) -> str:
-    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+    return seal.digest(body)
+
+
+def _num(v: Any) -> float | None:
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int | float):
+        raise ValueError(f"expected a number, got {v!r}")
+    return v
 
 
 def _offsets_doc(offsets: PartitionOffsets | None) -> Any:
@@ -417,7 +459,8 @@ class Catalog:
                 "invalid": [{"manifest": n, "reason": r} for n, r in self.invalid]}
 
 
-def list_backups(backup_root: str, job: str, *, storage_options: dict | None = None) -> Catalog:
+def list_backups(backup_root: str, job: str, *, storage_options: dict | None = None,
+                 seal_key: bytes | None = None) -> Catalog:
     """Every published backup of ``job`` whose manifest is intact, newest first.
 
     A manifest only exists under ``backups/`` once its copy was verified, so a killed backup is
@@ -426,10 +469,18 @@ def list_backups(backup_root: str, job: str, *, storage_options: dict | None = N
     """
     validate_job_name(job)
     root = open_backup_root(backup_root, storage_options)
-    return _catalog(_job_location(root, job), job)
+    return _catalog(_job_location(root, job), job, seal.resolve_key(seal_key))
 
 
-def _catalog(job_loc: Location, job: str) -> Catalog:
+MAX_MANIFEST_BYTES = 256 << 20
+
+
+def _read_manifest(loc: Location) -> bytes | None:
+    """A manifest's bytes: a regular file (never a link, FIFO or device), at most 256 MiB."""
+    return storage.read_bytes(loc, limit=MAX_MANIFEST_BYTES, follow_links=False)
+
+
+def _catalog(job_loc: Location, job: str, seal_key: bytes | None) -> Catalog:
     listing = storage.list_files(job_loc.child(BACKUPS_DIR))
     backups: list[Manifest] = []
     invalid: list[tuple[str, str]] = []
@@ -437,11 +488,12 @@ def _catalog(job_loc: Location, job: str) -> Catalog:
         if "/" in rel or not rel.endswith(".json") or rel.startswith("."):
             continue
         where = f"{job_loc.url}/{BACKUPS_DIR}/{rel}"
-        raw = storage.read_bytes(job_loc.child(BACKUPS_DIR, rel))
-        if raw is None:
-            continue
         try:
-            m = Manifest.from_json(raw, where=where)
+            storage.check_relative(rel, what="manifest name")
+            raw = _read_manifest(job_loc.child(BACKUPS_DIR, rel))
+            if raw is None:
+                continue
+            m = Manifest.from_json(raw, where=where, seal_key=seal_key)
         except UserError as exc:
             invalid.append((rel, str(exc)))
             continue
@@ -454,13 +506,15 @@ def _catalog(job_loc: Location, job: str) -> Catalog:
     return Catalog(job=job, backups=backups, invalid=invalid)
 
 
-def load_backup(backup_root: str, job: str, backup_id: str, *, storage_options: dict | None = None) -> Manifest:
+def load_backup(backup_root: str, job: str, backup_id: str, *, storage_options: dict | None = None,
+                seal_key: bytes | None = None) -> Manifest:
     """The manifest of one published backup, seal checked; a missing or foreign one is a one-line error."""
     validate_job_name(job)
     validate_backup_id(backup_id)
+    seal_key = seal.resolve_key(seal_key)
     root = open_backup_root(backup_root, storage_options)
     job_loc = _job_location(root, job)
-    raw = storage.read_bytes(job_loc.child(BACKUPS_DIR, f"{backup_id}.json"))
+    raw = _read_manifest(job_loc.child(BACKUPS_DIR, f"{backup_id}.json"))
     if raw is None:
         others = [j for j in _jobs_holding(root, backup_id) if j != job]
         if others:
@@ -468,7 +522,7 @@ def load_backup(backup_root: str, job: str, backup_id: str, *, storage_options: 
                             f"be restored from its own job's backups (aks backups --job {job})")
         raise UserError(f"no published backup {backup_id} for job {job} under {backup_root}; list them with "
                         f"aks backups --job {job}")
-    m = Manifest.from_json(raw, where=f"{job_loc.url}/{BACKUPS_DIR}/{backup_id}.json")
+    m = Manifest.from_json(raw, where=f"{job_loc.url}/{BACKUPS_DIR}/{backup_id}.json", seal_key=seal_key)
     if m.job != job or m.backup_id != backup_id:
         raise UserError(f"backup {backup_id} filed under job {job} is a backup of job {m.job!r} "
                         f"({m.backup_id}): it was copied or renamed by hand; restore from {job}'s own backups")
@@ -483,9 +537,9 @@ def _jobs_holding(root: Location, backup_id: str) -> list[str]:
 
 
 def verify_backup(backup_root: str, job: str, backup_id: str, *, deep: bool = True,
-                  storage_options: dict | None = None) -> Manifest:
+                  storage_options: dict | None = None, seal_key: bytes | None = None) -> Manifest:
     """Check a published backup: seal, and every blob present with its size (``deep``: and its sha256)."""
-    m = load_backup(backup_root, job, backup_id, storage_options=storage_options)
+    m = load_backup(backup_root, job, backup_id, storage_options=storage_options, seal_key=seal_key)
     job_loc = _job_location(open_backup_root(backup_root, storage_options), job)
     _check_blobs(job_loc, m, deep_shas={f.sha256 for f in m.files} if deep else set())
     return m
@@ -502,8 +556,9 @@ def _check_blobs(job_loc: Location, m: Manifest, *, deep_shas: set[str],
         if size != f.size:
             raise UserError(f"backup {m.backup_id} is damaged: {_blob_rel(f.sha256)} (for {f.path}) has {size} "
                             f"bytes, the manifest says {f.size}; restore from another backup")
+    sizes = {f.sha256: f.size for f in m.files}
     for sha in sorted(deep_shas):
-        actual = _hash_file(job_loc.child(_blob_rel(sha)))
+        actual = _hash_file(job_loc.child(_blob_rel(sha)), sizes.get(sha, 0))
         if actual != sha:
             path = next(f.path for f in m.files if f.sha256 == sha)
             raise UserError(f"backup {m.backup_id} is damaged: the blob for {path} does not match its sha256 "
@@ -519,12 +574,15 @@ def _blob_index(job_loc: Location) -> dict[str, int]:
     return out
 
 
-def _hash_file(loc: Location) -> str:
+def _hash_file(loc: Location, size: int) -> str:
+    """sha256 of a blob (a regular file, never a link), reading at most ``size + 1`` bytes."""
     h = hashlib.sha256()
     try:
-        with loc.fs.open(loc.path, "rb") as fh:
-            while chunk := fh.read(_CHUNK):
+        with storage.open_regular(loc, follow_links=False) as fh:
+            left = size + 1
+            while left > 0 and (chunk := fh.read(min(_CHUNK, left))):
                 h.update(chunk)
+                left -= len(chunk)
     except FileNotFoundError:
         return ""
     except OSError as exc:
@@ -543,23 +601,34 @@ class _BlobWriter:
         self.bytes_hashed = 0
         self.files_hashed = 0
 
-    def put(self, src: Location) -> tuple[str, int]:
-        """(sha256, size) of ``src``; the body is stored unless a blob with that hash exists."""
+    def put(self, src: Location, listed_size: int) -> tuple[str, int]:
+        """(sha256, size) of ``src``; the body is stored unless a blob with that hash exists.
+
+        ``src`` must be a regular file (never a link, FIFO or device: :func:`storage.open_regular`)
+        and is read to at most its listed size: a file that grows meanwhile is an error, not an
+        endless copy.
+        """
         tmp = self.job_loc.child(TMP_DIR, f"{uuid.uuid4().hex}.blob")
         h = hashlib.sha256()
         size = 0
         if tmp.local:
             os.makedirs(os.path.dirname(tmp.path), exist_ok=True)
         try:
-            with src.fs.open(src.path, "rb") as fin, tmp.fs.open(tmp.path, "wb") as fout:
+            with storage.open_regular(src, follow_links=False) as fin, tmp.fs.open(tmp.path, "wb") as fout:
                 while chunk := fin.read(_CHUNK):
                     h.update(chunk)
                     size += len(chunk)
+                    if size > listed_size:
+                        raise UserError(f"{src.url} grew while it was copied (listed with {listed_size:,} bytes): "
+                                        "something writes into the checkpoint; stop the query and back up again")
                     fout.write(chunk)
                 if tmp.local:
                     fout.flush()
                     os.fsync(fout.fileno())
         except FileNotFoundError:
+            storage.remove_file(tmp)
+            raise
+        except UserError:
             storage.remove_file(tmp)
             raise
         except OSError as exc:
@@ -681,19 +750,21 @@ def backup_checkpoint(checkpoint_location: str, backup_root: str, *, job: str | 
                       reason: str = "manual", force: bool = False, spark_version: str | None = None,
                       settle_s: float = 2.0, keep_last: int | None = None, max_age_s: float | None = None,
                       storage_options: dict | None = None, backup_storage_options: dict | None = None,
-                      now_ms: int | None = None) -> BackupResult:
+                      now_ms: int | None = None, seal_key: bytes | None = None) -> BackupResult:
     """Copy the last committed version of a stopped query's checkpoint to ``backup_root``; see the module doc.
 
     ``settle_s`` is the least time between the listing before the copy and the one after it: if
     the batch ids moved in between, the query is running. ``keep_last`` / ``max_age_s`` apply
     :func:`prune_backups` after a successful backup. Raises :class:`OperationBlocked` (exit 3) for
     a running query without ``force``, :class:`UserError` (exit 2) for bad input; in both cases
-    nothing is published.
+    nothing is published. ``seal_key`` (default: ``$AKS_SEAL_KEY_FILE``'s) adds the keyed seal.
     """
     t0 = time.monotonic()
     from airflow_kafka_spark.journal import refuse_if_interrupted
 
+    seal_key = seal.resolve_key(seal_key)
     refuse_if_interrupted(checkpoint_location, storage_options)
+    refuse_irregular(storage.open_location(checkpoint_location, storage_options, what="checkpoint location"))
     ck, state = open_checkpoint(checkpoint_location, storage_options)
     root = open_backup_root(backup_root, backup_storage_options)
     check_locations(ck, root)
@@ -724,7 +795,7 @@ def backup_checkpoint(checkpoint_location: str, backup_root: str, *, job: str | 
             try:
                 result = _backup_once(ck, state, job_loc, job, record, reason=reason, force=force,
                                       running=running, spark_version=spark_version, settle_s=settle_s,
-                                      t0=t0, now_ms=now_ms)
+                                      t0=t0, now_ms=now_ms, seal_key=seal_key)
                 break
             except FileNotFoundError:
                 # A file listed a moment ago vanished: only a running query (purge, state maintenance)
@@ -736,14 +807,15 @@ def backup_checkpoint(checkpoint_location: str, backup_root: str, *, job: str | 
                 state = read_checkpoint(checkpoint_location, storage_options=storage_options)
         if keep_last is not None or max_age_s is not None:
             pr = _prune_locked(job_loc, job, keep_last=keep_last, max_age_s=max_age_s, now_ms=now_ms,
-                               dry_run=False, grace_s=0.0 if job_loc.local else 3600.0)
+                               dry_run=False, grace_s=0.0 if job_loc.local else 3600.0, seal_key=seal_key)
             result.pruned = [m.backup_id for m in pr.removed]
     return result
 
 
 def _backup_once(ck: Location, state: CheckpointState, job_loc: Location, job: str,
                  record: LifecycleRecord | None, *, reason: str, force: bool, running: str | None,
-                 spark_version: str | None, settle_s: float, t0: float, now_ms: int | None) -> BackupResult:
+                 spark_version: str | None, settle_s: float, t0: float, now_ms: int | None,
+                 seal_key: bytes | None) -> BackupResult:
     listed_at = time.monotonic()
     listing = storage.list_files(ck)
     before = _log_ids(listing)
@@ -752,23 +824,24 @@ def _backup_once(ck: Location, state: CheckpointState, job_loc: Location, job: s
     sel = select_files(listing, committed, planned, keep_pending=not (force and running))
     storage.crash_point("backup.listed")
 
-    previous = _previous_stats(job_loc, job, ck, state.query_id)
+    previous = _previous_stats(job_loc, job, ck, state.query_id, seal_key)
     index = _blob_index(job_loc)
     writer = _BlobWriter(job_loc, index)
     entries: list[FileEntry] = []
     reused = 0
     for rel in sorted(sel.files):
+        src = storage.safe_child(ck, rel, what="checkpoint file")
         info = sel.files[rel]
         size = int(info.get("size") or 0)
         mtime = storage.mtime_of(info)
+        ctime = _ctime(ck, info)
         prev = previous.get(rel)
-        if prev is not None and mtime is not None and prev.size == size and prev.mtime == mtime \
-                and index.get(prev.sha256) == size:
-            entries.append(FileEntry(rel, size, prev.sha256, mtime))
+        if _reusable(prev, size, mtime, ctime, local=ck.local) and index.get(prev.sha256) == size:
+            entries.append(FileEntry(rel, size, prev.sha256, mtime, ctime))
             reused += 1
             continue
-        sha, actual = writer.put(ck.child(rel))
-        entries.append(FileEntry(rel, actual, sha, mtime))
+        sha, actual = writer.put(src, size)
+        entries.append(FileEntry(rel, actual, sha, mtime, ctime))
     writer.sync()
 
     # The second listing: did batches advance while we copied? (Running query detection.)
@@ -809,7 +882,7 @@ def _backup_once(ck: Location, state: CheckpointState, job_loc: Location, job: s
         stats={"excluded_files": len(sel.excluded), "files_hashed": writer.files_hashed,
                "bytes_hashed": writer.bytes_hashed, "blobs_written": len(writer.written),
                "bytes_written": writer.bytes_written, "files_from_previous": reused},
-    ).sealed()
+    ).sealed(seal_key)
 
     # Stage, read back, verify, publish.
     staging = job_loc.child(STAGING_DIR, f"{backup_id}.json")
@@ -819,7 +892,7 @@ def _backup_once(ck: Location, state: CheckpointState, job_loc: Location, job: s
     raw = storage.read_bytes(staging)
     if raw is None:
         raise UserError(f"the staged manifest {staging.url} vanished; is another process pruning this job?")
-    staged = Manifest.from_json(raw, where=staging.url)
+    staged = Manifest.from_json(raw, where=staging.url, seal_key=seal_key)
     _check_blobs(job_loc, staged, deep_shas=set(writer.written), index=_blob_index(job_loc))
     verify_seconds = time.monotonic() - v0
     storage.crash_point("backup.verified")
@@ -862,10 +935,49 @@ def _offsets_at(ck: Location, state: CheckpointState, batch: int | None) -> Part
         return None
 
 
-def _previous_stats(job_loc: Location, job: str, ck: Location, query_id: str | None) -> dict[str, FileEntry]:
+def _ctime(ck: Location, info: dict) -> float | None:
+    """A local file's inode change time (fsspec calls it ``created``); None elsewhere."""
+    value = info.get("created") if ck.local else None
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def _reusable(prev: FileEntry | None, size: int, mtime: float | None, ctime: float | None, *, local: bool) -> bool:
+    """May the previous backup's hash stand for this file without reading it?
+
+    Size and mtime alone are not enough: ``touch -d`` / ``os.utime`` puts an old mtime back on new
+    content. On a local disk the inode change time is compared too — every write or utime moves it
+    and nobody can set it back — so an entry without one (older manifests) is re-read once. On
+    object stores the mtime is the server's last-modified time of the object, which clients cannot
+    set.
+    """
+    if prev is None or mtime is None or prev.size != size or prev.mtime != mtime:
+        return False
+    if local:
+        return ctime is not None and prev.ctime == ctime
+    return True
+
+
+def refuse_irregular(ck: Location) -> None:
+    """Symbolic links and special files in a checkpoint are refused, before anything reads them.
+
+    Spark never writes either. A link may lead out of the checkpoint (its target would be copied
+    into the backup store), to ``/dev/zero`` (a copy without end) or nowhere; a FIFO blocks its
+    first reader forever. Refusing is safer than skipping: a skipped link would make a backup that
+    silently misses a file the query needs.
+    """
+    bad = storage.irregular_entries(ck, limit=1)
+    if bad:
+        rel, kind = bad[0]
+        raise UserError(f"checkpoint {ck.url} contains {rel}, {kind}: Spark writes only regular files there, so "
+                        "this one was put there by hand; remove it (or replace it by the real file) and back up "
+                        "again — nothing was copied")
+
+
+def _previous_stats(job_loc: Location, job: str, ck: Location, query_id: str | None,
+                    seal_key: bytes | None) -> dict[str, FileEntry]:
     """Entries of the newest backup of the same checkpoint and query: the stat cache of unchanged files."""
     try:
-        catalog = _catalog(job_loc, job)
+        catalog = _catalog(job_loc, job, seal_key)
     except UserError:
         return {}
     target = storage.comparable(ck)
@@ -885,22 +997,28 @@ def materialize(manifest: Manifest, backup_root: str, dest: Location, *,
                 storage_options: dict | None = None) -> None:
     """Write every file of ``manifest`` below ``dest``, each checked against its sha256 while copied.
 
-    ``dest`` must be a fresh folder the caller owns (a staging folder beside the checkpoint): a
-    mismatch raises :class:`UserError` and the caller deletes it.
+    ``dest`` must be a fresh folder the caller owns (a staging folder beside the checkpoint, or
+    ``memory://`` for a dry run): a mismatch raises :class:`UserError` and the caller deletes it.
+    Every path is proven to stay below ``dest`` before it is opened (:func:`storage.safe_child`;
+    ``from_json`` already refused unsafe ones); blobs are read as regular files only, at most
+    their recorded size plus one byte.
     """
+    _check_paths(manifest, f"of backup {manifest.backup_id}")
     job_loc = _job_location(open_backup_root(backup_root, storage_options), manifest.job)
     if dest.local:
         os.makedirs(dest.path, exist_ok=True)
     for f in manifest.files:
         blob = job_loc.child(_blob_rel(f.sha256))
-        target = dest.child(f.path)
+        target = storage.safe_child(dest, f.path, what=f"file path of backup {manifest.backup_id}")
         if target.local:
             os.makedirs(os.path.dirname(target.path), exist_ok=True)
         h = hashlib.sha256()
         try:
-            with blob.fs.open(blob.path, "rb") as fin, target.fs.open(target.path, "wb") as fout:
-                while chunk := fin.read(_CHUNK):
+            with storage.open_regular(blob, follow_links=False) as fin, target.fs.open(target.path, "wb") as fout:
+                left = f.size + 1
+                while left > 0 and (chunk := fin.read(min(_CHUNK, left))):
                     h.update(chunk)
+                    left -= len(chunk)
                     fout.write(chunk)
         except FileNotFoundError:
             raise UserError(f"backup {manifest.backup_id} is incomplete: the blob for {f.path} is missing; "
@@ -935,7 +1053,7 @@ class PruneResult:
 
 def prune_backups(backup_root: str, job: str, *, keep_last: int | None = None, max_age_s: float | None = None,
                   now_ms: int | None = None, dry_run: bool = False, grace_s: float | None = None,
-                  storage_options: dict | None = None) -> PruneResult:
+                  storage_options: dict | None = None, seal_key: bytes | None = None) -> PruneResult:
     """Apply retention to ``job``'s backups, then collect blobs no remaining backup references.
 
     A backup goes when it is beyond the newest ``keep_last`` or older than ``max_age_s`` (either
@@ -955,13 +1073,13 @@ def prune_backups(backup_root: str, job: str, *, keep_last: int | None = None, m
         grace_s = 0.0 if job_loc.local else 3600.0
     with storage.DirLock(job_loc.child(LOCK_NAME), what=f"backups of job {job}"):
         return _prune_locked(job_loc, job, keep_last=keep_last, max_age_s=max_age_s, now_ms=now_ms,
-                             dry_run=dry_run, grace_s=grace_s)
+                             dry_run=dry_run, grace_s=grace_s, seal_key=seal.resolve_key(seal_key))
 
 
 def _prune_locked(job_loc: Location, job: str, *, keep_last: int | None, max_age_s: float | None,
-                  now_ms: int | None, dry_run: bool, grace_s: float) -> PruneResult:
+                  now_ms: int | None, dry_run: bool, grace_s: float, seal_key: bytes | None = None) -> PruneResult:
     now = now_ms if now_ms is not None else int(time.time() * 1000)
-    catalog = _catalog(job_loc, job)
+    catalog = _catalog(job_loc, job, seal_key)
     kept: list[Manifest] = []
     removed: list[Manifest] = []
     for i, m in enumerate(catalog.backups):
@@ -969,27 +1087,37 @@ def _prune_locked(job_loc: Location, job: str, *, keep_last: int | None, max_age
         too_old = max_age_s is not None and now - m.created_at_ms > max_age_s * 1000
         (removed if i > 0 and (too_many or too_old) else kept).append(m)
     referenced = {f.sha256 for m in kept for f in m.files}
+    if seal_key is not None:
+        # Manifests without the keyed seal (written before the key was configured) are not listed,
+        # but their blobs are not garbage either: only retention removes a backup's blobs.
+        gone = {m.backup_id for m in removed}
+        referenced |= {f.sha256 for m in _catalog(job_loc, job, None).backups if m.backup_id not in gone
+                       for f in m.files}
     cutoff = time.time() - grace_s
     # Staged manifests younger than the grace period may belong to a backup in flight (object
     # stores): their blobs are referenced too. Older ones are leftovers of killed backups.
     leftovers: list[Location] = []
     for rel, info in storage.list_files(job_loc.child(STAGING_DIR)).items():
-        loc = job_loc.child(STAGING_DIR, rel)
+        loc = _listed(job_loc.child(STAGING_DIR), rel)
+        if loc is None:
+            continue
         if (storage.mtime_of(info) or 0) > cutoff:
-            raw = storage.read_bytes(loc)
             with contextlib.suppress(UserError):
+                raw = _read_manifest(loc)
                 referenced |= {f.sha256 for f in Manifest.from_json(raw or b"", where=loc.url).files}
         else:
             leftovers.append(loc)
     for rel, info in storage.list_files(job_loc.child(TMP_DIR)).items():
-        if (storage.mtime_of(info) or 0) <= cutoff:
-            leftovers.append(job_loc.child(TMP_DIR, rel))
+        loc = _listed(job_loc.child(TMP_DIR), rel)
+        if loc is not None and (storage.mtime_of(info) or 0) <= cutoff:
+            leftovers.append(loc)
     garbage: list[tuple[Location, int]] = []
     for rel, info in storage.list_files(job_loc.child(BLOBS_DIR)).items():
         sha = rel.rsplit("/", 1)[-1]
-        if sha in referenced or (storage.mtime_of(info) or 0) > cutoff:
+        loc = _listed(job_loc.child(BLOBS_DIR), rel)
+        if loc is None or sha in referenced or (storage.mtime_of(info) or 0) > cutoff:
             continue
-        garbage.append((job_loc.child(BLOBS_DIR, rel), int(info.get("size") or 0)))
+        garbage.append((loc, int(info.get("size") or 0)))
     if not dry_run:
         for m in removed:
             storage.remove_file(job_loc.child(BACKUPS_DIR, f"{m.backup_id}.json"))
@@ -1000,6 +1128,16 @@ def _prune_locked(job_loc: Location, job: str, *, keep_last: int | None, max_age
             storage.remove_file(loc)
     return PruneResult(kept=kept, removed=removed, blobs_removed=len(garbage),
                        bytes_freed=sum(s for _, s in garbage), leftovers_removed=len(leftovers), dry_run=dry_run)
+
+
+def _listed(base: Location, rel: str) -> Location | None:
+    """A listed file below ``base`` that GC may touch, or None: a name that is not a safe relative
+    path, or one reached through a symbolic link (a link planted in the backup root would
+    otherwise make prune delete files wherever it points)."""
+    try:
+        return storage.safe_child(base, rel, what="file")
+    except UserError:
+        return None
 
 
 def parse_duration(text: str) -> float:

@@ -16,11 +16,14 @@ crash-safety argument in one place too:
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import posixpath
 import socket
+import stat
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -65,6 +68,7 @@ def open_location(url: str, storage_options: dict | None = None, *, what: str = 
     """Open ``url`` (a path or any fsspec URL); a scheme without a driver is a one-line error."""
     if not isinstance(url, str) or not url.strip():
         raise UserError(f"{what} is empty; pass a path or a URL such as /data/ckpt or s3://bucket/ckpt")
+    refuse_chained_url(url, what)
     try:
         fs, path = fsspec.core.url_to_fs(url, **(storage_options or {}))
     except (ImportError, ValueError) as exc:
@@ -200,16 +204,201 @@ def fsync_dir(path: str) -> None:
             os.close(fd)
 
 
-def read_bytes(loc: Location) -> bytes | None:
-    """The file's bytes, or None if it does not exist."""
+def read_bytes(loc: Location, *, limit: int | None = None, follow_links: bool = True) -> bytes | None:
+    """The file's bytes, or None if it does not exist.
+
+    Local paths are opened with :func:`open_regular` (a FIFO or device is a one-line error, never
+    a hang or an endless read); ``limit`` caps the bytes read (more is a one-line error).
+    """
     try:
-        return loc.fs.cat_file(loc.path)
+        if loc.local:
+            with open_regular(loc, follow_links=follow_links) as fh:
+                return read_bounded(fh, limit, loc)
+        data = loc.fs.cat_file(loc.path)
+        if limit is not None and len(data) > limit:
+            raise UserError(f"{loc.url} is larger than {limit:,} bytes; it cannot be what it should be")
+        return data
     except FileNotFoundError:
         return None
     except IsADirectoryError:
         raise UserError(f"{loc.url} is a directory, expected a file") from None
     except OSError as exc:
         raise UserError(f"cannot read {loc.url}: {os_reason(exc)}") from None
+
+
+# --------------------------------------------------------------------------------------------------
+# untrusted paths and files: manifests, catalogs and checkpoints are input, not instructions
+# --------------------------------------------------------------------------------------------------
+
+_CONTROL = frozenset(chr(c) for c in [*range(0x20), 0x7F])
+
+
+def check_relative(rel: object, *, what: str = "path") -> str:
+    """``rel`` if it is a plain relative path that cannot leave the folder it is joined to.
+
+    Why: manifests, catalogs and journals live on shared storage anyone with write access there can
+    edit; a path read from them is input. Refused (one-line :class:`UserError` naming the path):
+    not a string, empty, absolute (``/x``, ``C:``), a backslash, a ``..``, ``.`` or empty segment,
+    a NUL or control character, or ``::`` (fsspec URL chaining).
+    """
+    def bad(why: str) -> UserError:
+        return UserError(f"{what} {rel!r} is not a safe relative path ({why}); it was not opened")
+
+    if not isinstance(rel, str) or not rel:
+        raise bad("empty or not a string")
+    if len(rel) > 4096:
+        raise bad("longer than 4096 characters")
+    if any(ch in _CONTROL for ch in rel):
+        raise bad("it contains a NUL or control character")
+    if "\\" in rel:
+        raise bad("it contains a backslash")
+    if "::" in rel:
+        raise bad("it contains '::', fsspec URL chaining")
+    if rel.startswith("/") or (len(rel) > 1 and rel[1] == ":"):
+        raise bad("it is absolute")
+    if "://" in rel:
+        raise bad("it is a URL")
+    for seg in rel.split("/"):
+        if seg in ("", ".", ".."):
+            raise bad(f"it has a {seg or 'empty'!r} segment" if seg else "it has an empty segment")
+    return rel
+
+
+def safe_child(root: Location, rel: object, *, what: str = "path") -> Location:
+    """``root.child(rel)``, proven to stay below ``root`` before anything is opened there.
+
+    :func:`check_relative` first, then the normalised joined path must start with ``root/`` (and,
+    on a local disk, no existing component below ``root`` may be a symbolic link, so a link
+    planted in a destination folder cannot redirect a write).
+    """
+    rel = check_relative(rel, what=what)
+    child = root.child(rel)
+    base = posixpath.normpath(root.path)
+    joined = posixpath.normpath(child.path)
+    if not joined.startswith(base.rstrip("/") + "/"):
+        raise UserError(f"{what} {rel!r} leaves {root.url}; it was not opened")
+    if root.local:
+        cur = base
+        for seg in rel.split("/"):
+            cur = posixpath.join(cur, seg)
+            if os.path.islink(cur):
+                raise UserError(f"{what} {rel!r} under {root.url} goes through the symbolic link {cur}; "
+                                "it was not opened")
+    return child
+
+
+@contextlib.contextmanager
+def open_regular(loc: Location, *, follow_links: bool = True) -> Iterator[Any]:
+    """Open a file for reading only if it is a regular file (local: without blocking).
+
+    Local paths: ``os.open`` with ``O_NONBLOCK`` (a FIFO never blocks the open) and, unless
+    ``follow_links``, ``O_NOFOLLOW``; then ``fstat`` must say ``S_ISREG`` — a FIFO, socket or
+    device (``/dev/zero``) is a one-line :class:`UserError`. Other file systems have neither
+    links nor special files: ``fs.open``.
+    """
+    if not loc.local:
+        with loc.fs.open(loc.path, "rb") as fh:
+            yield fh
+        return
+    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+    if not follow_links:
+        flags |= os.O_NOFOLLOW
+    try:
+        fd = os.open(loc.path, flags)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise UserError(f"{loc.url} is a symbolic link; it was not followed") from None
+        raise
+    try:
+        st = os.fstat(fd)
+        if stat.S_ISDIR(st.st_mode):
+            raise IsADirectoryError(errno.EISDIR, "Is a directory", loc.path)
+        if not stat.S_ISREG(st.st_mode):
+            raise UserError(f"{loc.url} is {file_kind(st.st_mode)}, not a regular file; it was not read")
+        os.set_blocking(fd, True)
+        fh = os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+    with fh:
+        yield fh
+
+
+def read_bounded(fh: Any, limit: int | None, loc: Location) -> bytes:
+    """All of ``fh``, or a one-line error once more than ``limit`` bytes came."""
+    if limit is None:
+        return fh.read()
+    data = fh.read(limit + 1)
+    if len(data) > limit:
+        raise UserError(f"{loc.url} is larger than {limit:,} bytes; it cannot be what it should be")
+    return data
+
+
+def file_kind(mode: int) -> str:
+    """``a FIFO``, ``a device``... for one-line messages."""
+    for test, name in ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+                       (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISDIR, "a directory")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def irregular_entries(loc: Location, *, limit: int = 5) -> list[tuple[str, str]]:
+    """(relative path, what it is) of symbolic links and special files below a local ``loc``.
+
+    Walks with ``lstat`` semantics (never through a link), so a link to ``/`` or a FIFO costs one
+    entry each. Empty on other file systems (no links there) and for a missing ``loc``.
+    """
+    if not loc.local:
+        return []
+    found: list[tuple[str, str]] = []
+    pending = [""]
+    while pending and len(found) < limit:
+        rel_dir = pending.pop()
+        try:
+            entries = list(os.scandir(os.path.join(loc.path, rel_dir) if rel_dir else loc.path))
+        except FileNotFoundError:
+            continue
+        except NotADirectoryError:
+            return []
+        except OSError as exc:
+            raise UserError(f"cannot list {loc.url}/{rel_dir}: {os_reason(exc)}") from None
+        for entry in sorted(entries, key=lambda e: e.name):
+            rel = f"{rel_dir}/{entry.name}" if rel_dir else entry.name
+            try:
+                mode = entry.stat(follow_symlinks=False).st_mode
+            except FileNotFoundError:
+                continue
+            if stat.S_ISDIR(mode):
+                pending.append(rel)
+            elif stat.S_ISLNK(mode):
+                with contextlib.suppress(OSError):
+                    found.append((rel, f"a symbolic link to {os.readlink(entry.path)}"))
+            elif not stat.S_ISREG(mode):
+                found.append((rel, file_kind(mode)))
+    return found[:limit]
+
+
+def siblings_with_prefix(loc: Location, prefix: str) -> list[Location]:
+    """Entries next to ``loc`` named exactly ``<name of loc><prefix>...`` (no glob: names compared).
+
+    Why: a checkpoint named ``job[12]`` made a glob pattern match its neighbour ``job1``'s folders.
+    """
+    parent = posixpath.dirname(loc.path.rstrip("/")) or "/"
+    start = posixpath.basename(loc.path.rstrip("/")) + prefix
+    try:
+        names = loc.fs.ls(parent, detail=False)
+    except FileNotFoundError:
+        return []
+    except OSError as exc:
+        raise UserError(f"cannot list {parent}: {os_reason(exc)}") from None
+    out = []
+    for p in names:
+        name = posixpath.basename(str(p).rstrip("/"))
+        if name.startswith(start) and len(name) > len(start):
+            out.append(loc.sibling(name[len(start) - len(prefix):]))
+    return out
 
 
 def remove_file(loc: Location) -> None:
@@ -374,3 +563,90 @@ def crash_point(name: str) -> None:
             import signal
 
             os.kill(os.getpid(), signal.SIGKILL)
+
+
+# --------------------------------------------------------------------------------------------------
+# untrusted JSON (issue 17): one bounded loader for every file a user or a third party can write
+# --------------------------------------------------------------------------------------------------
+
+#: Default size cap of one JSON document: the product's own files (journal, lifecycle record,
+#: catalog) are kilobytes; 16 MiB leaves three orders of magnitude of room and still cannot
+#: exhaust a worker's memory. Manifests of huge checkpoints pass a larger cap explicitly.
+JSON_MAX_BYTES = 16 * 1024 * 1024
+#: Default nesting cap: the deepest document the product writes (a journal holding a plan) is
+#: about 6 levels deep; 64 is far beyond any of them and far below Python's recursion limit.
+JSON_MAX_DEPTH = 64
+
+
+class UntrustedJSONError(UserError, ValueError):
+    """A JSON document that is not JSON, too large or nested too deeply.
+
+    A :class:`UserError` (one line, exit 2) and a ``ValueError``, so existing ``except ValueError``
+    handlers that add their own context (a manifest is "tampered", a record "corrupt") keep working.
+    """
+
+
+def load_json(raw: bytes | str, *, what: str = "JSON document", max_bytes: int = JSON_MAX_BYTES,
+              max_depth: int = JSON_MAX_DEPTH, **kwargs: Any) -> Any:
+    """``json.loads`` for untrusted input: size and depth capped, every failure one line naming ``what``.
+
+    Why: ``json.loads`` raises ``RecursionError`` (a traceback, not a message) on ~1,000 nested
+    brackets, and a document nested a few hundred levels deep still breaks later recursive code.
+    """
+    import json
+
+    size = len(raw)
+    if size > max_bytes:
+        raise UntrustedJSONError(f"{what} is {size:,} bytes, larger than the {max_bytes:,}-byte limit for "
+                                 "this file; it is not a file airflow-kafka-spark or Spark wrote")
+    try:
+        doc = json.loads(raw, **kwargs)
+    except RecursionError:
+        raise UntrustedJSONError(f"{what} is nested too deeply (more than {max_depth} levels): it is not a "
+                                 "file airflow-kafka-spark or Spark wrote") from None
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise UntrustedJSONError(f"{what} is not JSON ({' '.join(str(exc).split())[:160]})") from None
+    if json_depth(doc, limit=max_depth) > max_depth:
+        raise UntrustedJSONError(f"{what} is nested too deeply (more than {max_depth} levels): it is not a "
+                                 "file airflow-kafka-spark or Spark wrote")
+    return doc
+
+
+def json_depth(doc: Any, *, limit: int = JSON_MAX_DEPTH) -> int:
+    """Nesting depth of a parsed document without recursion; stops counting past ``limit``."""
+    deepest = 0
+    stack: list[tuple[Any, int]] = [(doc, 1)]
+    while stack:
+        node, depth = stack.pop()
+        children = node.values() if isinstance(node, dict) else node if isinstance(node, list) else None
+        if children is None:
+            continue
+        deepest = max(deepest, depth)
+        if deepest > limit:
+            return deepest
+        stack.extend((c, depth + 1) for c in children if isinstance(c, dict | list))
+    return deepest
+
+
+def read_json_file(loc: Location, *, what: str, max_bytes: int = JSON_MAX_BYTES,
+                   max_depth: int = JSON_MAX_DEPTH) -> Any:
+    """The parsed JSON at ``loc`` (None if absent); the size is checked from the listing before reading."""
+    info = info_or_none(loc)
+    if info is None:
+        return None
+    size = info.get("size")
+    if isinstance(size, int) and size > max_bytes:
+        raise UntrustedJSONError(f"{what} {loc.url} is {size:,} bytes, larger than the {max_bytes:,}-byte "
+                                 "limit for this file; it is not a file airflow-kafka-spark wrote")
+    raw = read_bytes(loc, limit=max_bytes)
+    return None if raw is None else load_json(raw, what=f"{what} {loc.url}", max_bytes=max_bytes,
+                                              max_depth=max_depth)
+
+
+def refuse_chained_url(url: str, what: str = "location") -> None:
+    """fsspec reads ``a::b`` as a chain (``b`` opened through ``a``), so ``/ck::/other`` silently
+    opens another folder: a checkpoint or backup URL is one location, never a chain."""
+    if isinstance(url, str) and "::" in url:
+        raise UserError(f"{what} {url!r} contains '::', which fsspec reads as a chain of file systems (another "
+                        "folder than the one named); pass a single path or URL, and set caching or other "
+                        "options through storage options")
