@@ -45,7 +45,7 @@ import posixpath
 import re
 import time
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
@@ -180,9 +180,9 @@ class Manifest:
         control character...) before anything uses it; with ``seal_key`` a valid HMAC is required.
         """
         try:
-            doc = json.loads(raw)
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise _tampered(where, f"not JSON ({exc})") from None
+            doc = storage.load_json(raw, what="it", max_bytes=storage.MANIFEST_MAX_BYTES)
+        except ValueError as exc:
+            raise _tampered(where, str(exc)) from None
         if not isinstance(doc, dict) or doc.get("kind") != KIND:
             raise _tampered(where, "not an airflow-kafka-spark backup manifest")
         fmt = doc.get("format")
@@ -418,14 +418,14 @@ def _blob_rel(sha: str) -> str:
 
 
 def validate_job_name(job: str) -> str:
-    if not isinstance(job, str) or not _JOB_NAME.match(job):
+    if not isinstance(job, str) or not _JOB_NAME.fullmatch(job):
         raise UserError(f"job name {job!r} cannot name a backup folder; use letters, digits, '.', '_' or '-' "
                         "(at most 128, starting with a letter or digit)")
     return job
 
 
 def validate_backup_id(backup_id: str) -> str:
-    if not isinstance(backup_id, str) or not _BACKUP_ID.match(backup_id):
+    if not isinstance(backup_id, str) or not _BACKUP_ID.fullmatch(backup_id):
         raise UserError(f"{backup_id!r} is not a backup id (like 20260101T120000000Z-b41-1a2b3c); "
                         "list the backups of the job with aks backups")
     return backup_id
@@ -994,14 +994,15 @@ def _previous_stats(job_loc: Location, job: str, ck: Location, query_id: str | N
 # --------------------------------------------------------------------------------------------------
 
 def materialize(manifest: Manifest, backup_root: str, dest: Location, *,
-                storage_options: dict | None = None) -> None:
+                storage_options: dict | None = None, hash_only: Callable[[str], bool] | None = None) -> None:
     """Write every file of ``manifest`` below ``dest``, each checked against its sha256 while copied.
 
     ``dest`` must be a fresh folder the caller owns (a staging folder beside the checkpoint, or
     ``memory://`` for a dry run): a mismatch raises :class:`UserError` and the caller deletes it.
     Every path is proven to stay below ``dest`` before it is opened (:func:`storage.safe_child`;
     ``from_json`` already refused unsafe ones); blobs are read as regular files only, at most
-    their recorded size plus one byte.
+    their recorded size plus one byte. Files for which ``hash_only(path)`` is true are checked
+    but written empty (a dry run judged in memory needs state files to exist, not their bodies).
     """
     _check_paths(manifest, f"of backup {manifest.backup_id}")
     job_loc = _job_location(open_backup_root(backup_root, storage_options), manifest.job)
@@ -1016,10 +1017,12 @@ def materialize(manifest: Manifest, backup_root: str, dest: Location, *,
         try:
             with storage.open_regular(blob, follow_links=False) as fin, target.fs.open(target.path, "wb") as fout:
                 left = f.size + 1
+                body = not (hash_only and hash_only(f.path))
                 while left > 0 and (chunk := fin.read(min(_CHUNK, left))):
                     h.update(chunk)
                     left -= len(chunk)
-                    fout.write(chunk)
+                    if body:
+                        fout.write(chunk)
         except FileNotFoundError:
             raise UserError(f"backup {manifest.backup_id} is incomplete: the blob for {f.path} is missing; "
                             "restore from another backup") from None

@@ -49,6 +49,16 @@ def _storage_arguments(p: argparse.ArgumentParser, *, checkpoint: bool = True) -
     g.add_argument("--backup-storage-option", metavar="KEY=VALUE", type=kv, action="append", default=[],
                    help="fsspec option for the backup root's file system (repeatable)")
     g.add_argument("--job", metavar="NAME", help="job name (default: the lifecycle record's, else the folder name)")
+    g.add_argument("--seal-key-file", metavar="PATH",
+                   help="key of the keyed manifest seal (HMAC-SHA256); manifests without a valid one are refused "
+                        "(default: $AKS_SEAL_KEY_FILE; none: the unkeyed seal only)")
+
+
+def _seal_key(args: argparse.Namespace) -> bytes | None:
+    """The key from --seal-key-file, else None (the core functions then read $AKS_SEAL_KEY_FILE)."""
+    from airflow_kafka_spark.seal import read_key_file
+
+    return read_key_file(args.seal_key_file) if getattr(args, "seal_key_file", None) else None
 
 
 def _opts(pairs: list[tuple[str, str]]) -> dict[str, str] | None:
@@ -93,7 +103,8 @@ def _backup(args: argparse.Namespace) -> int:
             args.checkpoint, args.backup_root, job=args.job, reason=args.reason, force=args.force,
             spark_version=args.spark_version, settle_s=args.settle, keep_last=args.keep_last,
             max_age_s=parse_duration(args.max_age) if args.max_age else None,
-            storage_options=_opts(args.storage_option), backup_storage_options=_opts(args.backup_storage_option))
+            storage_options=_opts(args.storage_option), backup_storage_options=_opts(args.backup_storage_option),
+            seal_key=_seal_key(args))
     except OperationBlocked as exc:
         return _blocked(exc, args)
     if args.json:
@@ -133,24 +144,25 @@ def _backups(args: argparse.Namespace) -> int:
     if not args.job:
         raise UserError("backups are listed per job: pass --job NAME")
     so = _opts(args.backup_storage_option)
+    key = _seal_key(args)
     out: dict[str, Any] = {}
     if args.prune:
         if args.keep_last is None and args.max_age is None:
             raise UserError("--prune needs a retention rule: --keep-last N and/or --max-age DURATION")
         pr = prune_backups(args.backup_root, args.job, keep_last=args.keep_last,
                            max_age_s=parse_duration(args.max_age) if args.max_age else None,
-                           dry_run=args.dry_run, storage_options=so)
+                           dry_run=args.dry_run, storage_options=so, seal_key=key)
         out["prune"] = pr.to_dict()
     if args.verify:
         backup_id = args.verify
         if backup_id == "latest":
-            newest = list_backups(args.backup_root, args.job, storage_options=so).newest
+            newest = list_backups(args.backup_root, args.job, storage_options=so, seal_key=key).newest
             if newest is None:
                 raise UserError(f"job {args.job} has no backups under {args.backup_root}")
             backup_id = newest.backup_id
-        m = verify_backup(args.backup_root, args.job, backup_id, deep=True, storage_options=so)
+        m = verify_backup(args.backup_root, args.job, backup_id, deep=True, storage_options=so, seal_key=key)
         out["verified"] = {"backup_id": m.backup_id, "files": len(m.files), "bytes": m.total_bytes, "ok": True}
-    catalog = list_backups(args.backup_root, args.job, storage_options=so)
+    catalog = list_backups(args.backup_root, args.job, storage_options=so, seal_key=key)
     out["catalog"] = catalog.to_dict()
     if args.json:
         report.emit(report.dump_json(out))
@@ -216,11 +228,13 @@ def _restore(args: argparse.Namespace) -> int:
     from airflow_kafka_spark.restore import restore_checkpoint
 
     config = _cli().kafka_config_from_args(args)
+    key = _seal_key(args)
     backup_id = args.backup
     if backup_id == "latest":
         if not args.job:
             raise UserError("--backup latest needs --job to know whose backups to look at")
-        newest = list_backups(args.backup_root, args.job, storage_options=_opts(args.backup_storage_option)).newest
+        newest = list_backups(args.backup_root, args.job, storage_options=_opts(args.backup_storage_option),
+                              seal_key=key).newest
         if newest is None:
             raise UserError(f"job {args.job} has no backups under {args.backup_root}")
         backup_id = newest.backup_id
@@ -229,14 +243,17 @@ def _restore(args: argparse.Namespace) -> int:
             args.checkpoint, args.backup_root, backup_id, config, job=args.job, dry_run=args.dry_run,
             idempotent_sink=None if args.sink is None else args.sink == "idempotent", sink_output=args.sink_output,
             storage_options=_opts(args.storage_option), backup_storage_options=_opts(args.backup_storage_option),
-            kafka_timeout=args.timeout, backup_settle_s=args.settle)
+            kafka_timeout=args.timeout, backup_settle_s=args.settle, seal_key=key)
     except OperationBlocked as exc:
         return _blocked(exc, args, _render_plan_doc)
     if args.json:
         report.emit(report.dump_json(result.to_dict()))
     else:
         lines = [result.plan.render(), "", result.verdict.headline]
-        if result.restored:
+        if result.already_restored:
+            lines = [f"backup {result.backup.backup_id} is already in place (restore {result.operation_id or '-'}); "
+                     "nothing was done"]
+        elif result.restored:
             lines.append(f"restored backup {result.backup.backup_id} (batch {result.backup.last_committed_batch}); "
                          f"the previous checkpoint is at {result.aside_location or '-'} (backed up as "
                          f"{result.pre_restore_backup_id or '-'}); the restart re-reads "
@@ -283,6 +300,13 @@ def _reset(args: argparse.Namespace) -> int:
     from airflow_kafka_spark.reset import ResetRequest, parse_datetime, parse_to_offsets, reset_checkpoint
 
     config = _cli().kafka_config_from_args(args)
+    if args.seal_key_file:
+        import os
+
+        from airflow_kafka_spark.seal import KEY_FILE_ENV
+
+        _seal_key(args)                                  # a bad key file is one line before anything runs
+        os.environ[KEY_FILE_ENV] = args.seal_key_file    # reset's backups read it (this process only)
     request = ResetRequest(
         mode=args.mode,
         to_datetime_ms=parse_datetime(args.to_datetime) if args.to_datetime else None,

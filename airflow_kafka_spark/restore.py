@@ -11,21 +11,32 @@ Order of work, and why:
    backup's), and whether a file sink already holds batch ids the restored query would re-run
    (``SINK_AHEAD_OF_CHECKPOINT``, S19). A BLOCK — retention already deleted the backup's offsets
    (``OFFSET_BELOW_LOG_START`` with the count), another cluster, a live lease — deletes the staging
-   copy and refuses: **a blocked restore changes nothing**. ``dry_run`` stops here too.
+   copy and refuses: **a blocked restore changes nothing**. ``dry_run`` stops here too — and a
+   dry run stages into ``memory://`` (state file bodies hash-checked, not kept), so it writes
+   nothing anywhere: no staging folder, no lock file.
 3. Only then: the current checkpoint is backed up (``reason: before restore``), the journal is
    written (commit point), the current checkpoint is moved to ``<checkpoint>.restore-<id>``
    (kept), the staged copy is renamed into place, and the lifecycle record gets an audit event.
    A stale ``next_starting_offsets`` (from an earlier reset) is cleared: a checkpoint with batches
    ignores startingOffsets, and leaving it would mislead the next validation.
+
+Only one restore or reset runs per location (``<checkpoint>.operation.lock``; a second one is
+refused at once, never queued), and re-running a restore whose backup is already in place (the
+lifecycle record's last restore names it and the checkpoint holds exactly its files) is a no-op
+that says so. The staged copy is checked against the manifest just before the commit point, and
+roll-forward refuses to record a restore whose staged copy vanished.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import re
+import uuid
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from airflow_kafka_spark import storage
+from airflow_kafka_spark import seal, storage
 from airflow_kafka_spark.backup import (
     Manifest,
     backup_checkpoint,
@@ -42,8 +53,6 @@ from airflow_kafka_spark.journal import (
     Journal,
     finish_interrupted,
     new_operation_id,
-    operation_lock,
-    remove_stale_staging,
 )
 from airflow_kafka_spark.kafka_view import KafkaView
 from airflow_kafka_spark.lifecycle import LifecycleRecord
@@ -64,6 +73,7 @@ class RestoreResult:
     pre_restore_backup_id: str | None = None
     aside_location: str | None = None
     resumed: bool = False
+    already_restored: bool = False
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -74,7 +84,8 @@ class RestoreResult:
         return {"backup_id": self.backup.backup_id, "dry_run": self.dry_run, "restored": self.restored,
                 "operation_id": self.operation_id, "pre_restore_backup_id": self.pre_restore_backup_id,
                 "aside_location": self.aside_location, "records_to_replay": self.records_to_replay,
-                "resumed": self.resumed, "notes": self.notes, "backup": self.backup.summary(),
+                "resumed": self.resumed, "already_restored": self.already_restored, "notes": self.notes,
+                "backup": self.backup.summary(),
                 "plan": self.plan.to_dict(), "verdict": self.verdict.to_dict()}
 
 
@@ -82,14 +93,18 @@ def restore_checkpoint(checkpoint_location: str, backup_root: str, backup_id: st
                        job: str | None = None, dry_run: bool = False, idempotent_sink: bool | None = None,
                        sink_output: str | None = None, actor: str | None = None,
                        storage_options: dict | None = None, backup_storage_options: dict | None = None,
-                       kafka_timeout: float = 10.0, backup_settle_s: float = 2.0) -> RestoreResult:
+                       kafka_timeout: float = 10.0, backup_settle_s: float = 2.0,
+                       seal_key: bytes | None = None) -> RestoreResult:
     """Roll ``checkpoint_location`` back to backup ``backup_id``; see the module doc for the order of work.
 
     ``job`` defaults to the lifecycle record's job name (a backup of another job is refused).
     ``sink_output`` lets a file sink's ``_spark_metadata`` be compared with the backup (S19).
     Raises :class:`OperationBlocked` (exit 3) when the verdict blocks, :class:`UserError` (exit 2)
-    for bad input (unknown or tampered backup, wrong job); in both cases nothing was changed.
+    for bad input (unknown or tampered backup, wrong job, another operation holding the location);
+    in both cases nothing was changed. ``seal_key`` (default: ``$AKS_SEAL_KEY_FILE``'s) requires
+    the keyed seal on the manifest.
     """
+    seal_key = seal.resolve_key(seal_key)
     ck = storage.open_location(checkpoint_location, storage_options, what="checkpoint location")
     root = open_backup_root(backup_root, backup_storage_options)
     check_locations(ck, root)
@@ -102,47 +117,57 @@ def restore_checkpoint(checkpoint_location: str, backup_root: str, backup_id: st
     if record is not None and record.job_name != job:
         raise UserError(f"checkpoint {checkpoint_location} belongs to job {record.job_name!r}, not {job!r}: restore "
                         f"it from {record.job_name}'s backups")
-    manifest = load_backup(backup_root, job, backup_id, storage_options=backup_storage_options)
+    manifest = load_backup(backup_root, job, backup_id, storage_options=backup_storage_options, seal_key=seal_key)
     running = running_reason(record)
     if running:
         raise OperationBlocked(f"job {job} is running ({running}): stop it on a batch boundary before restoring its "
                                "checkpoint", code="QUERY_RUNNING")
+    kw = dict(job=job, idempotent_sink=idempotent_sink, sink_output=sink_output, actor=actor,
+              storage_options=storage_options, backup_storage_options=backup_storage_options,
+              kafka_timeout=kafka_timeout, backup_settle_s=backup_settle_s, seal_key=seal_key)
     if dry_run:
-        return _restore(ck, root, manifest, record, kafka_config, job=job, dry_run=True,
-                        idempotent_sink=idempotent_sink, sink_output=sink_output, actor=actor,
-                        storage_options=storage_options, backup_storage_options=backup_storage_options,
-                        kafka_timeout=kafka_timeout, backup_settle_s=backup_settle_s)
-    with operation_lock(ck):
+        return _restore(ck, root, manifest, record, kafka_config, dry_run=True, **kw)
+    # Not queued behind another restore/reset (timeout 0): two restores started together must not
+    # both run one after the other; the second is told who holds the location.
+    with storage.DirLock(ck.sibling(".operation.lock"), what=f"checkpoint {ck.url} (another restore or reset)",
+                         timeout=0.0):
         done = finish_interrupted(checkpoint_location, storage_options=storage_options)
         if done is not None and done.get("op") == "restore" and done["payload"].get("backup_id") == backup_id:
             return _resumed(done, manifest)
         if done is not None:
             record = LifecycleRecord.load(checkpoint_location)
-        return _restore(ck, root, manifest, record, kafka_config, job=job, dry_run=False,
-                        idempotent_sink=idempotent_sink, sink_output=sink_output, actor=actor,
-                        storage_options=storage_options, backup_storage_options=backup_storage_options,
-                        kafka_timeout=kafka_timeout, backup_settle_s=backup_settle_s)
+        already = _already_restored(ck, manifest, record)
+        if already is not None:
+            return already
+        return _restore(ck, root, manifest, record, kafka_config, dry_run=False, **kw)
 
 
 def _restore(ck: Location, root: Location, manifest: Manifest, record: LifecycleRecord | None, kafka_config: dict, *,
              job: str, dry_run: bool, idempotent_sink: bool | None, sink_output: str | None, actor: str | None,
              storage_options: dict | None, backup_storage_options: dict | None, kafka_timeout: float,
-             backup_settle_s: float) -> RestoreResult:
+             backup_settle_s: float, seal_key: bytes | None) -> RestoreResult:
     checkpoint_location, backup_root, backup_id = ck.url, root.url, manifest.backup_id
     if not dry_run:
         remove_stale_staging(ck)   # leftovers of restores killed before their commit point
 
     op_id = new_operation_id()
-    staging = ck.sibling(f".staging-{op_id}")
+    if dry_run:
+        # Judged in memory: a dry run writes nothing anywhere (state bodies are hash-checked only).
+        scratch = storage.open_location(f"memory://aks-dry-run-{uuid.uuid4().hex}")
+        staging, staged_options = scratch.child("checkpoint"), None
+    else:
+        staging, staged_options = ck.sibling(f".staging-{op_id}"), storage_options
+        scratch = staging
     try:
-        materialize(manifest, backup_root, staging, storage_options=backup_storage_options)
+        materialize(manifest, backup_root, staging, storage_options=backup_storage_options,
+                    hash_only=(lambda p: p.startswith("state/")) if dry_run else None)
         current = read_checkpoint(checkpoint_location, storage_options=storage_options)
-        staged = read_checkpoint(staging.url, storage_options=storage_options)
+        staged = read_checkpoint(staging.url, storage_options=staged_options)
         plan, verdict = _judge(manifest, current, staged, record, kafka_config, job=job,
                                idempotent_sink=idempotent_sink, sink_output=sink_output,
                                storage_options=storage_options, kafka_timeout=kafka_timeout)
     except BaseException:
-        storage.remove_tree(staging)
+        storage.remove_tree(scratch)
         raise
     aside = ck.sibling(f".restore-{op_id}") if current.exists else None
     plan.actions = [f"back up the current checkpoint {checkpoint_location} to {backup_root}" if current.exists
@@ -154,7 +179,7 @@ def _restore(ck: Location, root: Location, manifest: Manifest, record: Lifecycle
     result = RestoreResult(plan=plan, verdict=verdict, backup=manifest, dry_run=dry_run, operation_id=op_id,
                            aside_location=aside.url if aside else None)
     if dry_run or plan.blocked:
-        storage.remove_tree(staging)
+        storage.remove_tree(scratch)
         if dry_run:
             return result
         worst = plan.blocking[0]
@@ -166,20 +191,25 @@ def _restore(ck: Location, root: Location, manifest: Manifest, record: Lifecycle
             pre = backup_checkpoint(checkpoint_location, backup_root, job=job,
                                     reason=f"before restore of {backup_id} ({op_id})",
                                     storage_options=storage_options, backup_storage_options=backup_storage_options,
-                                    settle_s=backup_settle_s)
+                                    settle_s=backup_settle_s, seal_key=seal_key)
             result.pre_restore_backup_id = pre.backup_id
         storage.crash_point("restore.backed_up")
         again = read_checkpoint(checkpoint_location, storage_options=storage_options)
         if (again.offset_batch_ids, again.commit_batch_ids) != (current.offset_batch_ids, current.commit_batch_ids):
             raise OperationBlocked(f"checkpoint {checkpoint_location} changed during the restore: is the job running? "
                                    "Stop it and re-run the restore", code="QUERY_RUNNING")
+        staged_print = fingerprint(staging)
+        if staged_print != manifest_fingerprint(manifest):
+            raise UserError(f"the staged copy of backup {backup_id} at {staging.url} vanished or changed before the "
+                            f"restore's commit point; the checkpoint {checkpoint_location} was not changed: re-run "
+                            "the restore (and check what deletes folders beside the checkpoint)")
         journal = Journal.begin(ck, "restore", op_id, {
             "job": job, "actor": actor, "backup_root": backup_root, "backup_id": backup_id,
             "staging": staging.url, "aside": aside.url if aside else None,
             "pre_restore_backup_id": result.pre_restore_backup_id,
             "records_to_replay": result.records_to_replay, "verdict": str(verdict.severity),
             "restored_batch": manifest.last_committed_batch, "restored_query_id": manifest.query_id,
-            "replaced_query_id": current.query_id, "plan": plan.to_dict()})
+            "replaced_query_id": current.query_id, "plan": plan.to_dict(), "staged_fingerprint": staged_print})
     except BaseException:
         storage.remove_tree(staging)
         raise
@@ -190,11 +220,33 @@ def _restore(ck: Location, root: Location, manifest: Manifest, record: Lifecycle
 
 
 def roll_forward(journal: Journal, ck: Location, *, storage_options: dict | None = None) -> dict[str, Any]:
-    """Finish a journaled restore (idempotent steps: the crash recovery path too)."""
+    """Finish a journaled restore (idempotent steps: the crash recovery path too).
+
+    The journal is input too: its staging and aside paths must be exactly the ones this module
+    derives from the checkpoint and the operation id, or nothing is moved. A staged copy that is
+    gone (and not already in place) ends the operation without recording a restore: the original
+    checkpoint is put back where it was and the command fails with one line.
+    """
     pl = journal.payload
-    staging = storage.open_location(pl["staging"], storage_options)
-    if pl.get("aside") and not journal.is_done("aside"):
-        aside = storage.open_location(pl["aside"], storage_options)
+    staging = _journal_path(journal, ck, "staging", ".staging-", storage_options)
+    aside = _journal_path(journal, ck, "aside", ".restore-", storage_options) if pl.get("aside") else None
+    if not journal.is_done("in_place") and not storage.exists(staging):
+        expected = pl.get("staged_fingerprint")
+        if not storage.exists(ck):
+            in_place = False
+        elif expected:
+            in_place = fingerprint(ck) == expected
+        else:   # a journal of an older version: the copy is in place if the original was moved aside
+            in_place = aside is not None and storage.exists(aside)
+        if not in_place:
+            if aside is not None and storage.exists(aside) and not storage.exists(ck):
+                storage.move_dir(aside, ck)
+            journal.finish()
+            where = ck.url if storage.exists(ck) else (aside.url if aside is not None else ck.url)
+            raise UserError(f"restore {journal.operation_id} of backup {pl.get('backup_id')} cannot finish: its "
+                            f"staged copy {staging.url} is gone; nothing was restored or recorded, the original "
+                            f"checkpoint is at {where} — re-run the restore")
+    if aside is not None and not journal.is_done("aside"):
         if storage.exists(ck) and storage.exists(staging):
             storage.move_dir(ck, aside)
         journal.mark("aside")
@@ -223,6 +275,72 @@ def roll_forward(journal: Journal, ck: Location, *, storage_options: dict | None
         journal.mark("record")
     journal.finish()
     return {"op": "restore", "operation_id": journal.operation_id, "payload": pl}
+
+
+_OPERATION_ID = re.compile(r"^[0-9]{8}T[0-9]{6}Z-[0-9a-f]{6}$")
+
+
+def _journal_path(journal: Journal, ck: Location, key: str, infix: str, storage_options: dict | None) -> Location:
+    """The journal's ``staging``/``aside`` path, accepted only if it is ``<checkpoint><infix><op id>``."""
+    op_id = journal.operation_id
+    expected = ck.sibling(f"{infix}{op_id}")
+    given = journal.payload.get(key)
+    ok = bool(_OPERATION_ID.match(op_id)) and isinstance(given, str) and "::" not in given
+    if ok:
+        try:
+            ok = storage.comparable(storage.open_location(given, storage_options)) == storage.comparable(expected)
+        except UserError:
+            ok = False
+    if not ok:
+        raise UserError(f"operation journal {journal.location.url} names {key} {given!r}, not "
+                        f"{expected.url}: it was edited; nothing was moved — inspect it, then move it away")
+    return expected
+
+
+def fingerprint(loc: Location) -> str:
+    """sha256 over the sorted (path, size) of every file below ``loc``: "is this that copy?"."""
+    rows = sorted((rel, int(info.get("size") or 0)) for rel, info in storage.list_files(loc).items())
+    return hashlib.sha256("".join(f"{r}\0{n}\n" for r, n in rows).encode()).hexdigest()
+
+
+def manifest_fingerprint(manifest: Manifest) -> str:
+    """:func:`fingerprint` of a faithful copy of ``manifest``'s files."""
+    rows = sorted((f.path, f.size) for f in manifest.files)
+    return hashlib.sha256("".join(f"{r}\0{n}\n" for r, n in rows).encode()).hexdigest()
+
+
+def remove_stale_staging(ck: Location) -> int:
+    """Delete ``<checkpoint>.staging-<op id>`` folders of restores killed before their commit point.
+
+    Names are listed and compared exactly (no glob: a checkpoint named ``job[12]`` must never
+    match its neighbour ``job1``'s folders), and only names that end in an operation id count.
+    """
+    removed = 0
+    for loc in storage.siblings_with_prefix(ck, ".staging-"):
+        op_id = loc.path.rstrip("/").rsplit(".staging-", 1)[-1]
+        if _OPERATION_ID.match(op_id) and loc.path == ck.sibling(f".staging-{op_id}").path:
+            storage.remove_tree(loc)
+            removed += 1
+    return removed
+
+
+def _already_restored(ck: Location, manifest: Manifest, record: LifecycleRecord | None) -> RestoreResult | None:
+    """A no-op result when ``manifest`` is in place already: the record's last restore names it and
+    the checkpoint holds exactly its files (a run since then adds files, and restoring again is real)."""
+    if record is None:
+        return None
+    last = next((e for e in reversed(record.history) if e.get("event") == "checkpoint_restored"), None)
+    details = (last or {}).get("details") or {}
+    if details.get("backup_id") != manifest.backup_id or not storage.exists(ck):
+        return None
+    if fingerprint(ck) != manifest_fingerprint(manifest):
+        return None
+    op = details.get("operation_id")
+    return RestoreResult(plan=Plan(kind="restore", subject=ck.url), verdict=Verdict.of([]), backup=manifest,
+                         dry_run=False, restored=False, operation_id=op, already_restored=True,
+                         aside_location=details.get("moved_to"),
+                         pre_restore_backup_id=details.get("pre_restore_backup_id"),
+                         notes=[f"backup {manifest.backup_id} is already in place (restore {op}); nothing was done"])
 
 
 def _resumed(done: dict[str, Any], manifest: Manifest) -> RestoreResult:
