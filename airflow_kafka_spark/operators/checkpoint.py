@@ -36,6 +36,31 @@ from airflow_kafka_spark.validate import validate
 from airflow_kafka_spark.verdict import BLOCK, DeployOptions
 
 
+def seal_key_from_connection(conn_id: str | None) -> bytes | None:
+    """The keyed-seal key: the password of Generic connection ``conn_id`` (masked in logs), or None.
+
+    None (no connection given) leaves the core's default: ``$AKS_SEAL_KEY_FILE``, else unkeyed.
+    """
+    conn_id = optional_text(conn_id)
+    if conn_id is None:
+        return None
+    from airflow.sdk import BaseHook
+    from airflow.sdk.exceptions import AirflowNotFoundException
+    from airflow.sdk.log import mask_secret
+
+    from airflow_kafka_spark.seal import check_key
+
+    try:
+        conn = BaseHook.get_connection(conn_id)
+    except AirflowNotFoundException:
+        raise UserError(f"seal key connection {conn_id!r} is not defined; create a Generic connection whose "
+                        "password is the key, or fix seal_key_conn_id") from None
+    if not conn.password:
+        raise UserError(f"seal key connection {conn_id!r} has no password; put the key in its password field")
+    mask_secret(conn.password)
+    return check_key(conn.password, source=f"connection {conn_id}")
+
+
 def position(spec: JobSpec) -> dict[str, Any]:
     """Where the job's checkpoint stands: query id, last committed batch and its end offsets."""
     state = read_checkpoint(spec.checkpoint)
@@ -117,14 +142,17 @@ class BackupCheckpointOperator(StreamingJobOperator):
 
     :param missing_ok: a job without a checkpoint yet (first start) yields ``backup_id: None``
         instead of failing.
+    :param seal_key_conn_id: Generic connection whose password keys the manifest seal (HMAC).
     """
 
     template_fields = ("job", "reason", "dry_run")
 
-    def __init__(self, *, job: str, missing_ok: bool = False, dry_run: bool | str = False, **kwargs: Any) -> None:
+    def __init__(self, *, job: str, missing_ok: bool = False, dry_run: bool | str = False,
+                 seal_key_conn_id: str | None = None, **kwargs: Any) -> None:
         super().__init__(job=job, **kwargs)
         self.missing_ok = missing_ok
         self.dry_run = dry_run
+        self.seal_key_conn_id = seal_key_conn_id
 
     def run(self, context: Any) -> dict[str, Any]:
         _, spec = self.load()
@@ -141,7 +169,8 @@ class BackupCheckpointOperator(StreamingJobOperator):
             spec.checkpoint, spec.backup_root, job=spec.name,
             reason=optional_text(self.reason) or f"backup by {actor(context)}",
             keep_last=retention.keep_last,
-            max_age_s=retention.max_age_days * 86400 if retention.max_age_days else None)
+            max_age_s=retention.max_age_days * 86400 if retention.max_age_days else None,
+            seal_key=seal_key_from_connection(self.seal_key_conn_id))
         self.log.info("job %s: backup %s of batch %s (%d files, %d new blobs, %.1fs)", spec.name, result.backup_id,
                       result.manifest.last_committed_batch, result.files, result.blobs_written, result.seconds)
         return {"job": spec.name, "backup_id": result.backup_id, **result.to_dict()}
@@ -155,14 +184,18 @@ class RestoreCheckpointOperator(StreamingJobOperator):
 
     :param backup_id: the backup to restore (templated). ``None``/empty skips the task, so a DAG
         can leave it out of a run without a branch.
+    :param seal_key_conn_id: Generic connection whose password keys the manifest seal (HMAC): a
+        manifest without a valid keyed seal is refused.
     """
 
     template_fields = ("job", "reason", "backup_id", "dry_run")
 
-    def __init__(self, *, job: str, backup_id: str | None, dry_run: bool | str = False, **kwargs: Any) -> None:
+    def __init__(self, *, job: str, backup_id: str | None, dry_run: bool | str = False,
+                 seal_key_conn_id: str | None = None, **kwargs: Any) -> None:
         super().__init__(job=job, **kwargs)
         self.backup_id = backup_id
         self.dry_run = dry_run
+        self.seal_key_conn_id = seal_key_conn_id
 
     def run(self, context: Any) -> dict[str, Any]:
         from airflow_kafka_spark.restore import restore_checkpoint
@@ -175,7 +208,8 @@ class RestoreCheckpointOperator(StreamingJobOperator):
         result = restore_checkpoint(
             spec.checkpoint, spec.backup_root, backup_id, kafka_config(spec), job=spec.name,
             dry_run=flag(self.dry_run, name="dry_run"), idempotent_sink=spec.sink == "idempotent",
-            sink_output=spec.output if spec.sink == "parquet" else None, actor=actor(context))
+            sink_output=spec.output if spec.sink == "parquet" else None, actor=actor(context),
+            seal_key=seal_key_from_connection(self.seal_key_conn_id))
         self.log.info("job %s: %s", spec.name, result.plan.headline)
         self.log.info("%s", result.plan.render())
         return {"job": spec.name, **result.to_dict()}
