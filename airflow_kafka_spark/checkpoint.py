@@ -27,6 +27,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from airflow_kafka_spark import storage
 from airflow_kafka_spark.errors import CheckpointFormatError, UserError
 from airflow_kafka_spark.offsets import PartitionOffsets, parse_offsets_json
 
@@ -59,6 +60,9 @@ _MAX_INT = 2**31 - 1
 # Spark's log files are small (a Kafka offset line is ~20 bytes per partition); anything far larger
 # is not a log file, and reading it whole would only waste memory.
 _MAX_LOG_FILE_BYTES = 64 * 1024 * 1024
+# ``metadata`` holds ``{"id":"<uuid>"}`` (~45 bytes; Spark has written nothing else there since 2.0):
+# 1 MiB is over 20,000 times that, room for any future field, yet never a memory problem to read.
+METADATA_MAX_BYTES = 1024 * 1024
 _LINE_BREAK = re.compile(r"\r\n|\r|\n")
 _VERSION_LINE = re.compile(r"v\+?([0-9]+)")
 _JAVA_WHITESPACE = "".join(chr(c) for c in range(33))  # what Java's String.trim() strips
@@ -480,6 +484,9 @@ class _Reader:
     def _query_id(self, root_entries: dict[str, dict], *, has_batches: bool) -> str | None:
         info = root_entries.get("metadata")
         reason = "is missing" if info is None else self._not_a_file("metadata", info)
+        size = info.get("size") if info is not None else None
+        if reason is None and isinstance(size, int) and size > METADATA_MAX_BYTES:
+            reason = f"is {size:,} bytes, larger than the {METADATA_MAX_BYTES:,}-byte limit (Spark writes ~45)"
         if info is not None and reason is None:
             try:
                 data = self._read_file("metadata")
@@ -765,6 +772,11 @@ class _Reader:
                 continue
             rel = f"{rel_dir}/0"
             why = self._not_a_file(rel, files["0"])
+            size = files["0"].get("size")
+            if why is None and isinstance(size, int) and size > _MAX_LOG_FILE_BYTES:
+                self._bad_initial_offsets(rel_dir, f"is {size:,} bytes, larger than any offsets file Spark "
+                                                   f"writes (limit {_MAX_LOG_FILE_BYTES:,})")
+                continue
             try:
                 data = b"" if why else self._read_file(rel)
             except IsADirectoryError:
@@ -868,6 +880,7 @@ def _open_fs(location: Any, storage_options: dict | None) -> tuple[Any, str]:
         raise UserError(f"checkpoint location must be a non-empty path or URL, got {location!r}")
     if storage_options is not None and not isinstance(storage_options, dict):
         raise UserError(f"storage_options must be a dict, got {type(storage_options).__name__}")
+    storage.refuse_chained_url(location, "checkpoint location")
     from fsspec.core import url_to_fs  # imported here so importing this module stays cheap
 
     try:
@@ -932,9 +945,11 @@ def _reject_constant(name: str) -> Any:
 
 def _json(text: str, what: str) -> Any:
     try:
-        return json.loads(text, parse_constant=_reject_constant)
-    except (ValueError, RecursionError) as exc:
-        reason = "nested too deeply" if isinstance(exc, RecursionError) else _one_line(exc)
+        return storage.load_json(text, what="it", max_bytes=_MAX_LOG_FILE_BYTES, parse_constant=_reject_constant)
+    except storage.UntrustedJSONError as exc:
+        reason = "nested too deeply" if "nested too deeply" in str(exc) else _one_line(exc)
+        if reason.startswith("it is not JSON ("):
+            reason = reason[len("it is not JSON ("):].removesuffix(")")
         raise CheckpointFormatError(f"{what} is not valid JSON ({reason}): {_show(text)}") from None
 
 

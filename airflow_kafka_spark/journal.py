@@ -21,6 +21,7 @@ The journal lives beside the checkpoint, like the lifecycle record, never inside
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 import uuid
@@ -79,18 +80,19 @@ class Journal:
     @classmethod
     def load(cls, checkpoint: Location) -> Journal | None:
         loc = journal_location(checkpoint)
-        raw = storage.read_bytes(loc)
+        raw = storage.read_bytes(loc, limit=storage.JSON_MAX_BYTES)
         if raw is None:
             return None
         try:
-            doc = json.loads(raw)
+            doc = storage.load_json(raw, what="it")
             if not isinstance(doc, dict) or not isinstance(doc.get("payload"), dict) \
-                    or doc.get("op") not in ("reset", "restore"):
+                    or doc.get("op") not in ("reset", "restore") or not isinstance(doc.get("operation_id"), str):
                 raise ValueError("not an operation journal")
-        except (ValueError, UnicodeDecodeError) as exc:
+        except ValueError as exc:
             raise UserError(f"operation journal {loc.url} is unreadable ({exc}); it records an interrupted reset or "
                             "restore: inspect it, then move it away to continue") from None
-        if int(doc.get("format", 1)) > FORMAT_VERSION:
+        fmt = doc.get("format", 1)
+        if isinstance(fmt, bool) or not isinstance(fmt, int) or fmt > FORMAT_VERSION:
             raise UserError(f"operation journal {loc.url} was written by a newer airflow-kafka-spark; finish the "
                             "operation with that version")
         return cls(loc, doc)
@@ -104,7 +106,7 @@ class Journal:
                             "the interrupted one first)")
         doc = {"format": FORMAT_VERSION, "op": op, "operation_id": operation_id,
                "checkpoint": checkpoint.url, "created_at_ms": int(time.time() * 1000), "done": [],
-               "payload": payload}
+               "guard": checkpoint_marks(checkpoint), "payload": payload}
         storage.write_atomic(loc, _dump(doc))
         return cls(loc, doc)
 
@@ -119,6 +121,7 @@ def finish_interrupted(checkpoint_location: str, *, storage_options: dict | None
     journal = Journal.load(ck)
     if journal is None:
         return None
+    refuse_stale_roll_forward(journal, ck)
     if journal.op == "reset":
         from airflow_kafka_spark.reset import roll_forward as reset_forward
 
@@ -159,3 +162,106 @@ def remove_stale_staging(checkpoint: Location, keep: str | None = None) -> int:
         storage.remove_tree(Location(checkpoint.fs, path, path))
         removed += 1
     return removed
+
+
+# --------------------------------------------------------------------------------------------------
+# an interrupted operation is a BLOCK, and finishing it must not run over a job deployed meanwhile
+# --------------------------------------------------------------------------------------------------
+
+INTERRUPTED_OPERATION = "INTERRUPTED_OPERATION"
+"""Finding code: a reset/restore journal beside the checkpoint (the operation was killed midway)."""
+STALE_INTERRUPTED_OPERATION = "STALE_INTERRUPTED_OPERATION"
+"""Refusal code: rolling the journal forward would move a checkpoint that moved on, or a running job's."""
+
+
+def checkpoint_marks(checkpoint: Location) -> dict[str, Any]:
+    """What tells whether a query ran on this location since: newest offsets/commits ids, the query id.
+
+    Lists ``offsets/`` and ``commits/`` only (never ``state/``, which can be huge) and reads
+    ``metadata`` up to 1 MiB. Recorded in the journal at its commit point, compared on resume.
+    """
+    from airflow_kafka_spark.checkpoint import METADATA_MAX_BYTES, batch_id_from_name
+
+    marks: dict[str, Any] = {"exists": storage.exists(checkpoint), "offsets": None, "commits": None,
+                             "metadata_sha256": None}
+    if not marks["exists"]:
+        return marks
+    for log in ("offsets", "commits"):
+        try:
+            names = checkpoint.fs.ls(checkpoint.child(log).path, detail=False)
+        except (FileNotFoundError, NotADirectoryError):
+            names = []
+        except OSError as exc:
+            raise UserError(f"cannot list {checkpoint.child(log).url}: {storage.os_reason(exc)}") from None
+        ids = [b for b in (batch_id_from_name(str(n).rstrip("/").rsplit("/", 1)[-1]) for n in names) if b is not None]
+        marks[log] = max(ids, default=None)
+    try:
+        raw = storage.read_bytes(checkpoint.child("metadata"), limit=METADATA_MAX_BYTES)
+    except UserError as exc:
+        raw = str(exc).encode()
+    if raw is not None:
+        marks["metadata_sha256"] = hashlib.sha256(raw).hexdigest()
+    return marks
+
+
+def refuse_stale_roll_forward(journal: Journal, checkpoint: Location) -> None:
+    """Refuse (exit 3, one line, nothing changed) to finish ``journal`` when the situation moved on.
+
+    Why: the journal's plan (startingOffsets, the folder to move aside) was right when it was
+    written. If a job was deployed since — it holds the lease, or it wrote batches — finishing the
+    plan would pull the live checkpoint from under it and restart from old offsets (a replay).
+    """
+    from airflow_kafka_spark.backup import running_reason
+    from airflow_kafka_spark.lifecycle import LifecycleRecord
+    from airflow_kafka_spark.plan import OperationBlocked
+
+    head = (f"the interrupted {journal.op} {journal.operation_id} recorded in {journal.location.url} was not "
+            "finished and nothing was changed")
+    abandon = (f"if the job should keep running on its checkpoint, abandon the interrupted {journal.op} by "
+               f"moving {journal.location.url} away (its backup is kept), then plan again")
+    record = LifecycleRecord.load(checkpoint.url)
+    running = running_reason(record)   # the operation itself refused to start under a live lease
+    if running:
+        raise OperationBlocked(f"{head}: a job holds the checkpoint's lease ({running}); stop it first, or {abandon}",
+                               code=STALE_INTERRUPTED_OPERATION)
+    guard = journal.doc.get("guard")
+    if not isinstance(guard, dict) or journal.is_done("aside") or journal.is_done("in_place"):
+        return  # older journals carry no guard; past the move the location is no longer the old checkpoint
+    now = checkpoint_marks(checkpoint)
+    if now != guard:
+        changed = ", ".join(f"{k} {guard.get(k)!s} -> {now.get(k)!s}" for k in ("offsets", "commits", "exists")
+                            if guard.get(k) != now.get(k)) or "metadata (query id) changed"
+        raise OperationBlocked(f"{head}: the checkpoint moved on since the journal was written ({changed}): a query "
+                               f"ran on it meanwhile; {abandon}", code=STALE_INTERRUPTED_OPERATION)
+
+
+def interrupted_finding(checkpoint_location: str, storage_options: dict | None = None) -> Any:
+    """The BLOCK finding for a journal beside ``checkpoint_location`` (None without one).
+
+    validate, the audit and the UI all read it through the verdict, so a killed reset/restore is
+    never reported as PASS. An unreadable journal is a BLOCK too: it still records an interruption.
+    """
+    from airflow_kafka_spark.verdict import BLOCK, Finding
+
+    ck = storage.open_location(checkpoint_location, storage_options, what="checkpoint location")
+    loc = journal_location(ck)
+    if not storage.exists(loc):
+        return None
+    try:
+        journal = Journal.load(ck)
+    except UserError as exc:
+        return Finding(INTERRUPTED_OPERATION, BLOCK, message=str(exc),
+                       fix=f"inspect {loc.url}; move it away only once you know the checkpoint and the lifecycle "
+                           "record are as they should be")
+    if journal is None:
+        return None
+    done = ", ".join(str(s) for s in journal.doc.get("done", [])) or "none"
+    aside = journal.payload.get("aside")
+    return Finding(
+        INTERRUPTED_OPERATION, BLOCK,
+        message=(f"an interrupted {journal.op} ({journal.operation_id}) of this checkpoint is recorded in "
+                 f"{loc.url} (steps done: {done}); finishing it moves the checkpoint "
+                 f"{'to ' + str(aside) if aside else 'away'} — starting the job now would run on a checkpoint "
+                 "that is about to be replaced"),
+        fix=(f"finish it by re-running aks {journal.op} --checkpoint {ck.url} (it resumes the interrupted one "
+             f"first), or abandon it by moving {loc.url} away while no job runs"))

@@ -42,7 +42,7 @@ from fsspec.implementations.local import LocalFileSystem
 from airflow_kafka_spark.errors import UserError
 from airflow_kafka_spark.kafka_view import redact
 from airflow_kafka_spark.offsets import PartitionOffsets, parse_offsets_json, to_offsets_json
-from airflow_kafka_spark.storage import open_location, pid_alive, read_bytes, write_atomic
+from airflow_kafka_spark.storage import JSON_MAX_BYTES, load_json, open_location, pid_alive, read_bytes, write_atomic
 
 RECORD_SUFFIX = ".lifecycle.json"
 LOCK_SUFFIX = ".lock"
@@ -137,7 +137,14 @@ class LifecycleRecord:
     @classmethod
     def create(cls, job_name: str, checkpoint_location: str, *, location: str | None = None
                ) -> LifecycleRecord:
-        """A new, unsaved record for ``job_name`` beside ``checkpoint_location``."""
+        """A new, unsaved record for ``job_name`` beside ``checkpoint_location``.
+
+        The name goes through the one job-name rule (backup folders use it too), so
+        ``../../etc`` or ``"orders\\n"`` never reaches a record or a path.
+        """
+        from airflow_kafka_spark.backup import validate_job_name
+
+        validate_job_name(job_name)
         return cls(job_name=job_name, checkpoint_location=checkpoint_location, location=location or "")
 
     @classmethod
@@ -198,9 +205,9 @@ class LifecycleRecord:
     def from_json(cls, raw: str | bytes, *, location: str = "") -> LifecycleRecord:
         where = location or "lifecycle record"
         try:
-            doc = json.loads(raw)
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise _corrupt(where, f"not JSON: {exc}") from None
+            doc = load_json(raw, what="it")
+        except ValueError as exc:
+            raise _corrupt(where, str(exc)) from None
         return cls.from_dict(doc, location=location)
 
     @classmethod
@@ -476,7 +483,7 @@ def _fs(location: str) -> tuple[Any, str]:
 
 
 def _read_bytes(location: str) -> bytes | None:
-    return read_bytes(open_location(location, what="lifecycle record"))
+    return read_bytes(open_location(location, what="lifecycle record"), limit=JSON_MAX_BYTES)
 
 
 def _load_raw(location: str) -> LifecycleRecord | None:

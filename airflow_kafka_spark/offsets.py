@@ -29,10 +29,12 @@ PartitionOffsets = dict[TopicPartition, int]
 
 def parse_offsets_json(text: str | bytes, *, what: str = "offsets") -> PartitionOffsets:
     """Parse Spark's Kafka offset JSON; raise :class:`UserError` naming ``what`` if it is not that."""
+    from airflow_kafka_spark.storage import UntrustedJSONError, load_json
+
     try:
-        doc = json.loads(text)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise UserError(f"{what} is not JSON ({exc}); expected e.g. {{\"topic\":{{\"0\":23}}}}") from None
+        doc = load_json(text, what=what)
+    except UntrustedJSONError as exc:
+        raise UserError(f"{exc}; expected e.g. {{\"topic\":{{\"0\":23}}}}") from None
     if not isinstance(doc, dict):
         raise UserError(f"{what} must be a JSON object like {{\"topic\":{{\"0\":23}}}}, got {type(doc).__name__}")
     out: PartitionOffsets = {}

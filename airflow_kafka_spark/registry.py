@@ -74,6 +74,7 @@ import yaml
 
 from airflow_kafka_spark.errors import UserError
 from airflow_kafka_spark.kafka_view import is_secret_key
+from airflow_kafka_spark.storage import load_json
 
 REGISTRY_ENV = "AKS_JOB_REGISTRY"
 REGISTRY_FILENAME = "streaming_jobs.yaml"
@@ -863,7 +864,7 @@ def _starting_offsets(ctx: _Ctx, where: str, value: Any, topics: list[str]) -> s
         return value
     if isinstance(value, str):
         try:
-            parsed = json.loads(value)
+            parsed = load_json(value, what=where)
         except ValueError:
             ctx.fail(where, f"{value!r} is neither earliest, latest nor Spark offsets JSON",
                      "write earliest, latest or {\"topic\": {\"0\": 42}}")

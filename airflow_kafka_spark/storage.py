@@ -576,6 +576,9 @@ JSON_MAX_BYTES = 16 * 1024 * 1024
 #: Default nesting cap: the deepest document the product writes (a journal holding a plan) is
 #: about 6 levels deep; 64 is far beyond any of them and far below Python's recursion limit.
 JSON_MAX_DEPTH = 64
+#: Backup manifests list every file of a checkpoint (~200 bytes each): 256 MiB is over a million
+#: files, far more than any checkpoint keeps, and still a bounded read.
+MANIFEST_MAX_BYTES = 256 * 1024 * 1024
 
 
 class UntrustedJSONError(UserError, ValueError):

@@ -16,13 +16,13 @@ BLOCK is never recorded as the new baseline. Pass ``record_identity=False`` for 
 from __future__ import annotations
 
 import logging
-import posixpath
 import time
 from collections.abc import Mapping
 from typing import Any
 
 from airflow_kafka_spark.checkpoint import CheckpointState, read_checkpoint
 from airflow_kafka_spark.errors import UserError
+from airflow_kafka_spark.journal import interrupted_finding
 from airflow_kafka_spark.kafka_view import BrokerState, KafkaView
 from airflow_kafka_spark.lifecycle import LifecycleRecord, record_location
 from airflow_kafka_spark.offsets import TopicPartition
@@ -61,6 +61,10 @@ def validate(checkpoint_location: str | None = None, group_id: str | None = None
     if kafka_config is None and view is None:
         raise UserError("no Kafka configuration: give at least bootstrap.servers")
     options = options or DeployOptions()
+    if job_name is not None:
+        from airflow_kafka_spark.backup import validate_job_name
+
+        validate_job_name(job_name)   # the one job-name rule: "../../etc" never reaches the record
     own_view = view is None
     kafka = view or KafkaView(dict(kafka_config or {}), timeout=timeout)
     try:
@@ -90,6 +94,9 @@ def _validate_checkpoint(kafka: KafkaView, location: str, options: DeployOptions
                          lifecycle_location: str | None, storage_options: dict | None, *,
                          record_identity: bool, job_name: str | None, probe_budget_s: float) -> Verdict:
     checkpoint = read_checkpoint(location, storage_options=storage_options)
+    interrupted = interrupted_finding(location, storage_options)
+    if interrupted is not None and not checkpoint.exists:
+        return Verdict.of([interrupted], subject=location)   # e.g. killed right after moving it aside
     if lifecycle_location is None and _record_place(location) is None:
         record_identity = False   # e.g. a bucket root: nowhere beside it to keep a record
         record = None
@@ -103,7 +110,7 @@ def _validate_checkpoint(kafka: KafkaView, location: str, options: DeployOptions
     broker = kafka.broker_state(topics, reference=resume_offsets(checkpoint) or None)
     timestamps, unprobed = _probe_identity(kafka, checkpoint, broker, record, options, probe_budget_s)
     verdict = evaluate(checkpoint, broker, record, options, timestamps)
-    extra: list[Finding] = []
+    extra: list[Finding] = [interrupted] if interrupted is not None else []
     if unprobed:
         shown = ", ".join(map(str, unprobed[:5])) + (f" +{len(unprobed) - 5}" if len(unprobed) > 5 else "")
         extra.append(Finding(
@@ -180,5 +187,6 @@ def _record_place(location: str) -> str | None:
 
 def _default_job_name(location: str) -> str:
     """A job name for a record created by validation alone: the checkpoint folder's name."""
-    name = posixpath.basename(str(location).rstrip("/"))
-    return name or "checkpoint"
+    from airflow_kafka_spark.backup import default_job_name
+
+    return default_job_name(location, None)   # cleaned to the one job-name rule

@@ -495,6 +495,7 @@ def evaluate(checkpoint: CheckpointState, broker: BrokerState, record: Lifecycle
         findings.append(mismatch)
     findings += _problem_findings(checkpoint)
     findings += _runtime_findings(checkpoint, record, options)
+    findings += _empty_kafka_findings(checkpoint)
     pos = _position(checkpoint)
     if pos is None:
         findings += _new_query_findings(checkpoint, broker, record, options)
@@ -505,6 +506,31 @@ def evaluate(checkpoint: CheckpointState, broker: BrokerState, record: Lifecycle
     if not options.fail_on_data_loss:
         findings.append(_fail_on_data_loss_finding(findings))
     return Verdict.of(_strict(findings, options), source="checkpoint", subject=checkpoint.location)
+
+
+def _empty_kafka_findings(cp: CheckpointState) -> list[Finding]:
+    """A Kafka source whose restart offsets are ``{}``: no position at all (issue 17).
+
+    BLOCK, like reset (which refuses to preserve it): Spark treats every partition as new and reads
+    it from the earliest offset, so the restart silently replays whole topics — or, if the file was
+    emptied by damage, nobody can say how far the job really got.
+    """
+    if not cp.exists:
+        return []
+    batches = [b for b in (cp.latest_committed, cp.latest_planned) if b is not None]
+    where = [(f"offsets/{b.batch_id}", sid) for b in batches for sid, offs in sorted(b.sources.items())
+             if offs is not None and not offs]
+    if not batches:
+        where = [(f"sources/{sid}/0", sid) for sid, offs in sorted(cp.initial_offsets.items()) if not offs]
+    if not where:
+        return []
+    path, sid = where[0]
+    return [Finding(
+        "KAFKA_OFFSETS_EMPTY", BLOCK, numbers={"sources": len({s for _, s in where})},
+        message=(f"{path} holds Kafka source {sid} with no partitions ({{}}): the checkpoint keeps no position, so "
+                 "Spark would read every partition from its earliest offset (a full replay); reset refuses it too"),
+        fix=("restore the checkpoint from a backup, or reset it with --topics and --mode to-offsets, to-datetime "
+             "or earliest"))]
 
 
 def evaluate_group(group_offsets: PartitionOffsets, broker: BrokerState, options: DeployOptions,
