@@ -1,0 +1,70 @@
+"""Issue 17's acceptance corpus: ≥ 300 hostile checkpoint / backup-root variants against every command.
+
+Every variant (tests/support/hostile*.py) is run through ``aks validate``, ``backups``, ``backups
+--verify``, ``restore --dry-run``, ``reset --dry-run``, ``backup`` and a real ``restore``, against
+the real broker, each command bounded by a timer (a hang is a failure). Every run must: print no
+traceback; exit 0, 2 or 3, with exactly one stderr line when not 0; write nothing outside its own
+folders (dry runs: nothing at all); leave the checkpoint byte-identical unless a real restore
+succeeded; and never PASS validate on a variant marked must-not-pass. The failures are written to
+``$AKS_HOSTILE_REPORT`` (default: the test's tmp dir) as JSON, one row per variant × command.
+
+Runtime: the commands run in one long-lived worker process (tests/support/hostile_worker.py), so the
+~2,900 runs cost no interpreter start-ups; see the module docstring there.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from airflow_kafka_spark.stack import topics
+from airflow_kafka_spark.stack.produce import produce
+from tests.support.hostile import ALL_COMMANDS, PAYLOADS, TARGETS, generate
+from tests.support.hostile_harness import Corpus, Failure, render
+
+pytestmark = pytest.mark.integration
+
+TIMEOUT_S = float(os.environ.get("AKS_HOSTILE_TIMEOUT", "40"))
+
+
+def test_the_corpus_is_large_deterministic_and_uniquely_named(tmp_path: Path) -> None:
+    first, second = generate(), generate()
+    names = [v.name for v in first]
+    assert len(names) >= 300
+    assert names == [v.name for v in second]
+    assert len(set(names)) == len(names)
+    assert len([n for n in names if "__" in n]) == len(names)
+    assert len(TARGETS) * len(PAYLOADS) <= len(names)
+    assert any(v.must_succeed == frozenset(ALL_COMMANDS) for v in first)
+
+
+def test_every_command_survives_every_hostile_variant(broker, tmp_path: Path) -> None:
+    topic = f"hostile-{int(time.time())}"
+    topics.create_topic(broker.bootstrap_servers, topic, 2)
+    produce(broker.bootstrap_servers, topic, 100, partitions=2)       # 50 per partition; checkpoints end at 30
+    only = os.environ.get("AKS_HOSTILE_ONLY", "")
+    variants = [v for v in generate() if only in v.name]
+    corpus = Corpus(tmp_path / "hostile", topic, broker.bootstrap_servers, timeout=TIMEOUT_S)
+    failures: list[Failure] = []
+    rows = {}
+    started = time.monotonic()
+    try:
+        for variant in variants:
+            found, answers = corpus.run_variant(variant)
+            failures += found
+            rows[variant.name] = answers
+    finally:
+        corpus.close()
+    seconds = time.monotonic() - started
+    report = Path(os.environ.get("AKS_HOSTILE_REPORT", tmp_path / "hostile-report.json"))
+    report.write_text(json.dumps({"variants": len(variants), "runs": corpus.runs, "seconds": round(seconds, 1),
+                                  "worker_restarts": corpus.worker.restarts,
+                                  "failures": [f.to_dict() for f in failures], "runs_by_variant": rows}, indent=1))
+    print(f"hostile corpus: {len(variants)} variants, {corpus.runs} runs, {seconds:.0f}s, "
+          f"{len(failures)} failures, {corpus.worker.restarts} worker starts; report {report}")
+    assert corpus.runs == len(variants) * 7
+    assert not failures, f"{len(failures)} broken promises (report: {report}):\n{render(failures[:80])}"
