@@ -282,7 +282,7 @@ class AuditHistory:
         if not raw:
             return cls()
         try:
-            doc = json.loads(raw)
+            doc = storage.load_json(raw, what="audit history")
             runs = [r for r in doc.get("runs", []) if isinstance(r, dict) and "at_ms" in r]
         except (ValueError, AttributeError):
             return cls()

@@ -149,10 +149,10 @@ def read_kafka_config_file(path: Path) -> dict[str, Any]:
     except (OSError, UnicodeDecodeError) as exc:
         raise UsageError(f"cannot read Kafka config file {path}: {exc}") from None
     if path.suffix.lower() == ".json":
-        import json
+        from airflow_kafka_spark.storage import load_json
 
         try:
-            doc = json.loads(text)
+            doc = load_json(text, what="it")
         except ValueError as exc:
             raise UsageError(f"Kafka config file {path} is not valid JSON: {exc}") from None
         if not isinstance(doc, dict):

@@ -25,7 +25,6 @@ Nothing is written: files are opened read-only.
 
 from __future__ import annotations
 
-import json
 import posixpath
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,6 +32,7 @@ from urllib.parse import unquote, urlsplit
 
 from airflow_kafka_spark.checkpoint import batch_id_from_name, log_lines, parse_log_version
 from airflow_kafka_spark.errors import CheckpointFormatError, UserError
+from airflow_kafka_spark.storage import load_json
 
 SINK_LOG_DIR = "_spark_metadata"
 COMPACT_SUFFIX = ".compact"
@@ -198,8 +198,8 @@ def _open_fs(location: Any, storage_options: dict | None) -> tuple[Any, str]:
 
 def _entry(line: str, what: str) -> SinkFileEntry:
     try:
-        doc = json.loads(line)
-    except (ValueError, RecursionError):
+        doc = load_json(line, what=what)
+    except ValueError:
         raise CheckpointFormatError(f"{what} is not a JSON SinkFileStatus: {line[:60]!r}") from None
     if not isinstance(doc, dict):
         raise CheckpointFormatError(f"{what} must be a JSON object, got {type(doc).__name__}")

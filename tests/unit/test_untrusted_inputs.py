@@ -260,3 +260,25 @@ def test_journal_guard_is_cheap_on_large_state(tmp_path):
     got = checkpoint_marks(marks)
     assert got["offsets"] == 2 and got["commits"] == 2 and got["metadata_sha256"]
     assert os.path.exists(ck.path("state/0/0/1.delta"))
+
+
+def test_nested_audit_history_and_kafka_config_are_not_tracebacks(tmp_path):
+    from airflow_kafka_spark.audit import HISTORY_FILE, AuditHistory
+
+    (tmp_path / HISTORY_FILE).write_text(DEEP)
+    assert AuditHistory.load(str(tmp_path)).runs == []        # a damaged history restarts the trends
+    config = tmp_path / "kafka.json"
+    config.write_text(DEEP)
+    res = subprocess.run([sys.executable, "-m", "airflow_kafka_spark.cli", "validate", "--checkpoint",
+                          str(tmp_path / "ck"), "--kafka-config", str(config)], capture_output=True, text=True,
+                         cwd=REPO, timeout=60)
+    assert res.returncode == 2 and "Traceback" not in res.stderr and res.stderr.count("\n") == 1, res.stderr
+    assert "nested" in res.stderr
+
+
+def test_sink_log_entry_with_nested_json_is_a_format_error():
+    from airflow_kafka_spark.errors import CheckpointFormatError
+    from airflow_kafka_spark.sink_log import _entry
+
+    with pytest.raises(CheckpointFormatError):
+        _entry(DEEP, "_spark_metadata/0 line 2")
