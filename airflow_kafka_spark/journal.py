@@ -219,14 +219,16 @@ def refuse_stale_roll_forward(journal: Journal, checkpoint: Location) -> None:
             "finished and nothing was changed")
     abandon = (f"if the job should keep running on its checkpoint, abandon the interrupted {journal.op} by "
                f"moving {journal.location.url} away (its backup is kept), then plan again")
+    if journal.is_done("aside") or journal.is_done("in_place"):
+        return  # past the move: the location no longer holds the old checkpoint, what is left is bookkeeping
     record = LifecycleRecord.load(checkpoint.url)
     running = running_reason(record)   # the operation itself refused to start under a live lease
     if running:
         raise OperationBlocked(f"{head}: a job holds the checkpoint's lease ({running}); stop it first, or {abandon}",
                                code=STALE_INTERRUPTED_OPERATION)
     guard = journal.doc.get("guard")
-    if not isinstance(guard, dict) or journal.is_done("aside") or journal.is_done("in_place"):
-        return  # older journals carry no guard; past the move the location is no longer the old checkpoint
+    if not isinstance(guard, dict):
+        return  # journals written before the guard existed carry none
     now = checkpoint_marks(checkpoint)
     if now != guard:
         changed = ", ".join(f"{k} {guard.get(k)!s} -> {now.get(k)!s}" for k in ("offsets", "commits", "exists")

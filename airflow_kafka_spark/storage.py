@@ -649,7 +649,7 @@ def read_json_file(loc: Location, *, what: str, max_bytes: int = JSON_MAX_BYTES,
 def refuse_chained_url(url: str, what: str = "location") -> None:
     """fsspec reads ``a::b`` as a chain (``b`` opened through ``a``), so ``/ck::/other`` silently
     opens another folder: a checkpoint or backup URL is one location, never a chain."""
-    if isinstance(url, str) and "::" in url:
+    if isinstance(url, str) and "::" in url:   # even inside [::1]: fsspec splits there too
         raise UserError(f"{what} {url!r} contains '::', which fsspec reads as a chain of file systems (another "
-                        "folder than the one named); pass a single path or URL, and set caching or other "
-                        "options through storage options")
+                        "folder than the one named); pass a single path or URL (an IPv6 host by name), and set "
+                        "caching or other options through storage options")

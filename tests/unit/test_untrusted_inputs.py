@@ -186,6 +186,8 @@ def test_a_chained_url_is_refused_instead_of_opening_another_folder(tmp_path):
         assert "::" in one_line(info.value)
         with pytest.raises(UserError):
             read_checkpoint(url)
+    with pytest.raises(UserError):        # fsspec splits "[::1]" too (file://[::1]/x opens "./[")
+        storage.refuse_chained_url("hdfs://[::1]:8020/data/ck")
 
 
 def test_empty_latest_kafka_offsets_are_not_a_pass():
@@ -282,3 +284,15 @@ def test_sink_log_entry_with_nested_json_is_a_format_error():
 
     with pytest.raises(CheckpointFormatError):
         _entry(DEEP, "_spark_metadata/0 line 2")
+
+
+def test_past_the_move_only_bookkeeping_is_left_and_a_new_run_does_not_block_it(tmp_path):
+    ck, loc = _journaled_reset(tmp_path)
+    journal = Journal.load(loc)
+    for step in ("record", "sink"):
+        journal.mark(step)
+    os.rename(ck.root, ck.location + ".reset-x")
+    journal.mark("aside")                                   # killed at reset.moved
+    LifecycleRecord.load(ck.location).acquire_lease("new-run", 600)
+    assert finish_interrupted(ck.location)["op"] == "reset"
+    assert not (tmp_path / "ck.operation.json").exists()
