@@ -402,6 +402,8 @@ def _parse_yaml(ctx: _Ctx, text: str) -> Any:
     except yaml.YAMLError as exc:
         ctx.fail("not valid YAML", str(exc).splitlines()[0] if str(exc) else "parse error",
                  "fix the YAML syntax")
+    except RecursionError:   # PyYAML composes recursively: thousands of nested [ or { overflow it
+        ctx.fail("not valid YAML", "it is nested too deeply", "a registry is a flat list of jobs: remove the nesting")
 
 
 def _expand(ctx: _Ctx, where: str, value: str) -> str:
@@ -866,7 +868,7 @@ def _starting_offsets(ctx: _Ctx, where: str, value: Any, topics: list[str]) -> s
         try:
             parsed = load_json(value, what=where)
         except ValueError:
-            ctx.fail(where, f"{value!r} is neither earliest, latest nor Spark offsets JSON",
+            ctx.fail(where, f"{_show(value)} is neither earliest, latest nor Spark offsets JSON",
                      "write earliest, latest or {\"topic\": {\"0\": 42}}")
     else:
         parsed = value

@@ -296,3 +296,27 @@ def test_past_the_move_only_bookkeeping_is_left_and_a_new_run_does_not_block_it(
     LifecycleRecord.load(ck.location).acquire_lease("new-run", 600)
     assert finish_interrupted(ck.location)["op"] == "reset"
     assert not (tmp_path / "ck.operation.json").exists()
+
+
+@pytest.mark.parametrize("nested_as", ["json string", "yaml"])
+def test_registry_with_nested_starting_offsets_is_one_short_line(tmp_path, nested_as):
+    import yaml
+
+    from airflow_kafka_spark.registry import load_registry
+
+    (tmp_path / "data").mkdir()
+    (tmp_path / "apps").mkdir()
+    (tmp_path / "apps" / "job.py").write_text("print('job')\n")
+    doc = {"version": 1, "allowed_roots": [str(tmp_path / "data"), str(tmp_path / "apps")],
+           "defaults": {"application": str(tmp_path / "apps" / "job.py"),
+                        "checkpoint": f"{tmp_path}/data/checkpoints/{{name}}",
+                        "backup_root": f"{tmp_path}/data/backups/{{name}}",
+                        "output": f"{tmp_path}/data/sinks/{{name}}"},
+           "jobs": [{"name": "orders", "topics": ["orders"], "sink": "idempotent",
+                     "starting_offsets_default": DEEP if nested_as == "json string" else "PLACEHOLDER"}]}
+    text = yaml.safe_dump(doc, width=1 << 20)
+    path = tmp_path / "streaming_jobs.yaml"
+    path.write_text(text.replace("PLACEHOLDER", DEEP))
+    with pytest.raises(UserError) as info:
+        load_registry(path)
+    assert len(one_line(info.value)) < 400 and str(path) in str(info.value)
