@@ -28,7 +28,7 @@ from tests.support.hostile_harness import Corpus, Failure, render
 
 pytestmark = pytest.mark.integration
 
-TIMEOUT_S = float(os.environ.get("AKS_HOSTILE_TIMEOUT", "40"))
+TIMEOUT_S = float(os.environ.get("AKS_HOSTILE_TIMEOUT", "20"))
 
 
 def test_the_corpus_is_large_deterministic_and_uniquely_named(tmp_path: Path) -> None:

@@ -28,7 +28,7 @@ from pathlib import Path
 JOB = "orders"
 DEPTH = 10_000
 HUGE = 1 << 30          # sparse: costs no disk until someone copies it
-ALL_COMMANDS = ("validate", "backups", "verify", "restore-dry", "reset-dry", "backup", "restore")
+ALL_COMMANDS = ("validate", "backups", "verify", "restore-dry", "reset-dry", "restore", "backup")
 
 
 @dataclass
@@ -40,6 +40,7 @@ class Sandbox:
     bootstrap: str
     ck_name: str = "ck"
     backup_id: str = ""
+    seal_key_file: Path | None = None     # set: the base backup and every command use the keyed seal
 
     @property
     def ck(self) -> Path:
@@ -95,7 +96,8 @@ class Sandbox:
 class Variant:
     """One hostile input. ``must_not_pass``: validate may not exit 0. ``must_refuse``: these commands
     must exit non-zero. ``must_succeed``: these must exit 0 (the control variant, so the harness
-    cannot pass vacuously). ``ck_arg``/``job_arg``/``job_name_arg`` replace command arguments."""
+    cannot pass vacuously). ``keyed``: the base backup and the commands use a seal key file.
+    ``ck_arg``/``job_arg``/``job_name_arg`` replace command arguments."""
 
     name: str
     build: Callable[[Sandbox], None]
@@ -103,6 +105,7 @@ class Variant:
     must_refuse: frozenset[str] = frozenset()
     must_succeed: frozenset[str] = frozenset()
     ck_name: str = "ck"
+    keyed: bool = False
     ck_arg: str | None = None
     job_arg: str | None = None
     job_name_arg: str | None = None
@@ -160,9 +163,9 @@ def reseal(doc: dict) -> dict:
     """Recompute the unkeyed manifest digest the way anyone with write access to the root can."""
     import hashlib
 
-    body = {k: v for k, v in doc.items() if k != "digest"}
+    body = {k: v for k, v in doc.items() if k not in ("digest", "hmac")}
     digest = hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
-    return {**body, "digest": digest}
+    return {**body, "digest": digest, **({"hmac": doc["hmac"]} if "hmac" in doc else {})}   # no key: old hmac
 
 
 def write_json(path: Path, doc: object) -> None:
@@ -241,8 +244,6 @@ TARGETS: dict[str, Target] = {
                          lambda sb: sb.manifest.read_bytes(), False, frozenset()),
     "blob": (lambda sb: sb.blob("metadata"), "raw", None, False, frozenset({"restore", "verify"})),
 }
-# a valid copy behind a link is still a link out of the folder: only these targets may then pass
-_LINK_TOLERANT = frozenset({"record"})
 
 
 def _matrix_variant(target: str, payload: str) -> Variant:
@@ -254,7 +255,11 @@ def _matrix_variant(target: str, payload: str) -> Variant:
         valid = valid_of(sb) if valid_of is not None else path.read_bytes()
         PAYLOADS[payload](sb, path, valid, kind, rng_for(name))
 
-    not_pass = must_not_pass and not (payload == "link_out_valid_copy" and target in _LINK_TOLERANT)
+    # Spark itself reads through a link to a valid copy, and reads commits "{}" as watermark 0; a
+    # dangling link where a record or journal would be is "none there": validate may pass those
+    tolerated = payload == "link_out_valid_copy" or (target == "commits_latest" and payload == "json_empty_object") \
+        or (target in ("record", "journal") and payload == "link_broken")
+    not_pass = must_not_pass and not tolerated
     return Variant(name, build, must_not_pass=not_pass, must_refuse=refuse)
 
 
@@ -269,7 +274,7 @@ def generate() -> list[Variant]:
     out = [Variant("control__pristine", _control, must_succeed=frozenset(ALL_COMMANDS))]
     out += [_matrix_variant(t, p) for t in TARGETS for p in PAYLOADS]
     for group in (sem.checkpoint_variants, sem.record_variants, sem.journal_variants, sem.manifest_variants,
-                  sem.store_variants, sem.argument_variants):
+                  sem.store_variants, sem.argument_variants, sem.keyed_variants):
         out += group()
     names = [v.name for v in out]
     dupes = {n for n in names if names.count(n) > 1}
@@ -283,11 +288,14 @@ def generate() -> list[Variant]:
 # --------------------------------------------------------------------------------------------------
 
 def commands(sb: Sandbox, variant: Variant, timeout_s: float = 5.0) -> list[tuple[str, list[str]]]:
-    """``(label, argv)`` for every command, in run order (the real restore last: it may move things)."""
+    """``(label, argv)`` for every command, in run order: the real restore before the backup (a backup
+    re-stores a damaged blob it needs, which would hide a restore that accepts one)."""
     ck = sb.subst(variant.ck_arg) if variant.ck_arg else str(sb.ck)
     job = variant.job_arg if variant.job_arg is not None else JOB
     kafka = ["--bootstrap-servers", sb.bootstrap, "--timeout", str(timeout_s)]
     store = ["--backup-root", str(sb.root), "--job", job]
+    if sb.seal_key_file is not None:
+        store += ["--seal-key-file", str(sb.seal_key_file)]
     validate = ["validate", "--checkpoint", ck, *kafka]
     if variant.job_name_arg is not None:
         validate += ["--job-name", variant.job_name_arg]
@@ -299,9 +307,16 @@ def commands(sb: Sandbox, variant: Variant, timeout_s: float = 5.0) -> list[tupl
         ("restore-dry", [*restore, "--dry-run"]),
         ("reset-dry", ["reset", "--checkpoint", ck, *store, *kafka, "--mode", "preserve", "--dry-run",
                        "--settle", "0"]),
-        ("backup", ["backup", "--checkpoint", ck, *store, "--settle", "0", "--reason", "hostile corpus"]),
         ("restore", restore),
+        ("backup", ["backup", "--checkpoint", ck, *store, "--settle", "0", "--reason", "hostile corpus"]),
     ]
+
+
+def owned_checkpoint(sb: Sandbox, variant: Variant) -> Path:
+    """The checkpoint folder the commands were given (a restore may create it)."""
+    if variant.ck_arg and "::" not in variant.ck_arg:
+        return Path(os.path.normpath(sb.subst(variant.ck_arg)))
+    return sb.ck
 
 
 DRY_RUNS = frozenset({"restore-dry", "reset-dry"})

@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tests.support.hostile import DRY_RUNS, JOB, Sandbox, Variant, clear, commands, put
+from tests.support.hostile import DRY_RUNS, JOB, Sandbox, Variant, clear, commands, owned_checkpoint, put
 
 REPO = Path(__file__).resolve().parents[2]
 HASH_LIMIT = 1 << 20
@@ -131,16 +131,17 @@ def judge(variant: Variant, label: str, sb: Sandbox, answer: dict, changed: list
     lines = len(err.strip().splitlines())
     if (rc == 2 and lines != 1) or (rc == 3 and lines > 1):     # a BLOCK verdict may be on stdout alone
         reasons.append(f"stderr has {lines} lines, not one: {err.strip()[:200]!r}")
-    siblings = f"{sb.ck}."
+    ck = owned_checkpoint(sb, variant)
+    siblings = f"{ck}."
     own: list[Path] = []
     if label not in DRY_RUNS:
         if label != "validate":
             own.append(sb.root)
         if label == "restore" and rc == 0:
-            own.append(sb.ck)
+            own.append(ck)
     written = [p for p in changed if not any(_under(p, o) for o in own)
                and not (label not in DRY_RUNS and p.startswith(siblings))]
-    in_ck = [p for p in written if _under(p, sb.ck)]
+    in_ck = [p for p in written if _under(p, ck)]
     outside = [p for p in written if p not in in_ck]
     rel = lambda ps: ", ".join(os.path.relpath(p, sb.v) for p in ps[:4]) + (" ..." if len(ps) > 4 else "")  # noqa: E731
     if in_ck:
@@ -163,24 +164,28 @@ class Corpus:
     base: Path
     topic: str
     bootstrap: str
-    timeout: float = 40.0
+    timeout: float = 20.0
     worker: Worker = field(init=False)
-    templates: dict[str, tuple[Path, str]] = field(default_factory=dict)
+    templates: dict[tuple[str, bool], tuple[Path, str]] = field(default_factory=dict)
     runs: int = 0
 
     def __post_init__(self) -> None:
         (self.base / "cwd").mkdir(parents=True, exist_ok=True)
         self._skip = frozenset({str(self.base / "templates")})
-        self.worker = Worker(self.base.parent / f"{self.base.name}-worker", self.base / "cwd")
+        self.scratch = self.base.parent / f"{self.base.name}-worker"
+        self.scratch.mkdir(parents=True, exist_ok=True)
+        self.worker = Worker(self.scratch, self.base / "cwd")
+        self.key_file = self.base / "seal.key"
+        put(self.key_file, "hostile-corpus-seal-key-0123456789abcdef\n")
 
     @property
     def v(self) -> Path:
         return self.base / "v"
 
-    def _template(self, ck_name: str) -> tuple[Path, str]:
+    def _template(self, ck_name: str, keyed: bool) -> tuple[Path, str]:
         """A real base: factory checkpoint, record by ``aks validate``, one ``aks backup`` — built once."""
-        if ck_name in self.templates:
-            return self.templates[ck_name]
+        if (ck_name, keyed) in self.templates:
+            return self.templates[(ck_name, keyed)]
         from tests.support.checkpoint_factory import write_checkpoint
 
         clear(self.v)
@@ -193,24 +198,28 @@ class Corpus:
         write_checkpoint(sb.ck, batches=3, sources=({self.topic: 2},), start_timestamp_ms=int(time.time() * 1000))
         self.worker.run(["validate", "--checkpoint", str(sb.ck), "--bootstrap-servers", self.bootstrap,
                          "--job-name", JOB], self.timeout)
+        key = ["--seal-key-file", str(self.key_file)] if keyed else []
         self.worker.run(["backup", "--checkpoint", str(sb.ck), "--backup-root", str(sb.root), "--job", JOB,
-                         "--settle", "0", "--reason", "base"], self.timeout)
+                         "--settle", "0", "--reason", "base", *key], self.timeout)
         published = sorted((sb.job_dir / "backups").glob("*.json")) if (sb.job_dir / "backups").is_dir() else []
         backup_id = published[0].name.removesuffix(".json") if published else "20260101T000000000Z-none"
         template = self.base / "templates" / f"t{len(self.templates)}"
         shutil.copytree(self.v, template, symlinks=True)
-        self.templates[ck_name] = (template, backup_id)
+        self.templates[(ck_name, keyed)] = (template, backup_id)
         return template, backup_id
 
     def sandbox(self, variant: Variant) -> Sandbox:
-        template, backup_id = self._template(variant.ck_name)
+        template, backup_id = self._template(variant.ck_name, variant.keyed)
         clear(self.v)
         shutil.copytree(template, self.v, symlinks=True)
-        sb = Sandbox(self.v, self.topic, self.bootstrap, ck_name=variant.ck_name, backup_id=backup_id)
+        sb = Sandbox(self.v, self.topic, self.bootstrap, ck_name=variant.ck_name, backup_id=backup_id,
+                     seal_key_file=self.key_file if variant.keyed else None)
         variant.build(sb)
         return sb
 
     def run_variant(self, variant: Variant) -> tuple[list[Failure], dict[str, dict]]:
+        with open(self.scratch / "progress", "a") as progress:     # outside the snapshot: tail -f it
+            progress.write(f"{time.strftime('%H:%M:%S')} {variant.name}\n")
         sb = self.sandbox(variant)
         failures, answers = [], {}
         for label, argv in commands(sb, variant):
@@ -238,7 +247,7 @@ def main() -> None:
 
     bootstrap, topic, base = sys.argv[1], sys.argv[2], Path(sys.argv[3])
     only = sys.argv[4] if len(sys.argv) > 4 else ""
-    corpus = Corpus(base, topic, bootstrap, timeout=float(os.environ.get("AKS_HOSTILE_TIMEOUT", "40")))
+    corpus = Corpus(base, topic, bootstrap, timeout=float(os.environ.get("AKS_HOSTILE_TIMEOUT", "20")))
     started, failures = time.monotonic(), []
     try:
         for variant in generate():

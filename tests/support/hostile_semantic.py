@@ -265,6 +265,12 @@ def argument_variants() -> list[Variant]:
     return av()
 
 
+def keyed_variants() -> list[Variant]:
+    from tests.support.hostile_store import keyed_variants as kv
+
+    return kv()
+
+
 __all__ = [
     "CK_COMMANDS",
     "DEPTH",
@@ -274,6 +280,7 @@ __all__ = [
     "argument_variants",
     "checkpoint_variants",
     "journal_variants",
+    "keyed_variants",
     "manifest_variants",
     "record_variants",
     "store_variants",

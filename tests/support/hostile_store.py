@@ -186,7 +186,7 @@ STORE_DAMAGE: dict[str, tuple[Callable[[Sandbox], None], frozenset[str]]] = {
     "staging_deep": (lambda sb: put(sb.job_dir / "staging" / f"{NEWER}d.json", deep_list()), frozenset()),
     "lock_fifo": (lambda sb: fifo(sb.job_dir / ".lock"), frozenset()),
     "tmp_dir_link_out": (_dir_link_out(".tmp", copy=False), frozenset()),
-    "blobs_dir_link_out": (_dir_link_out("blobs"), frozenset({"verify", "restore"})),
+    "blobs_dir_link_out": (_dir_link_out("blobs"), frozenset()),     # blob names are hashes: reads are moot
     "blob_prefix_link_out": (_blob_prefix_out, frozenset({"verify", "restore"})),
     "backups_dir_link_out": (_dir_link_out("backups"), frozenset()),
     "backups_dir_is_fifo": (lambda sb: (clear(sb.job_dir / "backups"), fifo(sb.job_dir / "backups")), READERS),
@@ -252,4 +252,24 @@ def argument_variants() -> list[Variant]:
     for key, (name, neighbour) in names.items():
         build = _neighbour(neighbour) if neighbour else (lambda sb: None)
         out.append(Variant(f"ckname__{key}", build, ck_name=name))
+    return out
+
+
+# --------------------------------------------------------------------------------------------------
+# the keyed seal: the same tampering by someone without the key is refused, whatever it is
+# --------------------------------------------------------------------------------------------------
+
+def _strip_hmac(sb: Sandbox, doc: dict) -> None:
+    doc.pop("hmac", None)
+
+
+def keyed_variants() -> list[Variant]:
+    out = [Variant("keyed__control_pristine", lambda sb: None, keyed=True,
+                   must_succeed=frozenset({"validate", "backups", "verify", "restore-dry", "reset-dry", "restore",
+                                           "backup"})),
+           Variant("keyed__hmac_removed__resealed", _manifest(_strip_hmac, True), keyed=True, must_refuse=READERS),
+           Variant("keyed__hmac_garbage", _manifest(_field(hmac="hmac-sha256:" + "0" * 64), True), keyed=True,
+                   must_refuse=READERS)]
+    out += [Variant(f"keyed__{name}__resealed", _manifest(edit, True), keyed=True, must_refuse=READERS)
+            for name, (edit, _always) in MANIFEST_EDITS.items()]
     return out
