@@ -53,7 +53,13 @@ from airflow_kafka_spark.backup import (
 )
 from airflow_kafka_spark.checkpoint import CheckpointState, read_checkpoint
 from airflow_kafka_spark.errors import UserError
-from airflow_kafka_spark.journal import Journal, finish_interrupted, new_operation_id, operation_lock
+from airflow_kafka_spark.journal import (
+    Journal,
+    finish_interrupted,
+    interrupted_finding,
+    new_operation_id,
+    operation_lock,
+)
 from airflow_kafka_spark.kafka_view import BrokerState, KafkaView
 from airflow_kafka_spark.lifecycle import LifecycleRecord
 from airflow_kafka_spark.offsets import EARLIEST, LATEST, PartitionOffsets, TopicPartition, parse_offsets_json
@@ -532,6 +538,9 @@ def _reset(checkpoint_location: str, backup_root: str | None, kafka_config: dict
     result = ResetResult(plan=plan, dry_run=dry_run, starting_offsets=plan.starting_offsets_json,
                          aside_location=aside.url, sink_aside_location=sink_aside.url if sink_aside else None)
     if dry_run:
+        interrupted = interrupted_finding(checkpoint_location, storage_options)
+        if interrupted is not None:   # the real run would finish (or refuse) that operation first
+            plan.add(interrupted.code, interrupted.severity, interrupted.message, interrupted.fix)
         return result
     if plan.blocked:
         worst = plan.blocking[0]

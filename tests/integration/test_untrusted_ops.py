@@ -86,6 +86,8 @@ def test_a_killed_reset_blocks_validate_and_a_rerun_after_a_deploy_refuses(broke
     assert doc["headline"].startswith("verdict: BLOCK — INTERRUPTED_OPERATION")
     human = aks("validate", "--checkpoint", ck.location, "--bootstrap-servers", bs)
     assert human.returncode == 3 and "INTERRUPTED_OPERATION" in human.stdout.strip().splitlines()[-1]
+    dry = aks(*[a for a in args if a != "--json"], "--dry-run")
+    assert dry.returncode == 3 and "INTERRUPTED_OPERATION" in dry.stdout and "Traceback" not in dry.stderr
 
     # The job is deployed meanwhile: it takes the lease, commits batch 4 and writes batch 5.
     LifecycleRecord.load(ck.location).acquire_lease("airflow-run-5", 600)
