@@ -1,0 +1,314 @@
+"""A real HDFS + YARN for the dev stack: Apache Hadoop's minicluster, started like the broker.
+
+Two JVMs, as on a real cluster:
+
+* ``MiniCluster`` (``devstack/jvm/hadoop/MiniCluster.java``): a MiniDFSCluster (one NameNode with
+  WebHDFS, one DataNode) and a MiniYARNCluster ResourceManager (CapacityScheduler, one queue). It
+  writes the effective ``core-site.xml``/``hdfs-site.xml``/``yarn-site.xml`` into ``conf/``.
+* ``NodeManager``: Hadoop's own daemon main class, in its own JVM (an RM and an NM in one JVM
+  share Guice's static filter and the RM's REST API then answers 404).
+
+Jars: ``org.apache.hadoop:hadoop-minicluster:3.4.1`` (the Hadoop version inside the pyspark 4.0.0
+wheel; why not the shaded ``hadoop-client-minicluster`` is in ``jvm/hadoop/pom.xml``). Every
+port is free on the loopback interface; data, logs and configuration live in ``data_dir``.
+Ready means: NameNode out of safe mode, RM REST ``STARTED`` and one active NM.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from xml.etree import ElementTree
+
+from airflow_kafka_spark.errors import UserError
+from airflow_kafka_spark.stack.broker import free_port
+from devstack import maven
+
+# What Spark's launcher opens for Java 17; Hadoop's Guice/cglib needs java.lang.
+JAVA_OPENS = [f"--add-opens=java.base/{p}=ALL-UNNAMED" for p in (
+    "java.lang", "java.lang.reflect", "java.io", "java.net", "java.nio", "java.util",
+    "java.util.concurrent", "sun.nio.ch")]
+
+LOG4J = """\
+log4j.rootLogger=INFO, F
+log4j.appender.F=org.apache.log4j.FileAppender
+log4j.appender.F.File={log}
+log4j.appender.F.layout=org.apache.log4j.PatternLayout
+log4j.appender.F.layout.ConversionPattern=%d{{ISO8601}} %p %c{{2}}: %m%n
+log4j.logger.org.apache.hadoop.hdfs.StateChange=WARN
+log4j.logger.BlockStateChange=WARN
+"""
+
+
+def java_home() -> str:
+    """``$JAVA_HOME``, else the JDK that the ``java`` on PATH belongs to (containers need it)."""
+    if os.environ.get("JAVA_HOME"):
+        return os.environ["JAVA_HOME"]
+    java = shutil.which("java")
+    if java is None:
+        raise UserError("java not found on PATH: install a Java 17 runtime (e.g. apt-get install openjdk-17-jdk)")
+    return str(Path(java).resolve().parents[1])
+
+
+def _http_json(url: str, timeout: float = 2.0) -> dict:
+    req = urllib.request.Request(url, headers={"Accept": "application/json"})
+    with urllib.request.urlopen(req, timeout=timeout) as resp:
+        return json.loads(resp.read())
+
+
+def _site_xml(properties: dict[str, str]) -> str:
+    root = ElementTree.Element("configuration")
+    for k, v in properties.items():
+        p = ElementTree.SubElement(root, "property")
+        ElementTree.SubElement(p, "name").text = k
+        ElementTree.SubElement(p, "value").text = v
+    return ElementTree.tostring(root, encoding="unicode")
+
+
+def read_site(path: Path) -> dict[str, str]:
+    """The name -> value pairs of a Hadoop ``*-site.xml``."""
+    root = ElementTree.parse(path).getroot()
+    return {p.findtext("name", ""): p.findtext("value", "") for p in root.iter("property")}
+
+
+@dataclass
+class HadoopCluster:
+    """Lifecycle of one HDFS + YARN minicluster: ``start()`` returns once all of it answers."""
+
+    data_dir: Path
+    nm_memory_mb: int = 4096
+    min_allocation_mb: int = 256
+    cluster_heap: str = "1g"
+    nm_heap: str = "512m"
+    process: subprocess.Popen | None = None
+    nm_process: subprocess.Popen | None = None
+    ready: dict[str, str] = field(default_factory=dict)
+    start_seconds: float = 0.0
+    _ports: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def conf_dir(self) -> Path:
+        """The HADOOP_CONF_DIR / YARN_CONF_DIR clients use (written by the cluster once it is up)."""
+        return self.data_dir / "conf"
+
+    @property
+    def log_file(self) -> Path:
+        return self.data_dir / "minicluster.log"
+
+    @property
+    def nm_log_file(self) -> Path:
+        return self.data_dir / "nodemanager.log"
+
+    @property
+    def default_fs(self) -> str:
+        """``hdfs://localhost:<port>`` (fs.defaultFS)."""
+        return self.ready["fs.defaultFS"]
+
+    @property
+    def webhdfs_address(self) -> str:
+        """``host:port`` of the NameNode's HTTP server (WebHDFS at ``/webhdfs/v1``)."""
+        return self.ready["dfs.namenode.http-address"]
+
+    @property
+    def rm_url(self) -> str:
+        return f"http://127.0.0.1:{self._ports['rm_web']}"
+
+    @property
+    def nm_url(self) -> str:
+        return f"http://127.0.0.1:{self._ports['nm_web']}"
+
+    def env(self) -> dict[str, str]:
+        """What a Hadoop/Spark client process needs to find this cluster."""
+        return {"HADOOP_CONF_DIR": str(self.conf_dir), "YARN_CONF_DIR": str(self.conf_dir)}
+
+    def fsspec_options(self) -> dict[str, object]:
+        """``fsspec.filesystem("webhdfs", **options)`` for this cluster (no JNI/libhdfs needed)."""
+        host, port = self.webhdfs_address.rsplit(":", 1)
+        return {"host": host, "port": int(port), "user": os.environ.get("USER", "root")}
+
+    def _cluster_properties(self) -> dict[str, str]:
+        p = self._ports
+        rm = {"address": p["rm"], "scheduler.address": p["rm_sched"], "resource-tracker.address": p["rm_track"],
+              "admin.address": p["rm_admin"], "webapp.address": p["rm_web"]}
+        props = {f"yarn.resourcemanager.{k}": f"127.0.0.1:{v}" for k, v in rm.items()}
+        props.update({
+            "yarn.minicluster.fixed.ports": "true",
+            "yarn.resourcemanager.hostname": "127.0.0.1",
+            "dfs.permissions.enabled": "false",
+            "dfs.replication": "1",
+            "dfs.webhdfs.enabled": "true",
+            "dfs.namenode.http-address": f"127.0.0.1:{p['nn_http']}",
+            "yarn.scheduler.minimum-allocation-mb": str(self.min_allocation_mb),
+            "yarn.scheduler.maximum-allocation-mb": str(self.nm_memory_mb),
+            "yarn.scheduler.capacity.root.queues": "default",
+            "yarn.scheduler.capacity.root.default.capacity": "100",
+            "yarn.scheduler.capacity.root.default.maximum-capacity": "100",
+            # The default 10 % would let no Spark driver (AM) in: one AM fits in 409 MB of 4 GB.
+            "yarn.scheduler.capacity.maximum-am-resource-percent": "0.8",
+        })
+        return props
+
+    def _nm_properties(self) -> dict[str, str]:
+        p = self._ports
+        return {
+            "yarn.nodemanager.hostname": "127.0.0.1",
+            "yarn.nodemanager.address": "127.0.0.1:0",
+            "yarn.nodemanager.webapp.address": f"127.0.0.1:{p['nm_web']}",
+            "yarn.nodemanager.localizer.address": f"127.0.0.1:{p['nm_local']}",
+            "yarn.nodemanager.local-dirs": str(self.data_dir / "nm-local"),
+            "yarn.nodemanager.log-dirs": str(self.data_dir / "nm-logs"),
+            "yarn.nodemanager.resource.memory-mb": str(self.nm_memory_mb),
+            "yarn.nodemanager.vmem-check-enabled": "false",
+            "yarn.nodemanager.pmem-check-enabled": "false",
+            # A nearly full dev disk must not mark the only node unhealthy.
+            "yarn.nodemanager.disk-health-checker.enable": "false",
+            "yarn.nodemanager.delete.debug-delay-sec": "600",
+            "yarn.nodemanager.log.retain-seconds": "3600",
+            "yarn.log-aggregation-enable": "false",
+        }
+
+    def _java(self, classpath: list[Path | str], main: str, *args: str, heap: str, log: Path,
+              stdout: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
+        (self.data_dir / f"{log.stem}.log4j.properties").write_text(LOG4J.format(log=log))
+        out = open(stdout, "ab")  # noqa: SIM115 - owned by the child
+        cmd = ["java", f"-Xmx{heap}", "-Djava.net.preferIPv4Stack=true", *JAVA_OPENS,
+               f"-Dlog4j.configuration=file:{self.data_dir / f'{log.stem}.log4j.properties'}",
+               "-cp", os.pathsep.join(str(c) for c in classpath), main, *args]
+        return subprocess.Popen(cmd, cwd=self.data_dir, stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True, env=env)
+
+    def start(self, timeout: float = 180.0) -> HadoopCluster:
+        if self.process is not None:
+            return self
+        t0 = time.monotonic()
+        jar_list = maven.fetch("hadoop")
+        classes = maven.compile_launcher("hadoop", "MiniCluster.java", jar_list)
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        (self.conf_dir / "ready").unlink(missing_ok=True)
+        names = ("nn", "nn_http", "rm", "rm_sched", "rm_track", "rm_admin", "rm_web", "nm_web", "nm_local")
+        self._ports = {n: free_port() for n in names}
+        args = [f"{k}={v}" for k, v in self._cluster_properties().items()]
+        self.process = self._java([classes, *jar_list], "MiniCluster", str(self.conf_dir),
+                                  str(self._ports["nn"]), str(self._ports["nn_http"]), *args,
+                                  heap=self.cluster_heap, log=self.log_file,
+                                  stdout=self.data_dir / "minicluster.out")
+        (self.data_dir / "minicluster.pid").write_text(str(self.process.pid))
+        deadline = t0 + timeout
+        try:
+            self._wait_cluster(deadline)
+            self._start_nodemanager(jar_list)
+            self._wait_yarn(deadline)
+        except BaseException:
+            self.stop()
+            raise
+        self.start_seconds = time.monotonic() - t0
+        return self
+
+    def _wait_cluster(self, deadline: float) -> None:
+        ready = self.conf_dir / "ready"
+        while not ready.exists():
+            if self.process.poll() is not None:
+                raise UserError(f"the Hadoop minicluster exited with {self.process.returncode} at start; "
+                                f"see {self.data_dir / 'minicluster.out'} and {self.log_file}")
+            if time.monotonic() > deadline:
+                raise UserError(f"the Hadoop minicluster did not come up in time; see {self.log_file}")
+            time.sleep(0.2)
+        self.ready = dict(line.split("=", 1) for line in ready.read_text().splitlines() if "=" in line)
+        info = _http_json(f"http://{self.webhdfs_address}/jmx?qry=Hadoop:service=NameNode,name=NameNodeInfo")
+        if info["beans"][0].get("Safemode"):
+            raise UserError(f"the NameNode is still in safe mode: {info['beans'][0]['Safemode']}")
+
+    def _start_nodemanager(self, jar_list: list[Path]) -> None:
+        nm_conf = self.data_dir / "nm-conf"
+        nm_conf.mkdir(exist_ok=True)
+        for site in ("core-site.xml", "hdfs-site.xml"):
+            shutil.copy(self.conf_dir / site, nm_conf / site)
+        yarn_site = read_site(self.conf_dir / "yarn-site.xml") | self._nm_properties()
+        (nm_conf / "yarn-site.xml").write_text(_site_xml(yarn_site))
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("HADOOP_", "YARN_", "SPARK_", "PYSPARK_"))}
+        env["JAVA_HOME"] = java_home()  # containers start "$JAVA_HOME/bin/java"
+        self.nm_process = self._java([nm_conf, *jar_list], "org.apache.hadoop.yarn.server.nodemanager.NodeManager",
+                                     heap=self.nm_heap, log=self.nm_log_file,
+                                     stdout=self.data_dir / "nodemanager.out", env=env)
+        (self.data_dir / "nodemanager.pid").write_text(str(self.nm_process.pid))
+
+    def _wait_yarn(self, deadline: float) -> None:
+        last = ""
+        while time.monotonic() < deadline:
+            for proc, what in ((self.process, "minicluster"), (self.nm_process, "nodemanager")):
+                if proc.poll() is not None:
+                    raise UserError(f"the {what} JVM exited with {proc.returncode} at start; "
+                                    f"see {self.data_dir / (what + '.out')}")
+            try:
+                state = _http_json(f"{self.rm_url}/ws/v1/cluster/info")["clusterInfo"]["state"]
+                active = _http_json(f"{self.rm_url}/ws/v1/cluster/metrics")["clusterMetrics"]["activeNodes"]
+                if state == "STARTED" and active >= 1:
+                    return
+                last = f"state {state}, {active} active NodeManagers"
+            except (OSError, ValueError, KeyError) as exc:
+                last = str(exc)
+            time.sleep(0.3)
+        raise UserError(f"YARN did not report a started RM with one active NodeManager in time ({last}); "
+                        f"see {self.log_file} and {self.nm_log_file}")
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """SIGTERM (the launcher's shutdown hook stops YARN, then HDFS); SIGKILL the group after ``timeout``."""
+        for attr in ("nm_process", "process"):
+            proc: subprocess.Popen | None = getattr(self, attr)
+            if proc is None:
+                continue
+            if proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGTERM)
+                try:
+                    proc.wait(timeout)
+                except subprocess.TimeoutExpired:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.killpg(proc.pid, signal.SIGKILL)
+                    proc.wait(10)
+            setattr(self, attr, None)
+
+    def __enter__(self) -> HadoopCluster:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def main() -> int:
+    """``python -m devstack.hadoop [DATA_DIR]``: run HDFS + YARN until Ctrl-C."""
+    data = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(tempfile.mkdtemp(prefix="devstack-hadoop-"))
+    cluster = HadoopCluster(data_dir=data)
+    try:
+        cluster.start()
+    except UserError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(f"HDFS + YARN ready in {cluster.start_seconds:.1f}s (data and logs in {data})")
+    print(f"  fs.defaultFS      {cluster.default_fs}")
+    print(f"  WebHDFS           http://{cluster.webhdfs_address}/webhdfs/v1/")
+    print(f"  ResourceManager   {cluster.rm_url}/cluster")
+    print(f"  NodeManager       {cluster.nm_url}/node")
+    print(f"  export HADOOP_CONF_DIR={cluster.conf_dir} YARN_CONF_DIR={cluster.conf_dir}")
+    try:
+        while cluster.process.poll() is None and cluster.nm_process.poll() is None:
+            time.sleep(1)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        cluster.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
