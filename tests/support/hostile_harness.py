@@ -123,10 +123,13 @@ def judge(variant: Variant, label: str, sb: Sandbox, answer: dict, changed: list
     reasons = []
     rc, out, err = answer["rc"], answer["out"], answer["err"]
     if answer["hang"]:
-        reasons.append(f"hang after {answer['seconds']}s: {' | '.join(answer['hang'].strip().splitlines()[-3:])}")
-    if "Traceback (most recent call last)" in out + err:
-        reasons.append("traceback: " + (err.strip().splitlines() or ["?"])[-1][:300])
-    if rc is not None and rc not in (0, 2, 3):
+        reasons.append(f"hang after {answer['seconds']}s: {answer['hang']}")
+    traceback_seen = "Traceback (most recent call last)" in out + err
+    if traceback_seen:
+        frames = [ln.strip() for ln in err.splitlines() if ln.strip().startswith("File ")]
+        where = frames[-1].replace(str(REPO) + "/", "") if frames else "?"
+        reasons.append(f"traceback: {(err.strip().splitlines() or ['?'])[-1][:240]} ({where[:160]})")
+    elif rc is not None and rc not in (0, 2, 3):
         reasons.append(f"exit code {rc}")
     lines = len(err.strip().splitlines())
     if (rc == 2 and lines != 1) or (rc == 3 and lines > 1):     # a BLOCK verdict may be on stdout alone

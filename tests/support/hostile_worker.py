@@ -74,8 +74,11 @@ def run(argv: list[str], timeout: float, out_f, err_f) -> dict:
     signal.setitimer(signal.ITIMER_REAL, timeout)
     try:
         rc = cli.main(argv)
-    except Hang:
-        hang = "".join(traceback.format_exc(limit=-6).splitlines(keepends=True)[-8:])
+    except Hang as exc:     # where it stood: the innermost frames of the product, not of this worker
+        frames = [f for f in traceback.extract_tb(exc.__traceback__) if not f.filename.endswith("hostile_worker.py")]
+        ours = [f for f in frames if "airflow_kafka_spark" in f.filename][-2:]
+        shown = ours + [f for f in frames[-1:] if f not in ours]
+        hang = " -> ".join(f"{Path(f.filename).name}:{f.lineno} {f.name}" for f in shown)
     except SystemExit as exc:
         rc = exc.code if isinstance(exc.code, int) else 1
     except BaseException:   # a bug: the real process would print this traceback and exit 1
