@@ -209,11 +209,27 @@ def _restore_payload(staging: str, aside: str) -> Callable[[Sandbox], dict]:
                        "actor": "x"}
 
 
+def _guard(sb: Sandbox) -> dict:
+    """What the journal's commit point records about the checkpoint (journal.checkpoint_marks)."""
+    import hashlib
+
+    return {"exists": True, "offsets": 2, "commits": 2,
+            "metadata_sha256": hashlib.sha256((sb.ck / "metadata").read_bytes()).hexdigest()}
+
+
 def _moved_on(sb: Sandbox) -> None:
     """The issue's trap: a journaled reset, then the job ran on (batch 3 planned and committed)."""
-    _journal("reset", _reset_payload)(sb)
+    _journal("reset", _reset_payload, guard=_guard)(sb)
     for d in ("offsets", "commits"):
         shutil.copy(sb.ck / d / "2", sb.ck / d / "3")
+
+
+def _leased_after(sb: Sandbox) -> None:
+    """A journaled reset, then a run was deployed and holds the lease."""
+    _journal("reset", _reset_payload, guard=_guard)(sb)
+    doc = json.loads(sb.record.read_bytes())
+    doc["lease"] = {"holder": "deployer", "run_id": "run-2", "expires_at_ms": 4_102_444_800_000}
+    write_json(sb.record, doc)
 
 
 def journal_variants() -> list[Variant]:
@@ -237,9 +253,14 @@ def journal_variants() -> list[Variant]:
         "format_future": _journal("reset", _reset_payload, format=999),
         "op_unknown": _journal("rm -rf", _reset_payload),
         "payload_not_object": _journal("reset", lambda sb: ["x"]),
-        "moved_on_after_journal": _moved_on,
     }
     out = [_v(f"journal__{k}", f, must_not_pass=True) for k, f in rows.items()]
+    # finishing the interrupted reset (the real restore does that first) must refuse: it would move
+    # a live checkpoint aside and restart from the older offsets
+    out += [_v("journal__moved_on_after_journal", _moved_on, must_not_pass=True,
+               must_refuse=frozenset({"restore", "restore-dry"})),
+            _v("journal__lease_taken_after_journal", _leased_after, must_not_pass=True,
+               must_refuse=frozenset({"restore"}))]
     out.append(_v("journal__operation_lock_fifo", lambda sb: fifo(Path(f"{sb.ck}.operation.lock"))))
     out.append(_v("journal__deep_payload", lambda sb: put(sb.journal, b'{"format":1,"op":"reset","payload":'
                                                           + deep_dict() + b"}"), must_not_pass=True))
