@@ -11,6 +11,8 @@ Bounded, so a hostile input cannot take the test run (or the machine) down with 
   Exception`` in the product swallows it) inside whatever blocks — opening a FIFO, reading
   ``/dev/zero``; the worker then reports the hang with the stack where it stood and exits, and the
   parent starts a fresh one. The parent also kills the worker if no answer comes at all;
+* the environment and the working directory are put back after each command (``reset
+  --seal-key-file`` sets ``$AKS_SEAL_KEY_FILE`` for its own process), so commands stay independent;
 * ``RLIMIT_FSIZE`` (256 MiB, with ``SIGXFSZ`` ignored so a write fails with ``EFBIG``) and
   ``RLIMIT_AS`` (4 GiB) turn "copies ``/dev/zero`` forever" into an error instead of a full disk or
   an OOM kill.
@@ -70,6 +72,7 @@ def run(argv: list[str], timeout: float, out_f, err_f) -> dict:
     os.dup2(err_f.fileno(), 2)
     rc: int | None = None
     hang: str | None = None
+    environ, cwd = dict(os.environ), os.getcwd()    # a command may set either "for this process only"
     started = time.monotonic()
     signal.setitimer(signal.ITIMER_REAL, timeout)
     try:
@@ -95,6 +98,9 @@ def run(argv: list[str], timeout: float, out_f, err_f) -> dict:
         os.dup2(saved[1], 2)
         os.close(saved[0])
         os.close(saved[1])
+        os.environ.clear()
+        os.environ.update(environ)
+        os.chdir(cwd)
     return {"rc": rc, "out": _read(out_f), "err": _read(err_f), "hang": hang,
             "seconds": round(time.monotonic() - started, 3)}
 
