@@ -100,7 +100,9 @@ public final class MiniCluster {
       String key = e.getKey();
       if (fromDefaults(dfsConf, key) || key.startsWith("hdfs.minidfs.") || key.startsWith("rpc.engine.")
           || key.startsWith("yarn.") || key.startsWith("mapreduce.")
-          || key.equals("hadoop.http.filter.initializers")) {
+          || key.equals("hadoop.http.filter.initializers")
+          // MiniDFSCluster's rack mapping is a test class no client (Spark's AM) has.
+          || key.equals("net.topology.node.switch.mapping.impl")) {
         continue;
       }
       (key.startsWith("dfs.") ? hdfs : core).set(key, dfsConf.get(key));
