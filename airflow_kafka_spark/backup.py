@@ -472,12 +472,9 @@ def list_backups(backup_root: str, job: str, *, storage_options: dict | None = N
     return _catalog(_job_location(root, job), job, seal.resolve_key(seal_key))
 
 
-MAX_MANIFEST_BYTES = 256 << 20
-
-
 def _read_manifest(loc: Location) -> bytes | None:
     """A manifest's bytes: a regular file (never a link, FIFO or device), at most 256 MiB."""
-    return storage.read_bytes(loc, limit=MAX_MANIFEST_BYTES, follow_links=False)
+    return storage.read_bytes(loc, limit=storage.MANIFEST_MAX_BYTES, follow_links=False)
 
 
 def _catalog(job_loc: Location, job: str, seal_key: bytes | None) -> Catalog:
