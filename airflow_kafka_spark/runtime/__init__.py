@@ -1,0 +1,1 @@
+"""Where a streaming job runs (YARN, Kubernetes, a local process), reached without a JVM."""
