@@ -319,3 +319,29 @@ def test_stale_staging_cleanup_never_touches_a_neighbours_folder(tmp_path):
         (d / "f").write_text("x")
     assert remove_stale_staging(storage.open_location(str(tmp_path / "job[12]"))) == 1
     assert not mine.exists() and neighbour.exists() and odd.exists()
+
+
+# --------------------------------------------------------------------------- 1: journal paths (restore's roll-forward)
+
+
+@pytest.mark.parametrize("key", ["staging", "aside"])
+def test_a_restore_journal_naming_a_foreign_folder_moves_nothing(tmp_path, key):
+    from airflow_kafka_spark.journal import Journal, journal_location
+    from airflow_kafka_spark.restore import roll_forward
+
+    ck = write_checkpoint(tmp_path / "ck", batches=2)
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "data").write_text("not yours")
+    loc = storage.open_location(ck.location)
+    op = "20260101T000000Z-abcdef"
+    payload = {"job": JOB, "backup_id": "20260101T000000000Z-b1-aaaaaa", "backup_root": str(tmp_path / "b"),
+               "staging": loc.sibling(f".staging-{op}").url, "aside": loc.sibling(f".restore-{op}").url}
+    payload[key] = str(victim)
+    doc = {"format": 1, "op": "restore", "operation_id": op, "checkpoint": loc.url, "done": [], "payload": payload}
+    Path(journal_location(loc).path).write_text(json.dumps(doc))
+    before = snapshot(tmp_path)
+    with pytest.raises(UserError) as err:
+        roll_forward(Journal(journal_location(loc), doc), loc)
+    assert f"names {key}" in str(err.value) and "\n" not in str(err.value)
+    assert snapshot(tmp_path) == before
