@@ -827,7 +827,7 @@ def _backup_once(ck: Location, state: CheckpointState, job_loc: Location, job: s
     entries: list[FileEntry] = []
     reused = 0
     for rel in sorted(sel.files):
-        src = storage.safe_child(ck, rel, what="checkpoint file")
+        storage.check_relative(rel, what="checkpoint file")   # a name the manifest could not carry safely
         info = sel.files[rel]
         size = int(info.get("size") or 0)
         mtime = storage.mtime_of(info)
@@ -837,7 +837,7 @@ def _backup_once(ck: Location, state: CheckpointState, job_loc: Location, job: s
             entries.append(FileEntry(rel, size, prev.sha256, mtime, ctime))
             reused += 1
             continue
-        sha, actual = writer.put(src, size)
+        sha, actual = writer.put(storage.safe_child(ck, rel, what="checkpoint file"), size)
         entries.append(FileEntry(rel, actual, sha, mtime, ctime))
     writer.sync()
 
