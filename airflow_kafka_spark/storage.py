@@ -314,7 +314,8 @@ def open_regular(loc: Location, *, follow_links: bool = True) -> Iterator[Any]:
         if stat.S_ISDIR(st.st_mode):
             raise IsADirectoryError(errno.EISDIR, "Is a directory", loc.path)
         if not stat.S_ISREG(st.st_mode):
-            raise UserError(f"{loc.url} is {file_kind(st.st_mode)}, not a regular file; it was not read")
+            raise UserError(f"{loc.url} is {file_kind(st.st_mode)}, not a regular file; it was not read "
+                            "(airflow-kafka-spark and Spark only write regular files: remove it)")
         os.set_blocking(fd, True)
         fh = os.fdopen(fd, "rb")
     except BaseException:
