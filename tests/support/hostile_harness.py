@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import select
 import shutil
 import stat
@@ -223,7 +224,10 @@ class Corpus:
     def run_variant(self, variant: Variant) -> tuple[list[Failure], dict[str, dict]]:
         with open(self.scratch / "progress", "a") as progress:     # outside the snapshot: tail -f it
             progress.write(f"{time.strftime('%H:%M:%S')} {variant.name}\n")
-        sb = self.sandbox(variant)
+        try:
+            sb = self.sandbox(variant)
+        except Exception as exc:   # e.g. the base backup failed, so there is no manifest to damage
+            return [Failure(variant.name, "build", f"variant could not be built: {type(exc).__name__}: {exc}")], {}
         failures, answers = [], {}
         for label, argv in commands(sb, variant):
             before = snapshot(self.base, self._skip)
@@ -245,16 +249,16 @@ def render(failures: list[Failure]) -> str:
 
 
 def main() -> None:
-    """``python -m tests.support.hostile_harness BOOTSTRAP TOPIC BASE [NAME-SUBSTRING]`` (topic must exist)."""
+    """``python -m tests.support.hostile_harness BOOTSTRAP TOPIC BASE [NAME-REGEX]`` (topic must exist)."""
     from tests.support.hostile import generate
 
     bootstrap, topic, base = sys.argv[1], sys.argv[2], Path(sys.argv[3])
-    only = sys.argv[4] if len(sys.argv) > 4 else ""
+    only = re.compile(sys.argv[4] if len(sys.argv) > 4 else "")
     corpus = Corpus(base, topic, bootstrap, timeout=float(os.environ.get("AKS_HOSTILE_TIMEOUT", "20")))
     started, failures = time.monotonic(), []
     try:
         for variant in generate():
-            if only in variant.name:
+            if only.search(variant.name):
                 failures += corpus.run_variant(variant)[0]
     finally:
         corpus.close()
