@@ -213,7 +213,7 @@ PAYLOADS: dict[str, Payload] = {
 
 
 def _link_to_copy(sb: Sandbox, path: Path, valid: bytes) -> None:
-    copy = sb.outside / "copies" / f"{abs(hash(str(path))) % 10**8}-{path.name}"
+    copy = sb.outside / "copies" / f"{zlib.crc32(str(path).encode()):08x}-{path.name}"
     put(copy, valid)
     link(path, copy)
 
