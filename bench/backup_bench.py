@@ -27,8 +27,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from airflow_kafka_spark.backup import backup_checkpoint, materialize, verify_backup  # noqa: E402
-from airflow_kafka_spark.storage import open_location  # noqa: E402
+from airflow_kafka_spark._util.storage import open_location  # noqa: E402
+from airflow_kafka_spark.ops.backup import backup_checkpoint, materialize, verify_backup  # noqa: E402
 
 
 def du(path: Path) -> tuple[int, int]:
@@ -100,9 +100,9 @@ def synthetic(work: Path) -> dict:
 
 def real_spark(work: Path) -> dict:
     from airflow_kafka_spark.jobs import reference_job
-    from airflow_kafka_spark.stack import jars, topics
-    from airflow_kafka_spark.stack.broker import LocalBroker
-    from airflow_kafka_spark.stack.produce import produce
+    from devstack import jars, topics
+    from devstack.broker import LocalBroker
+    from devstack.produce import produce
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")

@@ -25,10 +25,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from airflow_kafka_spark.checkpoint import read_checkpoint  # noqa: E402
-from airflow_kafka_spark.kafka_view import BrokerState, TopicInfo  # noqa: E402
-from airflow_kafka_spark.offsets import TopicPartition  # noqa: E402
-from airflow_kafka_spark.verdict import DeployOptions, evaluate  # noqa: E402
+from airflow_kafka_spark.checkpoint.reader import read_checkpoint  # noqa: E402
+from airflow_kafka_spark.kafka.offsets import TopicPartition  # noqa: E402
+from airflow_kafka_spark.kafka.view import BrokerState, TopicInfo  # noqa: E402
+from airflow_kafka_spark.verdict.alignment import DeployOptions, evaluate  # noqa: E402
 from tests.support.checkpoint_factory import write_checkpoint  # noqa: E402
 
 

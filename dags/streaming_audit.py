@@ -4,7 +4,7 @@ For each job of the registry (``streaming_jobs.yaml`` beside this file, or ``$AK
 lag in records and seconds, Burrow-style status, retention headroom (time to data loss), catch-up
 estimate, checkpoint health (the pre-deploy verdict, stale ``.tmp`` files, size and file-count
 growth since the previous report) and the age of the latest backup. See
-:mod:`airflow_kafka_spark.audit` for what each number means and what fails a job.
+:mod:`airflow_kafka_spark.watch.audit` for what each number means and what fails a job.
 
 Shape::
 
@@ -43,7 +43,7 @@ from airflow.sdk import DAG, Param, TriggerRule, task
 from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_kafka_spark.errors import UserError
-from airflow_kafka_spark.registry import Registry, load_registry
+from airflow_kafka_spark.registry.loader import Registry, load_registry
 
 DAG_ID = "streaming_audit"
 DAGS_FOLDER = Path(__file__).resolve().parent
@@ -62,7 +62,7 @@ def _load() -> tuple[Registry | None, str | None]:
 
 def _out_dir(registry: Registry, params: dict[str, Any]) -> str:
     """The audit folder: the run's ``out_dir`` param, else the default; always under allowed_roots."""
-    from airflow_kafka_spark.audit import default_audit_dir
+    from airflow_kafka_spark.watch.audit import default_audit_dir
 
     chosen = params.get("out_dir") or default_audit_dir(registry)
     return registry.check_location(str(chosen), what="audit folder (out_dir)")
@@ -85,7 +85,7 @@ def alert_job(context: dict[str, Any]) -> None:
     run_id = getattr(ti, "run_id", None) or str(context.get("run_id"))
     log.error("STREAMING AUDIT ALERT job=%s run=%s: %s", job, run_id, message)
     try:
-        from airflow_kafka_spark import storage
+        from airflow_kafka_spark._util import storage
 
         report = ti.xcom_pull(task_ids="report") if ti is not None else None
         out = (report or {}).get("out_dir")
@@ -109,7 +109,7 @@ def alert_run(context: dict[str, Any]) -> None:
     run_id = context.get("run_id") or getattr(context.get("dag_run"), "run_id", "?")
     failed = "(see the report task)"
     try:
-        from airflow_kafka_spark import storage
+        from airflow_kafka_spark._util import storage
 
         registry = load_registry(dags_folder=DAGS_FOLDER)
         out = _out_dir(registry, dict(context.get("params") or {}))
@@ -134,9 +134,9 @@ ALERT_CALLBACKS: list[Any] = [alert_job]
 @task(show_return_value_in_logs=False)   # the XCom holds every partition; the log gets one summary line
 def observe(job: str, **context: Any) -> dict[str, Any]:
     """Audit one job; the result (never an exception for the job's own problems) is the XCom."""
-    from airflow_kafka_spark.audit import AuditHistory, audit_job, thresholds_of
     from airflow_kafka_spark.hooks.streaming import StreamingKafkaHook
-    from airflow_kafka_spark.watch import Alert
+    from airflow_kafka_spark.watch.audit import AuditHistory, audit_job, thresholds_of
+    from airflow_kafka_spark.watch.observe import Alert
 
     registry = load_registry(dags_folder=DAGS_FOLDER)
     spec = registry.get(job)
@@ -144,7 +144,7 @@ def observe(job: str, **context: Any) -> dict[str, Any]:
     try:
         config = StreamingKafkaHook(spec.kafka_conn_id).kafka_config()
     except UserError as exc:
-        from airflow_kafka_spark.audit import JobAudit
+        from airflow_kafka_spark.watch.audit import JobAudit
 
         return JobAudit(job=job, audited_at_ms=int(time.time() * 1000), thresholds=thresholds_of(spec),
                         error=str(exc), alerts=[Alert("AUDIT_ERROR", str(exc)).to_dict()]).to_dict()
@@ -158,8 +158,8 @@ def observe(job: str, **context: Any) -> dict[str, Any]:
 @task(trigger_rule=TriggerRule.ALL_DONE)
 def report(jobs: list[str], **context: Any) -> dict[str, Any]:
     """Combine the per-job audits, compare with history, write JSON/Markdown/PNG; return where and who failed."""
-    from airflow_kafka_spark.audit import JobAudit, thresholds_of, write_report
-    from airflow_kafka_spark.watch import Alert
+    from airflow_kafka_spark.watch.audit import JobAudit, thresholds_of, write_report
+    from airflow_kafka_spark.watch.observe import Alert
 
     registry = load_registry(dags_folder=DAGS_FOLDER)
     out = _out_dir(registry, context["params"])

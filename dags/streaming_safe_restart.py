@@ -62,14 +62,14 @@ from airflow_kafka_spark.operators.safe_restart import (
     SafeRestartRollbackOperator,
 )
 from airflow_kafka_spark.operators.streaming import StopStreamingJobOperator, SubmitStreamingJobOperator
-from airflow_kafka_spark.registry import NAME_PATTERN, default_registry_path, load_registry
+from airflow_kafka_spark.registry.loader import NAME_PATTERN, default_registry_path, load_registry
 from airflow_kafka_spark.sensors.health import StreamingHealthSensor
 
 DAG_ID = "streaming_safe_restart"
 # How often the health gate looks at the job. Seconds; the default suits production, tests and the
 # demo set a short one.
 HEALTH_POLL_S = float(os.environ.get("AKS_HEALTH_GATE_POLL_S", "15"))
-# The shape of a backup id (airflow_kafka_spark.backup checks it again before any use): rejecting a
+# The shape of a backup id (airflow_kafka_spark.ops.backup checks it again before any use): rejecting a
 # malformed id in the form means no run is created for it.
 BACKUP_ID_PATTERN = r"^[0-9]{8}T[0-9]{9}Z-[A-Za-z0-9._-]{1,40}$"
 

@@ -31,8 +31,8 @@ from pathlib import Path
 from xml.etree import ElementTree
 
 from airflow_kafka_spark.errors import UserError
-from airflow_kafka_spark.stack.broker import free_port
 from devstack import maven
+from devstack.broker import free_port
 
 # What Spark's launcher opens for Java 17; Hadoop's Guice/cglib needs java.lang.
 JAVA_OPENS = [f"--add-opens=java.base/{p}=ALL-UNNAMED" for p in (

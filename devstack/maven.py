@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from airflow_kafka_spark.errors import UserError
-from airflow_kafka_spark.stack import jars
+from devstack import jars
 
 JVM_DIR = Path(__file__).parent / "jvm"
 # Route every repository to Maven Central (Spark's and Hadoop's POMs name mirrors we cannot reach).

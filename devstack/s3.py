@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from airflow_kafka_spark.errors import UserError
-from airflow_kafka_spark.stack.broker import free_port
 from devstack import maven
+from devstack.broker import free_port
 
 LOGBACK = """\
 <configuration>

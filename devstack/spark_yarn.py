@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from airflow_kafka_spark.errors import UserError
-from airflow_kafka_spark.stack import jars
-from airflow_kafka_spark.stack import spark as local_spark
+from devstack import jars
+from devstack import spark as local_spark
 from devstack.hadoop import HadoopCluster
 
 HDFS_ROOT = "/devstack/spark"

@@ -1,4 +1,4 @@
-"""Shared fixtures: one real Kafka broker per test session (see airflow_kafka_spark.stack.broker)."""
+"""Shared fixtures: one real Kafka broker per test session (see devstack.broker)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from airflow_kafka_spark.stack.broker import LocalBroker
+from devstack.broker import LocalBroker
 
 _names = itertools.count()
 

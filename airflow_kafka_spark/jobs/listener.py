@@ -8,7 +8,7 @@
     mirror_progress(spark, group="aks-mirror-orders", bootstrap_servers="broker:9092")  # the one line
     query = df.writeStream...start()
 
-Why from inside the job: the scheduled mirror (:func:`airflow_kafka_spark.mirror.mirror_checkpoint`)
+Why from inside the job: the scheduled mirror (:func:`airflow_kafka_spark.watch.mirror.mirror_checkpoint`)
 is only as fresh as its schedule, while Burrow and kafka-lag-exporter judge a group by how often it
 commits. A ``StreamingQueryListener`` hears about every batch as it finishes, so the shadow group
 moves exactly when the checkpoint does (S23, the metorikku KafkaLagWriter idea, for PySpark 4).
@@ -21,7 +21,7 @@ group is alive rather than stopped.
 
 Never a risk to the query: it does not read the group's offsets (librdkafka's admin client can
 segfault the process on an OffsetFetch answered NOT_COORDINATOR, see
-:meth:`airflow_kafka_spark.kafka_view.KafkaView.group_offsets`); it only describes the group (a group
+:meth:`airflow_kafka_spark.kafka.view.KafkaView.group_offsets`); it only describes the group (a group
 with live members is refused) and commits. And never in the query's way: the listener bus is
 shared with Spark's own listeners and ``onQueryProgress`` must return at once, so commits happen
 on one background thread that always commits the *latest* offsets it was handed (older ones are
@@ -46,7 +46,7 @@ from typing import Any
 from pyspark.sql.streaming import StreamingQueryListener
 
 from airflow_kafka_spark.errors import UserError
-from airflow_kafka_spark.offsets import PartitionOffsets, parse_offsets_json
+from airflow_kafka_spark.kafka.offsets import PartitionOffsets, parse_offsets_json
 
 log = logging.getLogger(__name__)
 
@@ -111,8 +111,8 @@ class _Committer:
             self._cond.notify_all()
 
     def _run(self) -> None:
-        from airflow_kafka_spark.kafka_view import KafkaView
-        from airflow_kafka_spark.mirror import mirror_offsets
+        from airflow_kafka_spark.kafka.view import KafkaView
+        from airflow_kafka_spark.watch.mirror import mirror_offsets
 
         view: KafkaView | None = None
         while True:
@@ -155,7 +155,7 @@ class OffsetMirrorListener(StreamingQueryListener):
 
     def __init__(self, group: str, kafka_config: Mapping[str, Any], *, query_name: str | None = None,
                  min_interval_s: float = 1.0, flush_timeout_s: float = 10.0, timeout: float = 10.0) -> None:
-        from airflow_kafka_spark.mirror import check_group_name
+        from airflow_kafka_spark.watch.mirror import check_group_name
 
         for warning in check_group_name(group):
             log.warning("mirror: %s", warning)

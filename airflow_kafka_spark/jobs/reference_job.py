@@ -1,7 +1,7 @@
 """The reference Structured Streaming job: Kafka -> sink, with a checkpoint and a graceful stop.
 
 It is what the demo, the tests and the example DAGs manage, and a template to copy. Run it with
-``spark-submit`` and the connector jars (``airflow_kafka_spark.stack.spark.submit_command``)::
+``spark-submit`` and the connector jars (``devstack.spark.submit_command``)::
 
     spark-submit --jars ... reference_job.py --topics orders --bootstrap-servers 127.0.0.1:9092 \
         --checkpoint /data/ckpt --output /data/out --sink idempotent --stop-marker /data/STOP

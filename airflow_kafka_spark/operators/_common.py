@@ -25,11 +25,11 @@ from typing import Any
 from airflow.sdk import BaseOperator, conf
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSkipException
 
-from airflow_kafka_spark import driver as drivers
 from airflow_kafka_spark.errors import UserError
 from airflow_kafka_spark.hooks.streaming import StreamingKafkaHook
-from airflow_kafka_spark.lifecycle import DriverInfo
-from airflow_kafka_spark.registry import JobSpec, Registry, load_registry
+from airflow_kafka_spark.lifecycle.record import DriverInfo
+from airflow_kafka_spark.registry.loader import JobSpec, Registry, load_registry
+from airflow_kafka_spark.runtime import drivers
 
 FAILURE_KEY = "failure"
 _TRUE = {"true", "1", "yes", "on"}
@@ -109,7 +109,7 @@ def driver_control(spec: JobSpec, driver: DriverInfo, submitted: Mapping[str, An
     """
     if driver.kind == drivers.LOCAL:
         return (lambda: drivers.local_alive(driver)), (lambda: drivers.kill_local(driver))
-    from airflow_kafka_spark import submit
+    from airflow_kafka_spark.runtime import submit
 
     master, binary = cluster_endpoint(spec, submitted)
     env = submit.driver_env([binary], master)
@@ -119,7 +119,7 @@ def driver_control(spec: JobSpec, driver: DriverInfo, submitted: Mapping[str, An
 
 def cluster_endpoint(spec: JobSpec, submitted: Mapping[str, Any] | None) -> tuple[str, str]:
     """(master, spark binary) to reach a cluster driver: the recorded master, the connection's binary."""
-    from airflow_kafka_spark import submit
+    from airflow_kafka_spark.runtime import submit
 
     hook = spark_hook(spec)
     master = str((submitted or {}).get("master") or hook._connection["master"])

@@ -1,8 +1,8 @@
 """Operators on a job's checkpoint: validate it against Kafka, back it up, restore it, reset it.
 
-Each is a thin shell over the core (:mod:`~airflow_kafka_spark.validate`,
-:mod:`~airflow_kafka_spark.backup`, :mod:`~airflow_kafka_spark.restore`,
-:mod:`~airflow_kafka_spark.reset`): the core decides, checks and writes the lifecycle record;
+Each is a thin shell over the core (:mod:`~airflow_kafka_spark.verdict.validate`,
+:mod:`~airflow_kafka_spark.ops.backup`, :mod:`~airflow_kafka_spark.ops.restore`,
+:mod:`~airflow_kafka_spark.ops.reset`): the core decides, checks and writes the lifecycle record;
 the operator resolves the job from the registry, the Kafka config from the job's ``kafka``
 connection, and turns results into XCom (plain JSON, no secret: the core's ``to_dict()`` output
 never holds the Kafka config) and failures into one line.
@@ -17,11 +17,10 @@ from typing import Any
 
 from airflow.sdk.exceptions import AirflowSkipException
 
-from airflow_kafka_spark.backup import backup_checkpoint, validate_backup_id
-from airflow_kafka_spark.checkpoint import read_checkpoint
+from airflow_kafka_spark.checkpoint.reader import read_checkpoint
 from airflow_kafka_spark.errors import UserError
-from airflow_kafka_spark.lifecycle import LifecycleRecord
-from airflow_kafka_spark.offsets import to_offsets_json
+from airflow_kafka_spark.kafka.offsets import to_offsets_json
+from airflow_kafka_spark.lifecycle.record import LifecycleRecord
 from airflow_kafka_spark.operators._common import (
     StreamingJobOperator,
     actor,
@@ -30,10 +29,11 @@ from airflow_kafka_spark.operators._common import (
     kafka_config,
     optional_text,
 )
-from airflow_kafka_spark.registry import JobSpec
-from airflow_kafka_spark.submit import last_good_app
-from airflow_kafka_spark.validate import validate
-from airflow_kafka_spark.verdict import BLOCK, DeployOptions
+from airflow_kafka_spark.ops.backup import backup_checkpoint, validate_backup_id
+from airflow_kafka_spark.registry.loader import JobSpec
+from airflow_kafka_spark.runtime.submit import last_good_app
+from airflow_kafka_spark.verdict.alignment import BLOCK, DeployOptions
+from airflow_kafka_spark.verdict.validate import validate
 
 
 def seal_key_from_connection(conn_id: str | None) -> bytes | None:
@@ -48,7 +48,7 @@ def seal_key_from_connection(conn_id: str | None) -> bytes | None:
     from airflow.sdk.exceptions import AirflowNotFoundException
     from airflow.sdk.log import mask_secret
 
-    from airflow_kafka_spark.seal import check_key
+    from airflow_kafka_spark.ops.seal import check_key
 
     try:
         conn = BaseHook.get_connection(conn_id)
@@ -198,7 +198,7 @@ class RestoreCheckpointOperator(StreamingJobOperator):
         self.seal_key_conn_id = seal_key_conn_id
 
     def run(self, context: Any) -> dict[str, Any]:
-        from airflow_kafka_spark.restore import restore_checkpoint
+        from airflow_kafka_spark.ops.restore import restore_checkpoint
 
         backup_id = optional_text(self.backup_id)
         if backup_id is None:
@@ -247,8 +247,8 @@ class ResetCheckpointOperator(StreamingJobOperator):
         self.sink_log = sink_log
 
     def run(self, context: Any) -> dict[str, Any]:
-        from airflow_kafka_spark.offsets import parse_offsets_json
-        from airflow_kafka_spark.reset import ResetRequest, parse_datetime, reset_checkpoint
+        from airflow_kafka_spark.kafka.offsets import parse_offsets_json
+        from airflow_kafka_spark.ops.reset import ResetRequest, parse_datetime, reset_checkpoint
 
         mode = optional_text(self.mode)
         if mode is None:

@@ -30,9 +30,8 @@ from typing import Any
 
 from airflow.sdk.exceptions import AirflowSkipException
 
-from airflow_kafka_spark.backup import load_backup, validate_backup_id
 from airflow_kafka_spark.errors import UserError
-from airflow_kafka_spark.lifecycle import RECORD_SUFFIX, LifecycleRecord
+from airflow_kafka_spark.lifecycle.record import RECORD_SUFFIX, LifecycleRecord
 from airflow_kafka_spark.operators._common import (
     FAILURE_KEY,
     StreamingJobOperator,
@@ -46,8 +45,9 @@ from airflow_kafka_spark.operators._common import (
 )
 from airflow_kafka_spark.operators.checkpoint import position
 from airflow_kafka_spark.operators.streaming import driver_alive, stop_job, submit_job
-from airflow_kafka_spark.registry import JobSpec
-from airflow_kafka_spark.submit import last_good_app
+from airflow_kafka_spark.ops.backup import load_backup, validate_backup_id
+from airflow_kafka_spark.registry.loader import JobSpec
+from airflow_kafka_spark.runtime.submit import last_good_app
 
 SAFE_RESTART_MODES = ("auto", "keep", "reset-preserve", "reset-earliest", "reset-latest", "reset-to-datetime",
                       "restore")
@@ -96,7 +96,7 @@ def decide(mode: str, *, registry_compat: str, recorded_compat: str | None, back
         if reset_mode == "to-datetime":
             if when is None:
                 raise UserError("mode reset-to-datetime needs datetime, e.g. 2026-01-31T12:00:00Z")
-            from airflow_kafka_spark.reset import parse_datetime
+            from airflow_kafka_spark.ops.reset import parse_datetime
 
             parse_datetime(when)    # bad input fails here, before anything is touched
             out["to_datetime"] = when
@@ -218,7 +218,7 @@ class SafeRestartRollbackOperator(StreamingJobOperator):
             if unchanged:
                 out["notes"].append(f"checkpoint unchanged since backup {backup_id}: not restored")
             else:
-                from airflow_kafka_spark.restore import restore_checkpoint
+                from airflow_kafka_spark.ops.restore import restore_checkpoint
 
                 res = restore_checkpoint(spec.checkpoint, spec.backup_root, backup_id, kafka_config(spec),
                                          job=spec.name, idempotent_sink=spec.sink == "idempotent",

@@ -3,7 +3,7 @@
 ``SubmitStreamingJobOperator`` builds the spark-submit line with the Spark provider's
 ``SparkSubmitHook`` (so the ``spark`` connection's master, ``deploy-mode``, ``spark-binary``,
 queue, namespace and keytab are honoured exactly as by ``SparkSubmitOperator``), then starts the
-driver *detached* (see :mod:`airflow_kafka_spark.submit`) and returns: the task ends in seconds
+driver *detached* (see :mod:`airflow_kafka_spark.runtime.submit`) and returns: the task ends in seconds
 while the job runs for weeks. What identifies the driver (pid, YARN application id, Kubernetes
 pod, standalone driver id) goes to the lifecycle record beside the checkpoint.
 
@@ -26,12 +26,10 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from airflow_kafka_spark import driver as drivers
-from airflow_kafka_spark import submit
-from airflow_kafka_spark.checkpoint import read_checkpoint
+from airflow_kafka_spark.checkpoint.reader import read_checkpoint
 from airflow_kafka_spark.errors import UserError
-from airflow_kafka_spark.kafka_view import bootstrap_servers_of, scrub
-from airflow_kafka_spark.lifecycle import DriverInfo, LifecycleRecord
+from airflow_kafka_spark.kafka.view import bootstrap_servers_of, scrub
+from airflow_kafka_spark.lifecycle.record import DriverInfo, LifecycleRecord
 from airflow_kafka_spark.operators._common import (
     StreamingJobOperator,
     actor,
@@ -41,7 +39,8 @@ from airflow_kafka_spark.operators._common import (
     spark_hook,
     task_holder,
 )
-from airflow_kafka_spark.registry import JobSpec
+from airflow_kafka_spark.registry.loader import JobSpec
+from airflow_kafka_spark.runtime import drivers, submit
 
 DEFAULT_LEASE_TTL_S = 600.0
 
@@ -83,7 +82,7 @@ def submit_job(spec: JobSpec, *, context: Any, log: Any, previous: bool = False,
                                     kafka_options=submit.kafka_job_options(config))
         jars: list[str] = []
         if submit.needs_local_connector_jars(run_spec, master):
-            from airflow_kafka_spark.stack.jars import spark_kafka_jars
+            from devstack.jars import spark_kafka_jars
 
             jars = [str(j) for j in spark_kafka_jars()]
         hook = spark_hook(run_spec, **submit.hook_kwargs(run_spec, args=args, jars=jars, mode=mode))

@@ -11,7 +11,7 @@ waits in the triggerer and no worker slot is held. ``deferrable=False`` gives th
 (``mode="reschedule"`` works too, at the price of forgetting the lag samples between pokes).
 
 On success the gate is what makes the submitted application *the last good one*
-(:func:`airflow_kafka_spark.submit.promote_submitted`): the application a later rollback
+(:func:`airflow_kafka_spark.runtime.submit.promote_submitted`): the application a later rollback
 resubmits, and the compatibility version the safe-restart DAG's ``auto`` mode compares with. It
 also consumes the reset's ``next_starting_offsets`` once the new query has planned a batch from
 them (not at submit time: a driver that dies at start must not use them up).
@@ -28,10 +28,9 @@ from typing import Any
 from airflow.sdk import BaseSensorOperator, PokeReturnValue, conf
 from airflow.sdk.exceptions import AirflowException
 
-from airflow_kafka_spark import submit
-from airflow_kafka_spark.checkpoint import read_checkpoint
+from airflow_kafka_spark.checkpoint.reader import read_checkpoint
 from airflow_kafka_spark.errors import UserError
-from airflow_kafka_spark.lifecycle import LifecycleRecord
+from airflow_kafka_spark.lifecycle.record import LifecycleRecord
 from airflow_kafka_spark.operators._common import (
     _push_failure,
     actor,
@@ -43,7 +42,8 @@ from airflow_kafka_spark.operators._common import (
     optional_text,
     run_reporting_failure,
 )
-from airflow_kafka_spark.registry import JobSpec
+from airflow_kafka_spark.registry.loader import JobSpec
+from airflow_kafka_spark.runtime import submit
 from airflow_kafka_spark.triggers.health import (
     FAILED,
     HEALTHY,

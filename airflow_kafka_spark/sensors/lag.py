@@ -2,7 +2,7 @@
 
 Typical uses: after a restart or a reset, hold the downstream tasks until the job has caught up;
 before a maintenance window, wait until the backlog is drained. Lag is measured the way every other
-surface of this provider measures it (:func:`~airflow_kafka_spark.watch.observe`): readable
+surface of this provider measures it (:func:`~airflow_kafka_spark.watch.observe.observe`): readable
 records waiting (trailing transaction markers do not count, S25) and the age of the oldest unread
 record. An unknown time lag never satisfies a seconds limit.
 
@@ -26,13 +26,13 @@ from airflow.sdk import BaseSensorOperator, PokeReturnValue, conf
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from airflow_kafka_spark.triggers.lag import StreamingLagTrigger
-from airflow_kafka_spark.watch import lag_gate
+from airflow_kafka_spark.watch.observe import lag_gate
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-    from airflow_kafka_spark.registry import JobSpec
-    from airflow_kafka_spark.watch import Sample
+    from airflow_kafka_spark.registry.loader import JobSpec
+    from airflow_kafka_spark.watch.observe import Sample
 
 
 class StreamingLagSensor(BaseSensorOperator):
@@ -94,7 +94,7 @@ class StreamingLagSensor(BaseSensorOperator):
     def poke(self, context: Context) -> PokeReturnValue:
         from airflow_kafka_spark.errors import UserError
         from airflow_kafka_spark.hooks.streaming import StreamingKafkaHook
-        from airflow_kafka_spark.watch import keep_recent, observe_job
+        from airflow_kafka_spark.watch.observe import keep_recent, observe_job
 
         spec = self._spec()
         records, seconds = self._limits(spec)

@@ -4,7 +4,7 @@ Why a gate at all: spark-submit returning (or a pid existing) says nothing about
 checkpoint-breaking change, a wrong jar or a bad option only shows once Spark plans and commits a
 batch, often minutes later. The gate waits for evidence instead: at least ``min_batches`` batches
 committed *after* the submit (counted from the batch committed before it; after a reset, the new
-query's batches), and a lag that is not growing (:func:`~airflow_kafka_spark.status.evaluate_status`
+query's batches), and a lag that is not growing (:func:`~airflow_kafka_spark.watch.status.evaluate_status`
 over the checkpoint's offsets history and the broker samples taken while waiting). It fails at once
 when the driver is gone (local pid dead, cluster application ended) or when the job rewinds, and
 on timeout.
@@ -32,10 +32,10 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from airflow_kafka_spark.checkpoint import read_checkpoint
+from airflow_kafka_spark.checkpoint.reader import read_checkpoint
 from airflow_kafka_spark.errors import UserError
-from airflow_kafka_spark.offsets import TopicPartition
-from airflow_kafka_spark.status import Status, StatusThresholds, evaluate_status
+from airflow_kafka_spark.kafka.offsets import TopicPartition
+from airflow_kafka_spark.watch.status import Status, StatusThresholds, evaluate_status
 
 HEALTHY, WAITING, FAILED = "healthy", "waiting", "failed"
 MAX_SAMPLES = 30
@@ -84,7 +84,7 @@ def probe_health(*, checkpoint: str, topics: Sequence[str], kafka_config: Callab
     when the driver was submitted. A different query id (a reset left a new checkpoint) means
     every committed batch is new. ``idle_pass_s``/``submitted_at_ms``: the idle pass (module doc).
     """
-    from airflow_kafka_spark.kafka_view import KafkaView
+    from airflow_kafka_spark.kafka.view import KafkaView
 
     kept = [list(s) for s in samples][-MAX_SAMPLES:]
     state = read_checkpoint(checkpoint, read_history=True)
@@ -150,9 +150,8 @@ def _position_if_idle(state: Any) -> dict[TopicPartition, int] | None:
 
 def make_liveness(driver: Mapping[str, Any], *, master: str | None, spark_binary: str | None) -> Callable[[], bool]:
     """``is_alive`` for a recorded driver, from plain values (what a trigger can carry)."""
-    from airflow_kafka_spark import driver as drivers
-    from airflow_kafka_spark import submit
-    from airflow_kafka_spark.lifecycle import DriverInfo
+    from airflow_kafka_spark.lifecycle.record import DriverInfo
+    from airflow_kafka_spark.runtime import drivers, submit
 
     info = DriverInfo(kind=str(driver["kind"]), id=str(driver["id"]), host=driver.get("host"),
                       started_at=driver.get("started_at"))
@@ -204,8 +203,8 @@ class StreamingHealthTrigger(BaseTrigger):
             "idle_pass_s": self.idle_pass_s, "submitted_at_ms": self.submitted_at_ms})
 
     def _probe(self, samples: list[list[Any]]) -> HealthProbe:
-        from airflow_kafka_spark import submit
         from airflow_kafka_spark.hooks.streaming import StreamingKafkaHook
+        from airflow_kafka_spark.runtime import submit
 
         config_cache: dict[str, Any] = {}
 

@@ -2,7 +2,7 @@
 
 Why a trigger: "wait until the job has caught up" after a restart or a backfill can take hours,
 and a poking sensor holds a worker slot for all of them (the anchors' point about Airflow:
-monitoring belongs in the triggerer). The trigger calls the same :func:`~airflow_kafka_spark.watch.observe`
+monitoring belongs in the triggerer). The trigger calls the same :func:`~airflow_kafka_spark.watch.observe.observe`
 as the sensor's poke, so both modes decide on the same numbers.
 
 Rules the triggerer imposes, and how they are met:
@@ -27,7 +27,7 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from airflow_kafka_spark.watch import Observation, Sample, lag_gate
+from airflow_kafka_spark.watch.observe import Observation, Sample, lag_gate
 
 
 class StreamingLagTrigger(BaseTrigger):
@@ -75,8 +75,8 @@ class StreamingLagTrigger(BaseTrigger):
     def _observe(self, samples: list[Sample]) -> Observation:
         """Blocking: connection lookup, checkpoint read, Kafka requests (run via ``sync_to_async``)."""
         from airflow_kafka_spark.hooks.streaming import StreamingKafkaHook
-        from airflow_kafka_spark.status import StatusThresholds
-        from airflow_kafka_spark.watch import observe
+        from airflow_kafka_spark.watch.observe import observe
+        from airflow_kafka_spark.watch.status import StatusThresholds
 
         config = StreamingKafkaHook(self.kafka_conn_id).kafka_config()
         # Only the stall threshold shapes the status here; the lag limits are the gate's (and may be 0,
@@ -90,7 +90,7 @@ class StreamingLagTrigger(BaseTrigger):
         from asgiref.sync import sync_to_async
 
         from airflow_kafka_spark.errors import UserError
-        from airflow_kafka_spark.watch import keep_recent
+        from airflow_kafka_spark.watch.observe import keep_recent
 
         samples: list[Sample] = []
         while True:

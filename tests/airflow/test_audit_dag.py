@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from airflow_kafka_spark.stack import topics
-from airflow_kafka_spark.stack.produce import produce
+from devstack import topics
+from devstack.produce import produce
 from tests.airflow.conftest import REPO, TIMINGS
 from tests.support import spark_session
 

@@ -15,8 +15,8 @@ import time
 
 import pytest
 
-from airflow_kafka_spark.stack import topics
-from airflow_kafka_spark.stack.produce import produce
+from devstack import topics
+from devstack.produce import produce
 from tests.airflow.test_operators import (
     Env,
     add_batch,

@@ -29,10 +29,10 @@ from typing import Any
 import pytest
 import yaml
 
-from airflow_kafka_spark import submit
-from airflow_kafka_spark.lifecycle import DriverInfo, LifecycleRecord
-from airflow_kafka_spark.stack import topics
-from airflow_kafka_spark.stack.produce import produce
+from airflow_kafka_spark.lifecycle.record import DriverInfo, LifecycleRecord
+from airflow_kafka_spark.runtime import submit
+from devstack import topics
+from devstack.produce import produce
 from tests.support.checkpoint_factory import commit_file, offsets_file, write_checkpoint
 
 pytestmark = [pytest.mark.airflow, pytest.mark.integration]
@@ -203,7 +203,7 @@ def record_fake_submit(env: Env, job: str, pid: int, *, committed_before: int | 
     ``committed_before`` defaults to the checkpoint's last committed batch (nothing new yet)."""
     ck = str(env.checkpoint(job))
     record = LifecycleRecord.load_or_create(job, ck)
-    from airflow_kafka_spark.checkpoint import read_checkpoint
+    from airflow_kafka_spark.checkpoint.reader import read_checkpoint
 
     state = read_checkpoint(ck)
     if committed_before is None and state.latest_committed is not None:
@@ -320,7 +320,7 @@ def test_validate_pushes_verdict_blocks_and_records_an_override_without_leaking_
 # --------------------------------------------------------------------------------------------------
 
 def test_backup_reset_dry_run_restore_and_stop_without_driver(env):
-    from airflow_kafka_spark.checkpoint import read_checkpoint
+    from airflow_kafka_spark.checkpoint.reader import read_checkpoint
     from airflow_kafka_spark.operators.checkpoint import (
         BackupCheckpointOperator,
         ResetCheckpointOperator,
@@ -407,7 +407,7 @@ def test_submit_dry_run_builds_the_command_with_the_spark_provider_hook(env):
 def test_cluster_modes_build_detached_commands_and_parse_driver_ids(monkeypatch):
     """No YARN or standalone cluster here: the command lines and the id parsing are what can be checked."""
     from airflow_kafka_spark.operators.streaming import spark_hook
-    from airflow_kafka_spark.registry import JobSpec
+    from airflow_kafka_spark.registry.loader import JobSpec
 
     spec = JobSpec(name="orders", application="/apps/job.py", topics=("orders",), checkpoint="hdfs://nn/ck/orders",
                    backup_root="hdfs://nn/backups", stop_marker="hdfs://nn/ck/orders.stop",
@@ -479,7 +479,7 @@ def test_health_probe_waits_passes_and_fails(env):
     from airflow_kafka_spark.triggers.health import FAILED, HEALTHY, WAITING, probe_health
 
     ck = fake_checkpoint(env, "delta", batches=4, rpb=10)
-    from airflow_kafka_spark.checkpoint import read_checkpoint
+    from airflow_kafka_spark.checkpoint.reader import read_checkpoint
 
     qid = read_checkpoint(str(ck)).query_id
 
@@ -501,7 +501,7 @@ def test_health_probe_waits_passes_and_fails(env):
 def test_health_probe_passes_a_quiet_caught_up_job_as_idle_only_after_the_idle_window(env):
     """Spark plans no batch on a quiet topic: once the driver has lived ``idle_pass_s`` with its position at
     the log end and no batch in flight, the gate passes as idle (and says the new code is unproven)."""
-    from airflow_kafka_spark.checkpoint import read_checkpoint
+    from airflow_kafka_spark.checkpoint.reader import read_checkpoint
     from airflow_kafka_spark.triggers.health import HEALTHY, WAITING, probe_health
     from tests.support.kafka import end_offsets
 

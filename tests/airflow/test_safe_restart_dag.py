@@ -37,11 +37,11 @@ from typing import Any
 
 import pytest
 
-from airflow_kafka_spark import driver as drivers
-from airflow_kafka_spark.checkpoint import read_checkpoint
-from airflow_kafka_spark.lifecycle import LifecycleRecord
-from airflow_kafka_spark.stack import oracle, topics
-from airflow_kafka_spark.stack.produce import ProducedRecord, produce
+from airflow_kafka_spark.checkpoint.reader import read_checkpoint
+from airflow_kafka_spark.lifecycle.record import LifecycleRecord
+from airflow_kafka_spark.runtime import drivers
+from devstack import oracle, topics
+from devstack.produce import ProducedRecord, produce
 from tests.airflow.conftest import TIMINGS
 from tests.airflow.test_operators import (
     SECRET,
@@ -400,7 +400,7 @@ def test_restore_of_a_named_backup(stack):
     backup_id = stack.notes.get("rollback_backup_id")
     if not backup_id:
         pytest.skip("needs the backup taken by the rollback test")
-    from airflow_kafka_spark.backup import load_backup
+    from airflow_kafka_spark.ops.backup import load_backup
 
     manifest = load_backup(str(stack.data / "backups"), JOB, backup_id)
     with stack.feed:

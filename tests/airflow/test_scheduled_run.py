@@ -22,10 +22,10 @@ from pathlib import Path
 
 import pytest
 
-from airflow_kafka_spark import driver as drivers
-from airflow_kafka_spark.checkpoint import read_checkpoint
-from airflow_kafka_spark.lifecycle import LifecycleRecord
-from airflow_kafka_spark.stack import oracle, topics
+from airflow_kafka_spark.checkpoint.reader import read_checkpoint
+from airflow_kafka_spark.lifecycle.record import LifecycleRecord
+from airflow_kafka_spark.runtime import drivers
+from devstack import oracle, topics
 from tests.airflow.conftest import TIMINGS
 from tests.airflow.services import AirflowServices, sync_dags_folder
 from tests.airflow.test_operators import SPARK_LOCAL_CONN, kafka_conn, write_registry

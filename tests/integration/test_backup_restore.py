@@ -18,16 +18,16 @@ from pathlib import Path
 
 import pytest
 
-from airflow_kafka_spark.backup import backup_checkpoint, list_backups, verify_backup
-from airflow_kafka_spark.checkpoint import read_checkpoint
+from airflow_kafka_spark.checkpoint.reader import read_checkpoint
 from airflow_kafka_spark.errors import UserError
-from airflow_kafka_spark.lifecycle import LifecycleRecord
-from airflow_kafka_spark.offsets import TopicPartition, parse_offsets_json
-from airflow_kafka_spark.plan import OperationBlocked
-from airflow_kafka_spark.reset import ResetRequest, reset_checkpoint
-from airflow_kafka_spark.restore import restore_checkpoint
-from airflow_kafka_spark.stack import oracle, topics
-from airflow_kafka_spark.stack.produce import produce
+from airflow_kafka_spark.kafka.offsets import TopicPartition, parse_offsets_json
+from airflow_kafka_spark.lifecycle.record import LifecycleRecord
+from airflow_kafka_spark.ops.backup import backup_checkpoint, list_backups, verify_backup
+from airflow_kafka_spark.ops.plan import OperationBlocked
+from airflow_kafka_spark.ops.reset import ResetRequest, reset_checkpoint
+from airflow_kafka_spark.ops.restore import restore_checkpoint
+from devstack import oracle, topics
+from devstack.produce import produce
 from tests.support import spark_session
 from tests.support.checkpoint_factory import write_checkpoint
 from tests.support.sink_log_factory import write_sink_log

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_kafka_spark import driver
-from airflow_kafka_spark.checkpoint import read_checkpoint
-from airflow_kafka_spark.stack import oracle, spark, topics
-from airflow_kafka_spark.stack.produce import produce
+from airflow_kafka_spark.checkpoint.reader import read_checkpoint
+from airflow_kafka_spark.runtime import drivers as driver
+from devstack import oracle, spark, topics
+from devstack.produce import produce
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration

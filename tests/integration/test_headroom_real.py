@@ -5,7 +5,7 @@ while a producer appends steadily (the active segment is never deleted until it 
 production is what lets retention bite on time). The reference job (spark-submit) reads the topic
 for a few batches and then stops for good (its driver is killed, as when nobody restarts it): its
 checkpoint's ``C`` is the end of its last committed batch. Right after that,
-:func:`~airflow_kafka_spark.watch.observe` predicts when retention deletes the first record the job
+:func:`~airflow_kafka_spark.watch.observe.observe` predicts when retention deletes the first record the job
 has not read. The test then polls the log start offset until it passes ``C``
 (the local broker checks retention every second) and compares the observed moment with the
 prediction: within ±10 % of the predicted headroom.
@@ -27,11 +27,11 @@ import time
 import pytest
 from confluent_kafka import Producer
 
-from airflow_kafka_spark.checkpoint import read_checkpoint
-from airflow_kafka_spark.kafka_view import KafkaView
-from airflow_kafka_spark.offsets import TopicPartition
-from airflow_kafka_spark.stack import spark, topics
-from airflow_kafka_spark.watch import observe
+from airflow_kafka_spark.checkpoint.reader import read_checkpoint
+from airflow_kafka_spark.kafka.offsets import TopicPartition
+from airflow_kafka_spark.kafka.view import KafkaView
+from airflow_kafka_spark.watch.observe import observe
+from devstack import spark, topics
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration

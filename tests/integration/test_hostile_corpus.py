@@ -25,8 +25,8 @@ from pathlib import Path
 
 import pytest
 
-from airflow_kafka_spark.stack import topics
-from airflow_kafka_spark.stack.produce import produce
+from devstack import topics
+from devstack.produce import produce
 from tests.support.hostile import ALL_COMMANDS, PAYLOADS, TARGETS, generate
 from tests.support.hostile_harness import Corpus, Failure, render
 

@@ -12,11 +12,11 @@ from confluent_kafka import Consumer
 from confluent_kafka import TopicPartition as KTP
 
 from airflow_kafka_spark.errors import UserError
-from airflow_kafka_spark.kafka_view import BrokerState, KafkaView, redact, scrub
-from airflow_kafka_spark.offsets import TopicPartition
-from airflow_kafka_spark.stack.broker import free_port
-from airflow_kafka_spark.stack.produce import produce
-from airflow_kafka_spark.stack.topics import add_partitions, create_topic, delete_records, delete_topic
+from airflow_kafka_spark.kafka.offsets import TopicPartition
+from airflow_kafka_spark.kafka.view import BrokerState, KafkaView, redact, scrub
+from devstack.broker import free_port
+from devstack.produce import produce
+from devstack.topics import add_partitions, create_topic, delete_records, delete_topic
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration

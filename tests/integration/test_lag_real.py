@@ -30,14 +30,14 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Producer
 
-from airflow_kafka_spark.checkpoint import read_checkpoint
-from airflow_kafka_spark.kafka_view import KafkaView
-from airflow_kafka_spark.mirror import mirror_checkpoint
-from airflow_kafka_spark.offsets import TopicPartition
-from airflow_kafka_spark.stack import spark, topics
-from airflow_kafka_spark.stack.produce import produce
-from airflow_kafka_spark.status import Status, StatusThresholds
-from airflow_kafka_spark.watch import Observation, Sample, keep_recent, observe
+from airflow_kafka_spark.checkpoint.reader import read_checkpoint
+from airflow_kafka_spark.kafka.offsets import TopicPartition
+from airflow_kafka_spark.kafka.view import KafkaView
+from airflow_kafka_spark.watch.mirror import mirror_checkpoint
+from airflow_kafka_spark.watch.observe import Observation, Sample, keep_recent, observe
+from airflow_kafka_spark.watch.status import Status, StatusThresholds
+from devstack import spark, topics
+from devstack.produce import produce
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration

@@ -36,13 +36,13 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Producer as KafkaProducer
 
-from airflow_kafka_spark.checkpoint import read_checkpoint
-from airflow_kafka_spark.lifecycle import LifecycleRecord
-from airflow_kafka_spark.offsets import TopicPartition, parse_offsets_json
-from airflow_kafka_spark.stack import oracle, spark, topics
-from airflow_kafka_spark.stack.produce import ProducedRecord, produce
-from airflow_kafka_spark.validate import validate
-from airflow_kafka_spark.verdict import DeployOptions
+from airflow_kafka_spark.checkpoint.reader import read_checkpoint
+from airflow_kafka_spark.kafka.offsets import TopicPartition, parse_offsets_json
+from airflow_kafka_spark.lifecycle.record import LifecycleRecord
+from airflow_kafka_spark.verdict.alignment import DeployOptions
+from airflow_kafka_spark.verdict.validate import validate
+from devstack import oracle, spark, topics
+from devstack.produce import ProducedRecord, produce
 from tests.support import spark_session
 from tests.support.kafka import end_offsets
 from tests.support.waiting import wait_until
@@ -60,7 +60,7 @@ class Producer(threading.Thread):
     """Produces records continuously (one long-lived client, ~50 records/s) until stopped.
 
     Keeps the records Kafka acknowledged (the ground truth), in the same shape as
-    :func:`airflow_kafka_spark.stack.produce.produce`.
+    :func:`devstack.produce.produce`.
     """
 
     def __init__(self, bootstrap: str, topic: str, per_tick: int = 5, tick_s: float = 0.1) -> None:

@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from airflow_kafka_spark.stack import oracle, topics
-from airflow_kafka_spark.stack.broker import LocalBroker
-from airflow_kafka_spark.stack.produce import produce
-from airflow_kafka_spark.validate import validate
-from airflow_kafka_spark.verdict import DeployOptions
+from airflow_kafka_spark.verdict.alignment import DeployOptions
+from airflow_kafka_spark.verdict.validate import validate
+from devstack import oracle, topics
+from devstack.broker import LocalBroker
+from devstack.produce import produce
 from tests.support import spark_session
 
 pytestmark = pytest.mark.integration
@@ -444,7 +444,7 @@ def _drop(j: Job, log: str, *, back: int = 0, keep_crc: bool = False) -> int:
 
 
 def _committed(j: Job):
-    from airflow_kafka_spark.checkpoint import read_checkpoint
+    from airflow_kafka_spark.checkpoint.reader import read_checkpoint
 
     return read_checkpoint(str(j.checkpoint)).latest_committed.kafka_offsets
 

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from airflow_kafka_spark.checkpoint import read_checkpoint
-from airflow_kafka_spark.offsets import TopicPartition
-from airflow_kafka_spark.stack import jars, oracle, spark, topics
-from airflow_kafka_spark.stack.produce import produce
+from airflow_kafka_spark.checkpoint.reader import read_checkpoint
+from airflow_kafka_spark.kafka.offsets import TopicPartition
+from devstack import jars, oracle, spark, topics
+from devstack.produce import produce
 from tests.support.kafka import end_offsets
 from tests.support.waiting import wait_until
 

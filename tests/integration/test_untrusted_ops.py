@@ -20,9 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from airflow_kafka_spark.lifecycle import LifecycleRecord
-from airflow_kafka_spark.stack import topics
-from airflow_kafka_spark.stack.produce import produce
+from airflow_kafka_spark.lifecycle.record import LifecycleRecord
+from devstack import topics
+from devstack.produce import produce
 from tests.support.checkpoint_factory import commit_file, offsets_file, write_checkpoint
 
 pytestmark = pytest.mark.integration

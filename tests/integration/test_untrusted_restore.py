@@ -21,13 +21,13 @@ from pathlib import Path
 
 import pytest
 
-from airflow_kafka_spark import storage
-from airflow_kafka_spark.backup import backup_checkpoint
+from airflow_kafka_spark._util import storage
 from airflow_kafka_spark.errors import UserError
-from airflow_kafka_spark.lifecycle import LifecycleRecord
-from airflow_kafka_spark.restore import restore_checkpoint
-from airflow_kafka_spark.stack import topics
-from airflow_kafka_spark.stack.produce import produce
+from airflow_kafka_spark.lifecycle.record import LifecycleRecord
+from airflow_kafka_spark.ops.backup import backup_checkpoint
+from airflow_kafka_spark.ops.restore import restore_checkpoint
+from devstack import topics
+from devstack.produce import produce
 from tests.support.checkpoint_factory import commit_file, offsets_file, write_checkpoint
 
 pytestmark = pytest.mark.integration

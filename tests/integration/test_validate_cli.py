@@ -19,11 +19,11 @@ import pytest
 from confluent_kafka import Consumer
 from confluent_kafka import TopicPartition as KTP
 
-from airflow_kafka_spark.lifecycle import LifecycleRecord
-from airflow_kafka_spark.stack import topics
-from airflow_kafka_spark.stack.produce import produce
-from airflow_kafka_spark.validate import validate
-from airflow_kafka_spark.verdict import DeployOptions
+from airflow_kafka_spark.lifecycle.record import LifecycleRecord
+from airflow_kafka_spark.verdict.alignment import DeployOptions
+from airflow_kafka_spark.verdict.validate import validate
+from devstack import topics
+from devstack.produce import produce
 from tests.support.checkpoint_factory import write_checkpoint
 
 pytestmark = pytest.mark.integration

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from airflow_kafka_spark.offsets import PartitionOffsets, TopicPartition, to_offsets_json
+from airflow_kafka_spark.kafka.offsets import PartitionOffsets, TopicPartition, to_offsets_json
 
 QUERY_ID = "6f1c9b0e-2f4a-4d7e-9a53-0c8f1e2d3b4a"
 START_TIMESTAMP_MS = 1_700_000_000_000

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from airflow_kafka_spark.jobs import reference_job
-from airflow_kafka_spark.stack import jars
+from devstack import jars
 
 _SESSION = None
 

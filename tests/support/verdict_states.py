@@ -1,4 +1,4 @@
-"""Hand-built inputs for :func:`airflow_kafka_spark.verdict.evaluate`: checkpoints, brokers, records.
+"""Hand-built inputs for :func:`airflow_kafka_spark.verdict.alignment.evaluate`: checkpoints, brokers, records.
 
 The verdict is a pure function of dataclasses, so its tests build those dataclasses directly (no
 files, no broker). Offsets are given as ``{(topic, partition): offset}`` to keep tests short.
@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from airflow_kafka_spark.checkpoint import BatchCommit, BatchOffsets, CheckpointProblem, CheckpointState
-from airflow_kafka_spark.kafka_view import BrokerState, TopicInfo
-from airflow_kafka_spark.lifecycle import Lease, LifecycleRecord, TopicIdentity
-from airflow_kafka_spark.offsets import PartitionOffsets, TopicPartition
+from airflow_kafka_spark.checkpoint.reader import BatchCommit, BatchOffsets, CheckpointProblem, CheckpointState
+from airflow_kafka_spark.kafka.offsets import PartitionOffsets, TopicPartition
+from airflow_kafka_spark.kafka.view import BrokerState, TopicInfo
+from airflow_kafka_spark.lifecycle.record import Lease, LifecycleRecord, TopicIdentity
 
 NOW_MS = 1_750_000_000_000
 BATCH_TS = NOW_MS - 3_600_000   # the last batch ran an hour before the broker was sampled

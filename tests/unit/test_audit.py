@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from airflow_kafka_spark.audit import (
+from airflow_kafka_spark.registry.loader import load_registry
+from airflow_kafka_spark.watch.audit import (
     HISTORY_FILE,
     AuditHistory,
     JobAudit,
@@ -23,7 +24,6 @@ from airflow_kafka_spark.audit import (
     with_growth,
     write_report,
 )
-from airflow_kafka_spark.registry import load_registry
 from tests.support.checkpoint_factory import START_TIMESTAMP_MS, write_checkpoint
 from tests.unit.test_watch import FakeView, tp
 

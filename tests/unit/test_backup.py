@@ -20,7 +20,10 @@ from pathlib import Path
 
 import pytest
 
-from airflow_kafka_spark.backup import (
+from airflow_kafka_spark.errors import UserError
+from airflow_kafka_spark.kafka.offsets import TopicPartition
+from airflow_kafka_spark.lifecycle.record import LifecycleRecord
+from airflow_kafka_spark.ops.backup import (
     Manifest,
     backup_checkpoint,
     list_backups,
@@ -30,10 +33,7 @@ from airflow_kafka_spark.backup import (
     state_chain_problems,
     verify_backup,
 )
-from airflow_kafka_spark.errors import UserError
-from airflow_kafka_spark.lifecycle import LifecycleRecord
-from airflow_kafka_spark.offsets import TopicPartition
-from airflow_kafka_spark.plan import OperationBlocked
+from airflow_kafka_spark.ops.plan import OperationBlocked
 from tests.support.checkpoint_factory import commit_file, offsets_file, write_checkpoint
 
 JOB = "orders"
@@ -390,8 +390,8 @@ def test_backup_to_an_object_store_and_back(ck, tmp_path):
     """``memory://`` has no rename: blobs go through a temp object, the manifest is one PUT."""
     import fsspec
 
-    from airflow_kafka_spark.backup import materialize
-    from airflow_kafka_spark.storage import move_dir, open_location
+    from airflow_kafka_spark._util.storage import move_dir, open_location
+    from airflow_kafka_spark.ops.backup import materialize
 
     root = "memory://aks-bench/backups"
     try:
@@ -416,9 +416,9 @@ def test_backup_to_an_object_store_and_back(ck, tmp_path):
 
 
 def test_one_operation_at_a_time_per_checkpoint(ck, tmp_path):
-    from airflow_kafka_spark.journal import operation_lock
-    from airflow_kafka_spark.reset import ResetRequest, reset_checkpoint
-    from airflow_kafka_spark.storage import open_location
+    from airflow_kafka_spark._util.storage import open_location
+    from airflow_kafka_spark.ops.journal import operation_lock
+    from airflow_kafka_spark.ops.reset import ResetRequest, reset_checkpoint
 
     with operation_lock(open_location(ck.location)), pytest.raises(UserError, match="is locked by pid"):
         reset_checkpoint(ck.location, str(tmp_path / "b"), {"bootstrap.servers": "127.0.0.1:1"},
@@ -427,8 +427,8 @@ def test_one_operation_at_a_time_per_checkpoint(ck, tmp_path):
 
 
 def test_backup_refuses_over_an_interrupted_operation(ck, tmp_path):
-    from airflow_kafka_spark.journal import Journal
-    from airflow_kafka_spark.storage import open_location
+    from airflow_kafka_spark._util.storage import open_location
+    from airflow_kafka_spark.ops.journal import Journal
 
     Journal.begin(open_location(ck.location), "reset", "op-1", {"aside": "x"})
     with pytest.raises(OperationBlocked, match="interrupted reset"):
@@ -436,8 +436,8 @@ def test_backup_refuses_over_an_interrupted_operation(ck, tmp_path):
 
 
 def test_reset_and_restore_refuse_a_running_job_before_touching_anything(ck, tmp_path):
-    from airflow_kafka_spark.reset import ResetRequest, reset_checkpoint
-    from airflow_kafka_spark.restore import restore_checkpoint
+    from airflow_kafka_spark.ops.reset import ResetRequest, reset_checkpoint
+    from airflow_kafka_spark.ops.restore import restore_checkpoint
 
     root = str(tmp_path / "b")
     backup_id = backup_checkpoint(ck.location, root, job=JOB, settle_s=0).backup_id

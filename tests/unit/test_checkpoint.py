@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from airflow_kafka_spark.checkpoint import (
+from airflow_kafka_spark.checkpoint.reader import (
     CHECKPOINT_CORRUPT,
     INITIAL_OFFSETS_UNREADABLE,
     LOG_GAP,
@@ -26,7 +26,7 @@ from airflow_kafka_spark.checkpoint import (
     read_checkpoint,
 )
 from airflow_kafka_spark.errors import CheckpointFormatError, UserError
-from airflow_kafka_spark.offsets import TopicPartition
+from airflow_kafka_spark.kafka.offsets import TopicPartition
 from tests.support.checkpoint_factory import (
     QUERY_ID,
     RATE,

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from airflow_kafka_spark.checkpoint import (
+from airflow_kafka_spark.checkpoint.reader import (
     CHECKPOINT_CORRUPT,
     INITIAL_OFFSETS_UNREADABLE,
     LOG_GAP,

@@ -16,9 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from airflow_kafka_spark import cli, report
+from airflow_kafka_spark import cli
+from airflow_kafka_spark.cli import output as report
 from airflow_kafka_spark.errors import UserError
-from airflow_kafka_spark.verdict import BLOCK, INFO, PASS, WARN, Finding, Verdict
+from airflow_kafka_spark.verdict.alignment import BLOCK, INFO, PASS, WARN, Finding, Verdict
 
 AKS = Path(sys.executable).with_name("aks")
 
@@ -207,7 +208,7 @@ def fake_validate(monkeypatch):
             calls.append(kwargs)
             return verdict
 
-        monkeypatch.setattr("airflow_kafka_spark.validate.validate", fake)
+        monkeypatch.setattr("airflow_kafka_spark.verdict.validate.validate", fake)
         return calls
 
     return install
@@ -267,7 +268,7 @@ def test_user_error_inside_a_command_is_one_line(monkeypatch, capsys):
     def boom(**kwargs):
         raise UserError("Kafka at k:1 is not reachable\n(details)")
 
-    monkeypatch.setattr("airflow_kafka_spark.validate.validate", boom)
+    monkeypatch.setattr("airflow_kafka_spark.verdict.validate.validate", boom)
     assert cli.main(["validate", "--checkpoint", "/c", "--bootstrap-servers", "k:1"]) == 2
     assert capsys.readouterr().err == "error: Kafka at k:1 is not reachable (details)\n"
 

@@ -1,4 +1,4 @@
-"""Retention headroom and catch-up estimates (airflow_kafka_spark.headroom).
+"""Retention headroom and catch-up estimates (airflow_kafka_spark.watch.headroom).
 
 The estimates are checked against a small model of the broker's own deletion rules
 (``UnifiedLog.deleteRetentionMsBreachedSegments`` / ``deleteRetentionSizeBreachedSegments``):
@@ -16,16 +16,16 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from airflow_kafka_spark.checkpoint import BatchOffsets
-from airflow_kafka_spark.headroom import (
+from airflow_kafka_spark.checkpoint.reader import BatchOffsets
+from airflow_kafka_spark.kafka.offsets import TopicPartition
+from airflow_kafka_spark.kafka.view import BrokerState, TopicInfo
+from airflow_kafka_spark.watch.headroom import (
     compute_headroom,
     estimate_catch_up,
     partition_headroom,
     processing_rates_from_history,
 )
-from airflow_kafka_spark.kafka_view import BrokerState, TopicInfo
-from airflow_kafka_spark.lag import OffsetTimeCurve
-from airflow_kafka_spark.offsets import TopicPartition
+from airflow_kafka_spark.watch.lag import OffsetTimeCurve
 
 T = "clicks"
 HOUR = 3_600_000
@@ -322,7 +322,7 @@ def test_minimum_of_time_and_size_and_over_partitions():
 
 
 def test_partition_headroom_direct_sentinels():
-    from airflow_kafka_spark.offsets import EARLIEST
+    from airflow_kafka_spark.kafka.offsets import EARLIEST
     p = partition_headroom(tp(0), EARLIEST, topic=topic_info(), log_start=7, log_end=9, now_ms=HOUR,
                            first_unread=(7, 0), first_unread_known=True)
     assert p.position == 7 and p.seconds == 0.0 and p.unread_records == 2

@@ -1,4 +1,4 @@
-"""Lag in records and seconds (airflow_kafka_spark.lag): definitions, S25 markers, interpolation.
+"""Lag in records and seconds (airflow_kafka_spark.watch.lag): definitions, S25 markers, interpolation.
 
 Generated cases use seeded ``random`` (hypothesis is not installed), so every run sees the same cases.
 """
@@ -10,10 +10,10 @@ import random
 
 import pytest
 
-from airflow_kafka_spark.checkpoint import BatchOffsets
-from airflow_kafka_spark.kafka_view import BrokerState, TopicInfo
-from airflow_kafka_spark.lag import OffsetTimeCurve, compute_lag, partition_lag, produce_rates
-from airflow_kafka_spark.offsets import EARLIEST, LATEST, TopicPartition
+from airflow_kafka_spark.checkpoint.reader import BatchOffsets
+from airflow_kafka_spark.kafka.offsets import EARLIEST, LATEST, TopicPartition
+from airflow_kafka_spark.kafka.view import BrokerState, TopicInfo
+from airflow_kafka_spark.watch.lag import OffsetTimeCurve, compute_lag, partition_lag, produce_rates
 
 T = "orders"
 

@@ -11,15 +11,15 @@ from pathlib import Path
 
 import pytest
 
-from airflow_kafka_spark import lifecycle
 from airflow_kafka_spark.errors import UserError
-from airflow_kafka_spark.lifecycle import (
+from airflow_kafka_spark.kafka.offsets import TopicPartition
+from airflow_kafka_spark.lifecycle import record as lifecycle
+from airflow_kafka_spark.lifecycle.record import (
     HISTORY_LIMIT,
     LifecycleRecord,
     TopicIdentity,
     record_location,
 )
-from airflow_kafka_spark.offsets import TopicPartition
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from airflow_kafka_spark.errors import UserError
-from airflow_kafka_spark.registry import (
+from airflow_kafka_spark.registry.loader import (
     REGISTRY_ENV,
     BackupRetention,
     HealthGate,
@@ -485,7 +485,7 @@ def test_registry_module_imports_no_airflow():
     import subprocess
     import sys
 
-    code = ("import sys, airflow_kafka_spark.registry as r; "
+    code = ("import sys, airflow_kafka_spark.registry.loader as r; "
             "bad = [m for m in sys.modules if m == 'airflow' or m.startswith('airflow.')]; "
             "print(bad); sys.exit(1 if bad else 0)")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,

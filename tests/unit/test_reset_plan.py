@@ -7,9 +7,9 @@ import json
 import pytest
 
 from airflow_kafka_spark.errors import UserError
-from airflow_kafka_spark.offsets import TopicPartition, parse_offsets_json
-from airflow_kafka_spark.plan import EXIT_BLOCKED
-from airflow_kafka_spark.reset import ResetRequest, SinkInfo, build_reset_plan, parse_datetime, parse_to_offsets
+from airflow_kafka_spark.kafka.offsets import TopicPartition, parse_offsets_json
+from airflow_kafka_spark.ops.plan import EXIT_BLOCKED
+from airflow_kafka_spark.ops.reset import ResetRequest, SinkInfo, build_reset_plan, parse_datetime, parse_to_offsets
 from tests.support.verdict_states import broker, checkpoint, record
 
 T = "orders"

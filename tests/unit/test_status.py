@@ -1,4 +1,4 @@
-"""Burrow-style status from the offsets history (airflow_kafka_spark.status).
+"""Burrow-style status from the offsets history (airflow_kafka_spark.watch.status).
 
 A small seeded simulator stands in for the real job: a producer appending at a noisy rate, and a
 micro-batch planner that, at each trigger, plans up to the log end (or up to maxOffsetsPerTrigger),
@@ -15,12 +15,12 @@ from itertools import pairwise
 
 import pytest
 
-from airflow_kafka_spark.checkpoint import BatchOffsets
+from airflow_kafka_spark.checkpoint.reader import BatchOffsets
 from airflow_kafka_spark.errors import UserError
-from airflow_kafka_spark.kafka_view import BrokerState, TopicInfo
-from airflow_kafka_spark.lag import compute_lag
-from airflow_kafka_spark.offsets import TopicPartition
-from airflow_kafka_spark.status import (
+from airflow_kafka_spark.kafka.offsets import TopicPartition
+from airflow_kafka_spark.kafka.view import BrokerState, TopicInfo
+from airflow_kafka_spark.watch.lag import compute_lag
+from airflow_kafka_spark.watch.status import (
     JobStatus,
     Status,
     StatusThresholds,

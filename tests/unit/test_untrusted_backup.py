@@ -19,9 +19,17 @@ from pathlib import Path
 
 import pytest
 
-from airflow_kafka_spark import seal, storage
-from airflow_kafka_spark.backup import FileEntry, Manifest, backup_checkpoint, list_backups, materialize, prune_backups
+from airflow_kafka_spark._util import storage
 from airflow_kafka_spark.errors import UserError
+from airflow_kafka_spark.ops import seal
+from airflow_kafka_spark.ops.backup import (
+    FileEntry,
+    Manifest,
+    backup_checkpoint,
+    list_backups,
+    materialize,
+    prune_backups,
+)
 from tests.support.checkpoint_factory import write_checkpoint
 
 JOB = "orders"
@@ -182,7 +190,7 @@ def test_keyed_seal_refuses_resealed_and_unkeyed_manifests(tmp_path):
     assert catalog.backups == [] and len(catalog.invalid) == 2
     # pruning with a key never collects the blobs of a still-kept unkeyed backup
     prune_backups(str(root), JOB, keep_last=5, seal_key=key.read_bytes())
-    from airflow_kafka_spark.backup import verify_backup
+    from airflow_kafka_spark.ops.backup import verify_backup
     assert verify_backup(str(root), JOB, unkeyed.backup_id).backup_id == unkeyed.backup_id
 
 
@@ -309,7 +317,7 @@ def test_content_changed_with_mtime_kept_is_read_again(tmp_path):
 
 
 def test_stale_staging_cleanup_never_touches_a_neighbours_folder(tmp_path):
-    from airflow_kafka_spark.restore import remove_stale_staging
+    from airflow_kafka_spark.ops.restore import remove_stale_staging
 
     mine = tmp_path / "job[12].staging-20260101T000000Z-abcdef"
     neighbour = tmp_path / "job1.staging-20260101T000000Z-abcdef"
@@ -326,8 +334,8 @@ def test_stale_staging_cleanup_never_touches_a_neighbours_folder(tmp_path):
 
 @pytest.mark.parametrize("key", ["staging", "aside"])
 def test_a_restore_journal_naming_a_foreign_folder_moves_nothing(tmp_path, key):
-    from airflow_kafka_spark.journal import Journal, journal_location
-    from airflow_kafka_spark.restore import roll_forward
+    from airflow_kafka_spark.ops.journal import Journal, journal_location
+    from airflow_kafka_spark.ops.restore import roll_forward
 
     ck = write_checkpoint(tmp_path / "ck", batches=2)
     victim = tmp_path / "victim"

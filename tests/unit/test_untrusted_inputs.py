@@ -17,19 +17,19 @@ from pathlib import Path
 
 import pytest
 
-from airflow_kafka_spark import storage
-from airflow_kafka_spark.backup import (
+from airflow_kafka_spark._util import storage
+from airflow_kafka_spark.checkpoint.reader import read_checkpoint
+from airflow_kafka_spark.errors import UserError
+from airflow_kafka_spark.lifecycle.record import LifecycleRecord
+from airflow_kafka_spark.ops.backup import (
     backup_checkpoint,
     list_backups,
     validate_backup_id,
     validate_job_name,
 )
-from airflow_kafka_spark.checkpoint import read_checkpoint
-from airflow_kafka_spark.errors import UserError
-from airflow_kafka_spark.journal import Journal, finish_interrupted, interrupted_finding
-from airflow_kafka_spark.lifecycle import LifecycleRecord
-from airflow_kafka_spark.plan import OperationBlocked
-from airflow_kafka_spark.verdict import BLOCK, PASS, DeployOptions, evaluate
+from airflow_kafka_spark.ops.journal import Journal, finish_interrupted, interrupted_finding
+from airflow_kafka_spark.ops.plan import OperationBlocked
+from airflow_kafka_spark.verdict.alignment import BLOCK, PASS, DeployOptions, evaluate
 from tests.support import verdict_states as vs
 from tests.support.checkpoint_factory import commit_file, offsets_file, write_checkpoint
 
@@ -257,7 +257,7 @@ def test_journal_guard_is_cheap_on_large_state(tmp_path):
     """The guard lists offsets/ and commits/ only: it never walks state/."""
     ck = write_checkpoint(tmp_path / "ck", batches=3, state=True)
     marks = storage.open_location(ck.location)
-    from airflow_kafka_spark.journal import checkpoint_marks
+    from airflow_kafka_spark.ops.journal import checkpoint_marks
 
     got = checkpoint_marks(marks)
     assert got["offsets"] == 2 and got["commits"] == 2 and got["metadata_sha256"]
@@ -265,7 +265,7 @@ def test_journal_guard_is_cheap_on_large_state(tmp_path):
 
 
 def test_nested_audit_history_and_kafka_config_are_not_tracebacks(tmp_path):
-    from airflow_kafka_spark.audit import HISTORY_FILE, AuditHistory
+    from airflow_kafka_spark.watch.audit import HISTORY_FILE, AuditHistory
 
     (tmp_path / HISTORY_FILE).write_text(DEEP)
     assert AuditHistory.load(str(tmp_path)).runs == []        # a damaged history restarts the trends
@@ -279,8 +279,8 @@ def test_nested_audit_history_and_kafka_config_are_not_tracebacks(tmp_path):
 
 
 def test_sink_log_entry_with_nested_json_is_a_format_error():
+    from airflow_kafka_spark.checkpoint.sink_log import _entry
     from airflow_kafka_spark.errors import CheckpointFormatError
-    from airflow_kafka_spark.sink_log import _entry
 
     with pytest.raises(CheckpointFormatError):
         _entry(DEEP, "_spark_metadata/0 line 2")
@@ -302,7 +302,7 @@ def test_past_the_move_only_bookkeeping_is_left_and_a_new_run_does_not_block_it(
 def test_registry_with_nested_starting_offsets_is_one_short_line(tmp_path, nested_as):
     import yaml
 
-    from airflow_kafka_spark.registry import load_registry
+    from airflow_kafka_spark.registry.loader import load_registry
 
     (tmp_path / "data").mkdir()
     (tmp_path / "apps").mkdir()

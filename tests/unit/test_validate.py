@@ -12,10 +12,10 @@ import time
 import pytest
 
 from airflow_kafka_spark.errors import UserError
-from airflow_kafka_spark.lifecycle import LifecycleRecord
-from airflow_kafka_spark.offsets import TopicPartition
-from airflow_kafka_spark.validate import validate
-from airflow_kafka_spark.verdict import DeployOptions
+from airflow_kafka_spark.kafka.offsets import TopicPartition
+from airflow_kafka_spark.lifecycle.record import LifecycleRecord
+from airflow_kafka_spark.verdict.alignment import DeployOptions
+from airflow_kafka_spark.verdict.validate import validate
 from tests.support.checkpoint_factory import write_checkpoint
 from tests.support.verdict_states import broker
 

@@ -15,9 +15,9 @@ from dataclasses import replace
 import pytest
 
 from airflow_kafka_spark.errors import UserError
-from airflow_kafka_spark.lifecycle import Lease
-from airflow_kafka_spark.offsets import TopicPartition
-from airflow_kafka_spark.verdict import (
+from airflow_kafka_spark.kafka.offsets import TopicPartition
+from airflow_kafka_spark.lifecycle.record import Lease
+from airflow_kafka_spark.verdict.alignment import (
     BLOCK,
     CODES,
     INFO,

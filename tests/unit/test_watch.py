@@ -11,10 +11,10 @@ from dataclasses import dataclass, field
 import pytest
 
 from airflow_kafka_spark.errors import UserError
-from airflow_kafka_spark.kafka_view import BrokerState, GroupInfo, TopicInfo
-from airflow_kafka_spark.offsets import TopicPartition
-from airflow_kafka_spark.status import Status, StatusThresholds
-from airflow_kafka_spark.watch import Sample, fmt_duration, keep_recent, lag_gate, observe
+from airflow_kafka_spark.kafka.offsets import TopicPartition
+from airflow_kafka_spark.kafka.view import BrokerState, GroupInfo, TopicInfo
+from airflow_kafka_spark.watch.observe import Sample, fmt_duration, keep_recent, lag_gate, observe
+from airflow_kafka_spark.watch.status import Status, StatusThresholds
 from tests.support.checkpoint_factory import START_TIMESTAMP_MS, write_checkpoint
 
 T = "orders"

@@ -1,0 +1,1 @@
+"""Leaf helpers with no domain knowledge: storage access, locks, process checks."""

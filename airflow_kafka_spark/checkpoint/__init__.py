@@ -1,0 +1,1 @@
+"""What a Spark checkpoint says, read from its files (never written here)."""

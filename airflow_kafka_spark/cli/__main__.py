@@ -1,0 +1,6 @@
+"""`python -m airflow_kafka_spark.cli` is `aks`."""
+import sys
+
+from airflow_kafka_spark.cli import main
+
+sys.exit(main())

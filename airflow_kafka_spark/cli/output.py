@@ -1,0 +1,156 @@
+"""Output shared by every ``aks`` subcommand: tables, JSON, the verdict layout, one-line errors.
+
+Why one module: each subcommand (validate, backup, restore, reset, lag, audit) prints the same kinds
+of things, and users script against them. Keeping the table layout, the JSON encoding and the
+error convention (``error: <one line>`` on stderr, exit 2, never a traceback for a user error) in
+one place keeps them identical across commands. It imports nothing heavy, so the CLI stays fast.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import IO, TYPE_CHECKING, Any
+
+from airflow_kafka_spark.errors import UserError
+
+if TYPE_CHECKING:
+    from airflow_kafka_spark.verdict.alignment import Finding, Verdict
+
+EXIT_OK = 0
+EXIT_USER_ERROR = 2
+EXIT_INTERRUPTED = 130
+
+
+# --------------------------------------------------------------------------------------------------
+# plain values
+# --------------------------------------------------------------------------------------------------
+
+
+def fmt(value: Any) -> str:
+    """A cell: integers with thousands separators, None as ``-``, everything else as text."""
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return f"{value:,}"
+    if isinstance(value, float):
+        return f"{value:,.3g}" if abs(value) < 1000 else f"{value:,.0f}"
+    return " ".join(str(value).split())
+
+
+def render_table(headers: Sequence[str], rows: Iterable[Sequence[Any]], *, right: Iterable[int] = ()) -> str:
+    """Columns padded to their widest cell; the last column is never padded (it holds free text).
+
+    ``right`` names column indexes to right-align (numbers read better that way).
+    """
+    body = [[fmt(c) if not isinstance(c, str) else " ".join(c.split()) for c in row] for row in rows]
+    table = [list(headers), *body]
+    widths = [max(len(r[i]) for r in table) for i in range(len(headers))]
+    right_cols = set(right)
+    lines = []
+    for row in table:
+        cells = []
+        for i, cell in enumerate(row):
+            if i == len(row) - 1:
+                cells.append(cell)
+            elif i in right_cols:
+                cells.append(cell.rjust(widths[i]))
+            else:
+                cells.append(cell.ljust(widths[i]))
+        lines.append("  ".join(cells).rstrip())
+    return "\n".join(lines)
+
+
+def dump_json(obj: Any, *, compact: bool = False) -> str:
+    """JSON for machines: stable key order as given, UTF-8 text, unknown objects as strings."""
+    if compact:
+        return json.dumps(obj, ensure_ascii=False, separators=(",", ":"), default=str)
+    return json.dumps(obj, ensure_ascii=False, indent=2, default=str)
+
+
+def emit(text: str, stream: IO[str] | None = None) -> None:
+    out = stream or sys.stdout
+    out.write(text if text.endswith("\n") else text + "\n")
+    out.flush()
+
+
+# --------------------------------------------------------------------------------------------------
+# errors: one line, exit 2
+# --------------------------------------------------------------------------------------------------
+
+
+def error_line(message: str) -> str:
+    return "error: " + " ".join(str(message).split())
+
+
+def guarded(run: Callable[[], int], *, json_errors: bool = False) -> int:
+    """Run a command; a :class:`UserError` becomes one ``error:`` line on stderr and exit 2.
+
+    With ``json_errors`` the same error is also printed to stdout as one JSON object, so a script
+    reading ``--json`` output always gets JSON. Anything else is a bug and keeps its traceback.
+    """
+    try:
+        return run()
+    except UserError as exc:
+        if json_errors:
+            emit(dump_json({"error": str(exc), "exit_code": exc.exit_code}, compact=True))
+        emit(error_line(str(exc)), sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        emit(error_line("interrupted"), sys.stderr)
+        return EXIT_INTERRUPTED
+
+
+# --------------------------------------------------------------------------------------------------
+# verdicts
+# --------------------------------------------------------------------------------------------------
+
+_COLUMNS = ("checkpoint_offset", "log_start", "log_end")
+VERDICT_HEADERS = ("SEVERITY", "CODE", "PARTITION", "CHECKPOINT", "LOG START", "LOG END", "NUMBERS",
+                   "MESSAGE")
+
+
+def _numbers(numbers: Mapping[str, Any]) -> str:
+    """``key=value`` pairs; epoch milliseconds and ids stay unformatted (separators would mislead)."""
+    parts = []
+    for key, value in numbers.items():
+        if key in _COLUMNS or value is None:
+            continue
+        raw = key.endswith(("_ms", "_id")) and not key.endswith("skew_ms") and not key.startswith("newer")
+        parts.append(f"{key}={value if raw else fmt(value)}")
+    return " ".join(parts) or "-"
+
+
+def finding_row(f: Finding) -> list[Any]:
+    n = f.numbers
+    code = f.code + ("*" if f.inferred else "")
+    return [str(f.severity), code, f.where, n.get("checkpoint_offset"), n.get("log_start"), n.get("log_end"),
+            _numbers(n), f.message]
+
+
+def render_verdict(verdict: Verdict, *, max_ok_rows: int = 20) -> str:
+    """The human layout: one row per finding (partition rows carry their offsets), then the verdict
+    line and the fix. Many healthy partitions are folded into one line unless ``max_ok_rows`` < 0."""
+    findings = list(verdict.findings)
+    ok = [f for f in findings if f.code == "OK"]
+    shown = findings if max_ok_rows < 0 or len(ok) <= max_ok_rows else [f for f in findings if f.code != "OK"]
+    rows = [finding_row(f) for f in shown]
+    if len(shown) < len(findings):
+        rows.append(["PASS", "OK", f"{len(ok)} partitions", "-", "-", "-",
+                     f"backlog={fmt(sum(int(f.numbers.get('backlog') or 0) for f in ok))}",
+                     "aligned (use --all to list them)"])
+    lines = []
+    subject = f"{verdict.source} {verdict.subject}" if verdict.subject else verdict.source
+    lines.append(f"validating {subject}")
+    if rows:
+        lines.append(render_table(VERDICT_HEADERS, rows, right=(3, 4, 5)))
+    if any(f.inferred for f in findings):
+        lines.append("* inferred: a heuristic or an unconfirmed version table, see the message")
+    last = verdict.headline
+    if verdict.fix:
+        last += f" · fix: {verdict.fix}"
+    lines.append(last)
+    return "\n".join(lines)

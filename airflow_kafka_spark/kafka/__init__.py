@@ -1,0 +1,1 @@
+"""What Kafka says: offsets, brokers, topics, groups, record timestamps, secrets redaction."""

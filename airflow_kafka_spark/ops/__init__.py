@@ -1,0 +1,1 @@
+"""Operations that change a checkpoint location: backup, restore, reset, their plans and journal."""

@@ -1,0 +1,454 @@
+"""Restore (roll back) a checkpoint from a published backup — judged against Kafka *before* anything moves.
+
+Order of work, and why:
+
+1. The manifest's seal is checked (a tampered manifest is a one-line error) and every file of the
+   backup is copied into ``<checkpoint>.staging-<id>`` beside the checkpoint, each checked against
+   its sha256 while it is copied. Nothing of the user's has changed yet.
+2. The pre-deploy verdict (:func:`airflow_kafka_spark.verdict.alignment.evaluate`) runs on that staged copy,
+   against the cluster as it is now and the job's lifecycle record, plus what only a rollback has:
+   how many records the restored query reads again (per partition, current position minus the
+   backup's), and whether a file sink already holds batch ids the restored query would re-run
+   (``SINK_AHEAD_OF_CHECKPOINT``, S19). A BLOCK — retention already deleted the backup's offsets
+   (``OFFSET_BELOW_LOG_START`` with the count), another cluster, a live lease — deletes the staging
+   copy and refuses: **a blocked restore changes nothing**. ``dry_run`` stops here too — and a
+   dry run stages into ``memory://`` (state file bodies hash-checked, not kept), so it writes
+   nothing anywhere: no staging folder, no lock file.
+3. Only then: the current checkpoint is backed up (``reason: before restore``), the journal is
+   written (commit point), the current checkpoint is moved to ``<checkpoint>.restore-<id>``
+   (kept), the staged copy is renamed into place, and the lifecycle record gets an audit event.
+   A stale ``next_starting_offsets`` (from an earlier reset) is cleared: a checkpoint with batches
+   ignores startingOffsets, and leaving it would mislead the next validation.
+
+Only one restore or reset runs per location (``<checkpoint>.operation.lock``; a second one is
+refused at once, never queued), and re-running a restore whose backup is already in place (the
+lifecycle record's last restore names it and the checkpoint holds exactly its files) is a no-op
+that says so. The staged copy is checked against the manifest just before the commit point, and
+roll-forward refuses to record a restore whose staged copy vanished.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import re
+import uuid
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from airflow_kafka_spark._util import storage
+from airflow_kafka_spark._util.storage import Location
+from airflow_kafka_spark.checkpoint.reader import CheckpointState, read_checkpoint
+from airflow_kafka_spark.errors import UserError
+from airflow_kafka_spark.kafka.view import KafkaView
+from airflow_kafka_spark.lifecycle.record import LifecycleRecord
+from airflow_kafka_spark.ops import seal
+from airflow_kafka_spark.ops.backup import (
+    Manifest,
+    backup_checkpoint,
+    check_locations,
+    load_backup,
+    materialize,
+    open_backup_root,
+    running_reason,
+    validate_job_name,
+)
+from airflow_kafka_spark.ops.journal import (
+    Journal,
+    finish_interrupted,
+    new_operation_id,
+)
+from airflow_kafka_spark.ops.plan import BLOCK, INFO, WARN, OperationBlocked, PartitionMove, Plan
+from airflow_kafka_spark.ops.reset import old_positions
+from airflow_kafka_spark.verdict.alignment import DeployOptions, Verdict, evaluate, identity_probes
+
+
+@dataclass
+class RestoreResult:
+    plan: Plan
+    verdict: Verdict
+    backup: Manifest
+    dry_run: bool
+    restored: bool = False
+    operation_id: str | None = None
+    pre_restore_backup_id: str | None = None
+    aside_location: str | None = None
+    resumed: bool = False
+    already_restored: bool = False
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def records_to_replay(self) -> int:
+        return self.plan.replayed + self.plan.pending_replay
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"backup_id": self.backup.backup_id, "dry_run": self.dry_run, "restored": self.restored,
+                "operation_id": self.operation_id, "pre_restore_backup_id": self.pre_restore_backup_id,
+                "aside_location": self.aside_location, "records_to_replay": self.records_to_replay,
+                "resumed": self.resumed, "already_restored": self.already_restored, "notes": self.notes,
+                "backup": self.backup.summary(),
+                "plan": self.plan.to_dict(), "verdict": self.verdict.to_dict()}
+
+
+def restore_checkpoint(checkpoint_location: str, backup_root: str, backup_id: str, kafka_config: dict, *,
+                       job: str | None = None, dry_run: bool = False, idempotent_sink: bool | None = None,
+                       sink_output: str | None = None, actor: str | None = None,
+                       storage_options: dict | None = None, backup_storage_options: dict | None = None,
+                       kafka_timeout: float = 10.0, backup_settle_s: float = 2.0,
+                       seal_key: bytes | None = None) -> RestoreResult:
+    """Roll ``checkpoint_location`` back to backup ``backup_id``; see the module doc for the order of work.
+
+    ``job`` defaults to the lifecycle record's job name (a backup of another job is refused).
+    ``sink_output`` lets a file sink's ``_spark_metadata`` be compared with the backup (S19).
+    Raises :class:`OperationBlocked` (exit 3) when the verdict blocks, :class:`UserError` (exit 2)
+    for bad input (unknown or tampered backup, wrong job, another operation holding the location);
+    in both cases nothing was changed. ``seal_key`` (default: ``$AKS_SEAL_KEY_FILE``'s) requires
+    the keyed seal on the manifest.
+    """
+    seal_key = seal.resolve_key(seal_key)
+    ck = storage.open_location(checkpoint_location, storage_options, what="checkpoint location")
+    root = open_backup_root(backup_root, backup_storage_options)
+    check_locations(ck, root)
+    record = LifecycleRecord.load(checkpoint_location)
+    if job is None:
+        if record is None:
+            raise UserError(f"no lifecycle record beside {checkpoint_location} names its job: pass --job")
+        job = record.job_name
+    validate_job_name(job)
+    if record is not None and record.job_name != job:
+        raise UserError(f"checkpoint {checkpoint_location} belongs to job {record.job_name!r}, not {job!r}: restore "
+                        f"it from {record.job_name}'s backups")
+    manifest = load_backup(backup_root, job, backup_id, storage_options=backup_storage_options, seal_key=seal_key)
+    running = running_reason(record)
+    if running:
+        raise OperationBlocked(f"job {job} is running ({running}): stop it on a batch boundary before restoring its "
+                               "checkpoint", code="QUERY_RUNNING")
+    kw = dict(job=job, idempotent_sink=idempotent_sink, sink_output=sink_output, actor=actor,
+              storage_options=storage_options, backup_storage_options=backup_storage_options,
+              kafka_timeout=kafka_timeout, backup_settle_s=backup_settle_s, seal_key=seal_key)
+    if dry_run:
+        return _restore(ck, root, manifest, record, kafka_config, dry_run=True, **kw)
+    # Not queued behind another restore/reset (timeout 0): two restores started together must not
+    # both run one after the other; the second is told who holds the location.
+    with storage.DirLock(ck.sibling(".operation.lock"), what=f"checkpoint {ck.url} (another restore or reset)",
+                         timeout=0.0):
+        done = finish_interrupted(checkpoint_location, storage_options=storage_options)
+        if done is not None and done.get("op") == "restore" and done["payload"].get("backup_id") == backup_id:
+            return _resumed(done, manifest)
+        if done is not None:
+            record = LifecycleRecord.load(checkpoint_location)
+        already = _already_restored(ck, manifest, record)
+        if already is not None:
+            return already
+        return _restore(ck, root, manifest, record, kafka_config, dry_run=False, **kw)
+
+
+def _restore(ck: Location, root: Location, manifest: Manifest, record: LifecycleRecord | None, kafka_config: dict, *,
+             job: str, dry_run: bool, idempotent_sink: bool | None, sink_output: str | None, actor: str | None,
+             storage_options: dict | None, backup_storage_options: dict | None, kafka_timeout: float,
+             backup_settle_s: float, seal_key: bytes | None) -> RestoreResult:
+    checkpoint_location, backup_root, backup_id = ck.url, root.url, manifest.backup_id
+    if not dry_run:
+        remove_stale_staging(ck)   # leftovers of restores killed before their commit point
+
+    op_id = new_operation_id()
+    if dry_run:
+        # Judged in memory: a dry run writes nothing anywhere (state bodies are hash-checked only).
+        scratch = storage.open_location(f"memory://aks-dry-run-{uuid.uuid4().hex}")
+        staging, staged_options = scratch.child("checkpoint"), None
+    else:
+        staging, staged_options = ck.sibling(f".staging-{op_id}"), storage_options
+        scratch = staging
+    try:
+        materialize(manifest, backup_root, staging, storage_options=backup_storage_options,
+                    hash_only=(lambda p: p.startswith("state/")) if dry_run else None)
+        current = read_checkpoint(checkpoint_location, storage_options=storage_options)
+        staged = read_checkpoint(staging.url, storage_options=staged_options)
+        plan, verdict = _judge(manifest, current, staged, record, kafka_config, job=job,
+                               idempotent_sink=idempotent_sink, sink_output=sink_output,
+                               storage_options=storage_options, kafka_timeout=kafka_timeout)
+    except BaseException:
+        storage.remove_tree(scratch)
+        raise
+    aside = ck.sibling(f".restore-{op_id}") if current.exists else None
+    plan.actions = [f"back up the current checkpoint {checkpoint_location} to {backup_root}" if current.exists
+                    else f"(no current checkpoint at {checkpoint_location})",
+                    f"move {checkpoint_location} to {aside.url} (kept)" if aside else "",
+                    f"put backup {backup_id} (batch {manifest.last_committed_batch}) in place",
+                    "record the restore in the lifecycle record"]
+    plan.actions = [a for a in plan.actions if a]
+    result = RestoreResult(plan=plan, verdict=verdict, backup=manifest, dry_run=dry_run, operation_id=op_id,
+                           aside_location=aside.url if aside else None)
+    if dry_run or plan.blocked:
+        storage.remove_tree(scratch)
+        if dry_run:
+            return result
+        worst = plan.blocking[0]
+        raise OperationBlocked(f"restore of {backup_id} refused, nothing was changed: {worst.code} — {worst.message}"
+                               + (f"; fix: {worst.fix}" if worst.fix else ""), code=worst.code,
+                               details=result.to_dict())
+    try:
+        if current.exists and (current.offset_batch_ids or current.commit_batch_ids):
+            pre = backup_checkpoint(checkpoint_location, backup_root, job=job,
+                                    reason=f"before restore of {backup_id} ({op_id})",
+                                    storage_options=storage_options, backup_storage_options=backup_storage_options,
+                                    settle_s=backup_settle_s, seal_key=seal_key)
+            result.pre_restore_backup_id = pre.backup_id
+        storage.crash_point("restore.backed_up")
+        again = read_checkpoint(checkpoint_location, storage_options=storage_options)
+        if (again.offset_batch_ids, again.commit_batch_ids) != (current.offset_batch_ids, current.commit_batch_ids):
+            raise OperationBlocked(f"checkpoint {checkpoint_location} changed during the restore: is the job running? "
+                                   "Stop it and re-run the restore", code="QUERY_RUNNING")
+        staged_print = fingerprint(staging)
+        if staged_print != manifest_fingerprint(manifest):
+            raise UserError(f"the staged copy of backup {backup_id} at {staging.url} vanished or changed before the "
+                            f"restore's commit point; the checkpoint {checkpoint_location} was not changed: re-run "
+                            "the restore (and check what deletes folders beside the checkpoint)")
+        journal = Journal.begin(ck, "restore", op_id, {
+            "job": job, "actor": actor, "backup_root": backup_root, "backup_id": backup_id,
+            "staging": staging.url, "aside": aside.url if aside else None,
+            "pre_restore_backup_id": result.pre_restore_backup_id,
+            "records_to_replay": result.records_to_replay, "verdict": str(verdict.severity),
+            "restored_batch": manifest.last_committed_batch, "restored_query_id": manifest.query_id,
+            "replaced_query_id": current.query_id, "plan": plan.to_dict(), "staged_fingerprint": staged_print})
+    except BaseException:
+        storage.remove_tree(staging)
+        raise
+    storage.crash_point("restore.journaled")
+    roll_forward(journal, ck, storage_options=storage_options)
+    result.restored = True
+    return result
+
+
+def roll_forward(journal: Journal, ck: Location, *, storage_options: dict | None = None) -> dict[str, Any]:
+    """Finish a journaled restore (idempotent steps: the crash recovery path too).
+
+    The journal is input too: its staging and aside paths must be exactly the ones this module
+    derives from the checkpoint and the operation id, or nothing is moved. A staged copy that is
+    gone (and not already in place) ends the operation without recording a restore: the original
+    checkpoint is put back where it was and the command fails with one line.
+    """
+    pl = journal.payload
+    staging = _journal_path(journal, ck, "staging", ".staging-", storage_options)
+    aside = _journal_path(journal, ck, "aside", ".restore-", storage_options) if pl.get("aside") else None
+    if not journal.is_done("in_place") and not storage.exists(staging):
+        expected = pl.get("staged_fingerprint")
+        if not storage.exists(ck):
+            in_place = False
+        elif expected:
+            in_place = fingerprint(ck) == expected
+        else:   # a journal of an older version: the copy is in place if the original was moved aside
+            in_place = aside is not None and storage.exists(aside)
+        if not in_place:
+            if aside is not None and storage.exists(aside) and not storage.exists(ck):
+                storage.move_dir(aside, ck)
+            journal.finish()
+            where = ck.url if storage.exists(ck) else (aside.url if aside is not None else ck.url)
+            raise UserError(f"restore {journal.operation_id} of backup {pl.get('backup_id')} cannot finish: its "
+                            f"staged copy {staging.url} is gone; nothing was restored or recorded, the original "
+                            f"checkpoint is at {where} — re-run the restore")
+    if aside is not None and not journal.is_done("aside"):
+        if storage.exists(ck) and storage.exists(staging):
+            storage.move_dir(ck, aside)
+        journal.mark("aside")
+        storage.crash_point("restore.moved_aside")
+    if not journal.is_done("in_place"):
+        if storage.exists(staging):
+            if storage.exists(ck):
+                raise UserError(f"both {ck.url} and the staged backup {staging.url} exist after an interrupted "
+                                "restore: something wrote to the checkpoint location meanwhile; inspect them")
+            storage.move_dir(staging, ck)
+        journal.mark("in_place")
+        storage.crash_point("restore.in_place")
+    if not journal.is_done("record"):
+        record = LifecycleRecord.load(ck.url) or LifecycleRecord.create(pl["job"], ck.url)
+        if not any((e.get("details") or {}).get("operation_id") == journal.operation_id for e in record.history):
+            stale = record.next_starting_offsets
+            record.next_starting_offsets = None
+            record.add_event("checkpoint_restored", actor=pl.get("actor"), operation_id=journal.operation_id,
+                             backup_id=pl["backup_id"], backup_root=pl["backup_root"],
+                             restored_batch=pl.get("restored_batch"), restored_query_id=pl.get("restored_query_id"),
+                             replaced_query_id=pl.get("replaced_query_id"), moved_to=pl.get("aside"),
+                             pre_restore_backup_id=pl.get("pre_restore_backup_id"),
+                             records_to_replay=pl.get("records_to_replay"), verdict=pl.get("verdict"),
+                             cleared_next_starting_offsets=stale)
+            record.save()
+        journal.mark("record")
+    journal.finish()
+    return {"op": "restore", "operation_id": journal.operation_id, "payload": pl}
+
+
+_OPERATION_ID = re.compile(r"^[0-9]{8}T[0-9]{6}Z-[0-9a-f]{6}$")
+
+
+def _journal_path(journal: Journal, ck: Location, key: str, infix: str, storage_options: dict | None) -> Location:
+    """The journal's ``staging``/``aside`` path, accepted only if it is ``<checkpoint><infix><op id>``."""
+    op_id = journal.operation_id
+    expected = ck.sibling(f"{infix}{op_id}")
+    given = journal.payload.get(key)
+    ok = bool(_OPERATION_ID.match(op_id)) and isinstance(given, str) and "::" not in given
+    if ok:
+        try:
+            ok = storage.comparable(storage.open_location(given, storage_options)) == storage.comparable(expected)
+        except UserError:
+            ok = False
+    if not ok:
+        raise UserError(f"operation journal {journal.location.url} names {key} {given!r}, not "
+                        f"{expected.url}: it was edited; nothing was moved — inspect it, then move it away")
+    return expected
+
+
+def fingerprint(loc: Location) -> str:
+    """sha256 over the sorted (path, size) of every file below ``loc``: "is this that copy?"."""
+    rows = sorted((rel, int(info.get("size") or 0)) for rel, info in storage.list_files(loc).items())
+    return hashlib.sha256("".join(f"{r}\0{n}\n" for r, n in rows).encode()).hexdigest()
+
+
+def manifest_fingerprint(manifest: Manifest) -> str:
+    """:func:`fingerprint` of a faithful copy of ``manifest``'s files."""
+    rows = sorted((f.path, f.size) for f in manifest.files)
+    return hashlib.sha256("".join(f"{r}\0{n}\n" for r, n in rows).encode()).hexdigest()
+
+
+def remove_stale_staging(ck: Location) -> int:
+    """Delete ``<checkpoint>.staging-<op id>`` folders of restores killed before their commit point.
+
+    Names are listed and compared exactly (no glob: a checkpoint named ``job[12]`` must never
+    match its neighbour ``job1``'s folders), and only names that end in an operation id count.
+    """
+    removed = 0
+    for loc in storage.siblings_with_prefix(ck, ".staging-"):
+        op_id = loc.path.rstrip("/").rsplit(".staging-", 1)[-1]
+        if _OPERATION_ID.match(op_id) and loc.path == ck.sibling(f".staging-{op_id}").path:
+            storage.remove_tree(loc)
+            removed += 1
+    return removed
+
+
+def _already_restored(ck: Location, manifest: Manifest, record: LifecycleRecord | None) -> RestoreResult | None:
+    """A no-op result when ``manifest`` is in place already: the record's last restore names it and
+    the checkpoint holds exactly its files (a run since then adds files, and restoring again is real)."""
+    if record is None:
+        return None
+    last = next((e for e in reversed(record.history) if e.get("event") == "checkpoint_restored"), None)
+    details = (last or {}).get("details") or {}
+    if details.get("backup_id") != manifest.backup_id or not storage.exists(ck):
+        return None
+    if fingerprint(ck) != manifest_fingerprint(manifest):
+        return None
+    op = details.get("operation_id")
+    return RestoreResult(plan=Plan(kind="restore", subject=ck.url), verdict=Verdict.of([]), backup=manifest,
+                         dry_run=False, restored=False, operation_id=op, already_restored=True,
+                         aside_location=details.get("moved_to"),
+                         pre_restore_backup_id=details.get("pre_restore_backup_id"),
+                         notes=[f"backup {manifest.backup_id} is already in place (restore {op}); nothing was done"])
+
+
+def _resumed(done: dict[str, Any], manifest: Manifest) -> RestoreResult:
+    pl = done["payload"]
+    plan = Plan(kind="restore", subject=done["payload"].get("staging", ""))
+    doc = pl.get("plan") or {}
+    for m in doc.get("moves", []):
+        plan.moves.append(PartitionMove(topic=m["topic"], partition=m["partition"], old=m["old"], new=m["new"],
+                                        log_start=m["log_start"], log_end=m["log_end"], pending_end=m["pending_end"],
+                                        source=m.get("source", ""), note=m.get("note", "")))
+    return RestoreResult(plan=plan, verdict=Verdict.of([]), backup=manifest, dry_run=False, restored=True,
+                         operation_id=done["operation_id"], pre_restore_backup_id=pl.get("pre_restore_backup_id"),
+                         aside_location=pl.get("aside"), resumed=True,
+                         notes=[f"resumed interrupted restore {done['operation_id']} and finished it"])
+
+
+# --------------------------------------------------------------------------------------------------
+# judging the staged backup
+# --------------------------------------------------------------------------------------------------
+
+def _judge(manifest: Manifest, current: CheckpointState, staged: CheckpointState, record: LifecycleRecord | None,
+           kafka_config: dict, *, job: str, idempotent_sink: bool | None, sink_output: str | None,
+           storage_options: dict | None, kafka_timeout: float) -> tuple[Plan, Verdict]:
+    b_c, b_p, b_label = old_positions(staged)
+    cur_c, cur_p, _ = old_positions(current) if current.exists else ({}, {}, "")
+    topics = sorted({tp.topic for tp in [*b_c, *b_p, *cur_c]} | set(record.topics if record else ()))
+    options = DeployOptions(topics=tuple(sorted({tp.topic for tp in [*b_c, *b_p]})) or None,
+                            idempotent_sink=idempotent_sink)
+    with KafkaView(kafka_config, timeout=kafka_timeout) as view:
+        broker = view.broker_state(topics, reference=b_c or None)
+        probes = identity_probes(staged, broker, record, options)
+        timestamps = {}
+        for tp, c in probes.items():
+            with contextlib.suppress(UserError):
+                timestamps[tp] = view.last_record_before(tp, c)
+    verdict = replace(evaluate(staged, broker, record, options, timestamps), subject=current.location)
+
+    plan = Plan(kind="restore", subject=current.location)
+    plan.details.update({"backup_id": manifest.backup_id, "backup_batch": manifest.last_committed_batch,
+                         "backup_pending_batch": manifest.pending_batch, "backup_created_at": manifest.created_at,
+                         "backup_query_id": manifest.query_id, "current_query_id": current.query_id,
+                         "current_batch": current.latest_committed.batch_id if current.latest_committed else None,
+                         "restart_position": b_label, "job": job})
+    plan.findings.extend(verdict.findings)
+    # The replay a rollback causes: what the current checkpoint already committed (and a pending batch
+    # of it that may have reached the sink) beyond the backup's position.
+    for tp in sorted(set(b_c) | set(cur_c)):
+        new = b_c.get(tp, cur_c.get(tp))
+        if new is None:
+            continue
+        old = cur_c.get(tp) if current.exists else None
+        plan.moves.append(PartitionMove(
+            topic=tp.topic, partition=tp.partition, old=old if old is not None else new, new=new,
+            log_start=broker.earliest.get(tp), log_end=broker.latest.get(tp),
+            pending_end=cur_p.get(tp) if cur_p.get(tp) is not None and old is not None and cur_p[tp] > old else None,
+            source="backup", note="" if old is not None else "not in the current checkpoint"))
+    replay = plan.replayed + plan.pending_replay
+    if manifest.query_id and current.query_id and manifest.query_id != current.query_id:
+        plan.add("QUERY_ID_CHANGES", INFO,
+                 f"the backup is of query {manifest.query_id}, the current checkpoint is query {current.query_id} "
+                 "(a rollback across a reset): sinks keyed by query id see the restored query as the old one",
+                 "", )
+    if not current.exists:
+        plan.add("NO_CURRENT_CHECKPOINT", WARN,
+                 f"nothing at {current.location}: the replay relative to what the sink already has is unknown",
+                 "compare the sink with the backup's offsets before starting")
+    elif replay:
+        committed_part = plan.replayed
+        pending_part = plan.pending_replay
+        what = [f"{committed_part:,} records the current checkpoint committed after the backup (batch "
+                f"{manifest.last_committed_batch} -> {plan.details['current_batch']})"] if committed_part else []
+        if pending_part:
+            what.append(f"{pending_part:,} records of the current checkpoint's uncommitted batch (duplicates only if "
+                        "its output reached the sink)")
+        sev = INFO if idempotent_sink else WARN
+        plan.add("REPLAY", sev,
+                 "the restored query re-reads " + " and ".join(what)
+                 + ("; the sink is idempotent by batch id, so replayed batches overwrite their earlier output (if "
+                    "the replay is cut into fewer batches than the first run was, the earlier output of the "
+                    f"batches beyond stays: up to {replay:,} duplicates)" if idempotent_sink else
+                    f": a non-idempotent sink gets up to {replay:,} duplicates"),
+                 "" if idempotent_sink else "use an idempotent sink, or accept the duplicates",
+                 records_replayed=replay)
+    if current.exists and plan.skipped:
+        plan.add("BACKUP_AHEAD_OF_CURRENT", WARN,
+                 f"the backup is {plan.skipped:,} records ahead of the current checkpoint: the restored query does "
+                 "not read them again; they were processed by the run that made the backup (if that run's output "
+                 "is not in the sink any more, they are missing there)",
+                 "check the sink holds the backup run's output, or restore an older backup",
+                 records_ahead=plan.skipped)
+    if manifest.state.get("has_state") and not manifest.state.get("complete", True):
+        plan.add("BACKUP_STATE_INCOMPLETE", BLOCK,
+                 f"the backup's state cannot be loaded for version {manifest.state.get('version')}: "
+                 f"{(manifest.problems or ['state files missing'])[0]}",
+                 "restore an older backup whose state is complete, or reset instead")
+    if sink_output:
+        from airflow_kafka_spark.ops.reset import read_sink_info
+
+        sink = read_sink_info(sink_output, storage_options)
+        last_batch = manifest.pending_batch if manifest.pending_batch is not None else manifest.last_committed_batch
+        ahead = sink.latest_batch_id is not None and (last_batch is None or sink.latest_batch_id > last_batch)
+        if sink.has_log and ahead:
+            plan.add("SINK_AHEAD_OF_CHECKPOINT", BLOCK,
+                     f"{sink_output}/_spark_metadata holds batches up to {sink.latest_batch_id} > backup batch "
+                     f"{last_batch}: the file sink would silently skip the restored query's batches "
+                     f"{(last_batch or -1) + 1}-{sink.latest_batch_id}, and records beyond their old ranges with "
+                     "them (S19/S20)",
+                     "restore a newer backup, or reset with --sink-log move-aside instead",
+                     latest_sink_batch=sink.latest_batch_id, backup_batch=last_batch)
+    return plan, verdict

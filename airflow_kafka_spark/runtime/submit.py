@@ -1,0 +1,465 @@
+"""Submit a registered streaming job detached, and keep track of which application version runs.
+
+Why this module exists apart from the Airflow operator: *what* is submitted (the job's flags, the
+connector jars, the detach settings, which driver id to parse from which output) and *what the
+product remembers about it* (the application version that ran last, and the last one that passed
+the health gate) are product rules. They must be the same whether the operator, the DAG's
+rollback or a test submits, and they must be testable without Airflow. The operator only adds
+what needs Airflow: the Spark provider's ``SparkSubmitHook`` turns the ``spark`` connection
+(master, ``deploy-mode``, ``spark-binary``, queue, namespace, keytab...) plus the keyword
+arguments built here into the command line, so a connection that works for the Spark provider's
+own operator works here unchanged. This module imports nothing from Airflow.
+
+Detached, never attached. A Structured Streaming driver runs for weeks; the Spark provider's
+``SparkSubmitOperator`` would hold a worker slot for all of that time and has orphaned or
+duplicated drivers on worker restarts. So:
+
+* ``local[*]`` masters and *client* deploy mode on any master: the spark-submit process *is* the
+  driver; it is started in its own session (:func:`airflow_kafka_spark.runtime.drivers.start_local`) so it
+  outlives the task, and its pid is recorded.
+* YARN cluster mode: ``spark.yarn.submit.waitAppCompletion=false``; spark-submit returns once the
+  application is accepted, and the ``application_<ts>_<n>`` id is parsed from its output.
+* Kubernetes cluster mode: ``spark.kubernetes.submission.waitAppCompletion=false``; the
+  ``<namespace>:<driver pod>`` submission id is parsed.
+* Standalone cluster mode: ``spark.standalone.submit.waitAppCompletion=false`` (Spark's default,
+  set anyway); the ``driver-<timestamp>-<n>`` id is parsed.
+
+Only the local path is exercised by the tests of this repository (there is no YARN, Kubernetes or
+standalone cluster here); the cluster paths follow Spark's documented output and CLIs
+(``spark-submit --status/--kill``, ``yarn application -status/-kill``) and are written
+conservatively: a status that cannot be read counts as *alive*, so a doubt never lets a second
+driver start on the same checkpoint.
+
+Application versions. The lifecycle record (beside the checkpoint) keeps two entries in its
+``extra`` section, both written here:
+
+* ``submitted_app``: what the last submit started (application, arguments, topics, sink, Spark
+  conf, compatibility version), the driver, the batch committed before it started (the health
+  gate counts new batches from there) and where its log is.
+* ``last_good_app``: the submitted application copied over once it passed the health gate. It is
+  "the previous application" a rollback resubmits, and its ``compatibility_version`` is what the
+  safe-restart DAG's ``auto`` mode compares with the registry to decide whether a reset is needed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from airflow_kafka_spark.errors import UserError
+from airflow_kafka_spark.kafka.view import is_secret_key, scrub
+from airflow_kafka_spark.lifecycle.record import DriverInfo, LifecycleRecord
+from airflow_kafka_spark.registry.loader import JobSpec
+
+DETACH_LOCAL = "local-process"
+DETACH_YARN = "yarn-cluster"
+DETACH_K8S = "k8s-cluster"
+DETACH_STANDALONE = "standalone-cluster"
+
+DRIVER_KIND = {DETACH_LOCAL: "local-pid", DETACH_YARN: "yarn", DETACH_K8S: "k8s",
+               DETACH_STANDALONE: "standalone"}
+WAIT_APP_COMPLETION_CONF = {
+    DETACH_YARN: "spark.yarn.submit.waitAppCompletion",
+    DETACH_K8S: "spark.kubernetes.submission.waitAppCompletion",
+    DETACH_STANDALONE: "spark.standalone.submit.waitAppCompletion",
+}
+# Kafka connection keys forwarded to the job as ``--kafka-option kafka.<key>=<value>``: the ones
+# the Java client names the same way and that are never secret. Credentials are never put on a
+# command line (``ps`` shows it to every user of the host and Spark logs it); a job that needs
+# SASL credentials gets them from the cluster (a JAAS file shipped with spark.files and
+# ``-Djava.security.auth.login.config`` in spark_conf).
+FORWARDED_KAFKA_KEYS = ("security.protocol", "sasl.mechanism", "ssl.endpoint.identification.algorithm",
+                        "client.dns.lookup")
+# Environment variables a driver must not inherit from the Airflow worker: connection URIs and
+# variables carry secrets, and Airflow's own settings mean nothing to Spark.
+_ENV_DROP_PREFIXES = ("AIRFLOW_CONN_", "AIRFLOW_VAR_", "AIRFLOW__", "_AIRFLOW")
+
+SUBMITTED_KEY = "submitted_app"
+LAST_GOOD_KEY = "last_good_app"
+APP_FIELDS = ("application", "application_args", "topics", "output", "sink", "spark_conf", "deploy_mode",
+              "fail_on_data_loss", "max_offsets_per_trigger", "starting_offsets_default",
+              "compatibility_version")
+
+_YARN_APP = re.compile(r"\b(application_\d+_\d+)\b")
+_K8S_SUBMISSION = re.compile(r"submission ID\s+([A-Za-z0-9.-]+:[A-Za-z0-9.-]+-driver)\b")
+_K8S_POD = re.compile(r"pod name:\s*([A-Za-z0-9.-]+-driver)\b")
+_K8S_NAMESPACE = re.compile(r"namespace:\s*([A-Za-z0-9.-]+)")
+_STANDALONE_DRIVER = re.compile(r"\b(driver-\d{14}-\d{4,})\b")
+
+
+# --------------------------------------------------------------------------------------------------
+# deciding how to detach
+# --------------------------------------------------------------------------------------------------
+
+def detach_mode(master: str, deploy_mode: str | None) -> str:
+    """How a driver on ``master`` with ``deploy_mode`` runs without holding the caller.
+
+    Client mode (the default) means the spark-submit process is the driver wherever the master
+    is, so it is detached as a local process. Cluster mode needs a cluster manager that can run
+    the driver; ``local`` has none, and Mesos is not supported (removed from Spark 4).
+    """
+    m = (master or "").strip().lower()
+    if deploy_mode not in (None, "", "client", "cluster"):
+        raise UserError(f"deploy mode {deploy_mode!r} is not client or cluster; fix deploy_mode in the job registry "
+                        "or the Spark connection's deploy-mode extra")
+    if deploy_mode != "cluster":
+        return DETACH_LOCAL
+    if m.startswith("local"):
+        raise UserError(f"cluster deploy mode needs a cluster manager, but the master is {master!r}; use client "
+                        "mode (deploy_mode: client) or point the Spark connection at YARN, Kubernetes or a "
+                        "standalone master")
+    if m.startswith("yarn"):
+        return DETACH_YARN
+    if m.startswith("k8s://"):
+        return DETACH_K8S
+    if m.startswith("spark://"):
+        return DETACH_STANDALONE
+    raise UserError(f"master {master!r} is not supported in cluster deploy mode (YARN, k8s:// and spark:// are); "
+                    "fix the Spark connection's host")
+
+
+# --------------------------------------------------------------------------------------------------
+# application versions
+# --------------------------------------------------------------------------------------------------
+
+def app_version(spec: JobSpec) -> dict[str, Any]:
+    """The parts of a job entry that make up "the application": enough to resubmit it later."""
+    d = spec.to_dict()
+    return {k: d[k] for k in APP_FIELDS}
+
+
+def spec_for_app(spec: JobSpec, app: Mapping[str, Any]) -> JobSpec:
+    """``spec`` running the recorded application ``app`` (checkpoint, stop marker and connections
+    stay the registry's: a rollback reruns the old code on the same job)."""
+    values: dict[str, Any] = {}
+    for key in APP_FIELDS:
+        if key not in app:
+            continue
+        value = app[key]
+        if key in ("application_args", "topics"):
+            value = tuple(str(v) for v in value or ())
+        elif key == "spark_conf":
+            value = {str(k): str(v) for k, v in (value or {}).items()}
+        values[key] = value
+    return dataclasses.replace(spec, **values)
+
+
+def submitted_app(record: LifecycleRecord | None) -> dict[str, Any] | None:
+    entry = (record.extra.get(SUBMITTED_KEY) if record is not None else None)
+    return dict(entry) if isinstance(entry, dict) else None
+
+
+def last_good_app(record: LifecycleRecord | None) -> dict[str, Any] | None:
+    entry = (record.extra.get(LAST_GOOD_KEY) if record is not None else None)
+    return dict(entry) if isinstance(entry, dict) else None
+
+
+def record_submit(record: LifecycleRecord, *, app: Mapping[str, Any], driver: DriverInfo, master: str,
+                  deploy_mode: str | None, mode: str, committed_before: int | None, query_id_before: str | None,
+                  log_path: str | None, starting_offsets_file: str | None, actor: str | None,
+                  rollback: bool = False) -> dict[str, Any]:
+    """Write what was started into ``record`` (not saved): the driver and ``submitted_app``."""
+    record.set_driver(driver.kind, driver.id, host=driver.host, started_at=driver.started_at)
+    entry = {"app": dict(app), "driver": dataclasses.asdict(driver), "master": master, "deploy_mode": deploy_mode,
+             "detach": mode, "committed_before": committed_before, "query_id_before": query_id_before,
+             "log_path": log_path, "starting_offsets_file": starting_offsets_file,
+             "submitted_at_ms": int(time.time() * 1000), "actor": actor, "rollback": rollback}
+    record.extra[SUBMITTED_KEY] = entry
+    record.add_event("driver_submitted", actor=actor, driver_kind=driver.kind, driver_id=driver.id,
+                     application=app.get("application"), application_args=list(app.get("application_args") or []),
+                     compatibility_version=app.get("compatibility_version"), master=master, detach=mode,
+                     committed_before=committed_before, rollback=rollback)
+    return entry
+
+
+def promote_submitted(record: LifecycleRecord, *, actor: str | None) -> dict[str, Any] | None:
+    """The submitted application passed its health gate: make it ``last_good_app`` (not saved)."""
+    sub = submitted_app(record)
+    if sub is None:
+        return None
+    app = dict(sub.get("app") or {})
+    good = {**app, "driver_id": (sub.get("driver") or {}).get("id"), "promoted_at_ms": int(time.time() * 1000)}
+    record.extra[LAST_GOOD_KEY] = good
+    record.compatibility_version = app.get("compatibility_version")
+    record.add_event("application_promoted", actor=actor, application=app.get("application"),
+                     application_args=list(app.get("application_args") or []),
+                     compatibility_version=app.get("compatibility_version"))
+    return good
+
+
+# --------------------------------------------------------------------------------------------------
+# building the submit
+# --------------------------------------------------------------------------------------------------
+
+def kafka_job_options(kafka_config: Mapping[str, Any]) -> list[str]:
+    """``kafka.<key>=<value>`` options for the job, from the non-secret keys of the connection."""
+    out = []
+    for key in FORWARDED_KAFKA_KEYS:
+        value = kafka_config.get(key)
+        if value in (None, "") or is_secret_key(key):
+            continue
+        if key == "security.protocol" and str(value).upper() == "PLAINTEXT":
+            continue
+        out.append(f"kafka.{key}={value}")
+    return out
+
+
+def job_arguments(spec: JobSpec, *, bootstrap_servers: str, starting_offsets_file: str | None = None,
+                  kafka_options: Sequence[str] = ()) -> list[str]:
+    """The reference job's flags derived from the registry (``MANAGED_FLAGS``), then its own args.
+
+    ``--starting-offsets-file`` replaces ``--starting-offsets`` when a reset left offsets for the
+    next start; the job reads them only when its checkpoint is new (Spark ignores
+    startingOffsets otherwise), which is exactly the state a reset leaves.
+    """
+    if not bootstrap_servers:
+        raise UserError(f"job {spec.name}: the Kafka connection {spec.kafka_conn_id!r} has no bootstrap.servers")
+    args = ["--topics", ",".join(spec.topics), "--bootstrap-servers", bootstrap_servers,
+            "--checkpoint", spec.checkpoint]
+    if spec.output:
+        args += ["--output", spec.output]
+    args += ["--sink", spec.sink, "--stop-marker", spec.stop_marker,
+             "--fail-on-data-loss", "true" if spec.fail_on_data_loss else "false"]
+    if starting_offsets_file:
+        args += ["--starting-offsets-file", starting_offsets_file]
+    else:
+        args += ["--starting-offsets", spec.starting_offsets_default]
+    if spec.max_offsets_per_trigger:
+        args += ["--max-offsets-per-trigger", str(spec.max_offsets_per_trigger)]
+    for option in kafka_options:
+        args += ["--kafka-option", option]
+    return [*args, *spec.application_args]
+
+
+def needs_local_connector_jars(spec: JobSpec, master: str) -> bool:
+    """The Kafka connector is not part of Spark. On a ``local`` master the bundled stack fetches it;
+    a cluster job names it in spark_conf (``spark.jars``/``spark.jars.packages``) or has it installed."""
+    declared = any(k in spec.spark_conf for k in ("spark.jars", "spark.jars.packages"))
+    return master.strip().lower().startswith("local") and not declared
+
+
+def hook_kwargs(spec: JobSpec, *, args: Sequence[str], jars: Sequence[str] = (), mode: str | None = None,
+                name: str | None = None) -> dict[str, Any]:
+    """Keyword arguments for the Spark provider's ``SparkSubmitHook`` (besides ``conn_id``: the job's
+    ``spark_conn_id``).
+
+    The UI is disabled on local drivers: every job on a worker would otherwise race for port 4040
+    (and answer on all interfaces).
+    """
+    conf = dict(spec.spark_conf)
+    if mode in WAIT_APP_COMPLETION_CONF:
+        key = WAIT_APP_COMPLETION_CONF[mode]
+        if str(conf.get(key, "false")).lower() != "false":
+            raise UserError(f"job {spec.name}: spark_conf sets {key}={conf[key]}, which keeps spark-submit attached "
+                            "for the life of the job; remove it")
+        conf[key] = "false"
+    if mode == DETACH_LOCAL:
+        conf.setdefault("spark.ui.enabled", "false")
+    kwargs: dict[str, Any] = {"conf": conf, "name": name or f"aks-{spec.name}",
+                              "application_args": list(args)}
+    if jars:
+        kwargs["jars"] = ",".join(str(j) for j in jars)
+    if spec.deploy_mode:
+        kwargs["deploy_mode"] = spec.deploy_mode
+    return kwargs
+
+
+def resolve_binary(command: list[str], env: Mapping[str, str]) -> list[str]:
+    """The command with its first word made absolute when it is only found beside this interpreter.
+
+    The Spark provider runs ``spark-submit`` by name. Workers started from a virtualenv without
+    its ``bin`` on PATH would fail to find the ``spark-submit`` that pyspark installs there.
+    """
+    if not command:
+        raise UserError("empty spark-submit command")
+    first = command[0]
+    if os.sep in first or shutil.which(first, path=env.get("PATH")):
+        return list(command)
+    beside = Path(sys.executable).parent / first
+    if beside.exists():
+        return [str(beside), *command[1:]]
+    raise UserError(f"{first} is not on PATH ({env.get('PATH', '')[:200]}); install Spark on the worker or set the "
+                    "Spark connection's spark-binary extra")
+
+
+def driver_env(command: Sequence[str], master: str, base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment of a local driver: the worker's, minus Airflow's secrets and settings.
+
+    With the ``spark-submit`` of the pyspark wheel (beside this interpreter) the driver's Python
+    is this interpreter, which has pyspark, and a stray ``SPARK_HOME`` would point that
+    spark-submit at another Spark; a cluster's spark-submit keeps its own environment.
+    """
+    env = {k: v for k, v in (base if base is not None else os.environ).items()
+           if not k.startswith(_ENV_DROP_PREFIXES)}
+    if Path(command[0]).parent == Path(sys.executable).parent:
+        env.setdefault("PYSPARK_PYTHON", sys.executable)
+        env.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+        env.pop("SPARK_HOME", None)
+    if master.strip().lower().startswith("local"):
+        env.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    return env
+
+
+def local_log_path(spec: JobSpec, stamp: str | None = None) -> str:
+    """Where a local driver's output goes: ``<checkpoint>.logs/driver-<stamp>.log`` beside the checkpoint
+    (under the registry's allowed roots), or a temp folder when the checkpoint is remote."""
+    stamp = stamp or time.strftime("%Y%m%dT%H%M%S", time.gmtime()) + f"-{os.getpid()}"
+    ck = spec.checkpoint
+    if ck.startswith("file://"):
+        ck = ck[len("file://"):]
+    if "://" in ck:
+        base = Path(os.environ.get("TMPDIR", "/tmp")) / "airflow-kafka-spark" / spec.name
+    else:
+        base = Path(ck.rstrip("/") + ".logs")
+    return str(base / f"driver-{stamp}.log")
+
+
+def starting_offsets_path(spec: JobSpec) -> str:
+    """The file the next start reads ``--starting-offsets-file`` from, beside the checkpoint.
+
+    The reference job opens it with plain ``open``: for cluster mode the checkpoint's folder must be
+    visible to the driver (a shared mount), or the job must take the offsets another way.
+    """
+    ck = spec.checkpoint
+    if ck.startswith("file://"):
+        ck = ck[len("file://"):]
+    return ck.rstrip("/") + ".starting-offsets.json"
+
+
+def write_starting_offsets(path: str, offsets_json: str) -> None:
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f".{target.name}.tmp")
+    tmp.write_text(offsets_json + "\n")
+    os.replace(tmp, target)
+
+
+# --------------------------------------------------------------------------------------------------
+# cluster-mode submit, status and kill (not exercised by this repository's tests: no cluster here)
+# --------------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class ClusterSubmit:
+    driver: DriverInfo
+    output_tail: str
+
+
+def parse_driver_id(mode: str, output: str) -> str | None:
+    """The driver's id in spark-submit's output for ``mode`` (None if it is not there)."""
+    if mode == DETACH_YARN:
+        m = _YARN_APP.search(output)
+        return m.group(1) if m else None
+    if mode == DETACH_K8S:
+        m = _K8S_SUBMISSION.search(output)
+        if m:
+            return m.group(1)
+        pod, ns = _K8S_POD.search(output), _K8S_NAMESPACE.search(output)
+        if pod:
+            return f"{ns.group(1) if ns else 'default'}:{pod.group(1)}"
+        return None
+    if mode == DETACH_STANDALONE:
+        m = _STANDALONE_DRIVER.search(output)
+        return m.group(1) if m else None
+    raise UserError(f"no driver id to parse for detach mode {mode}")
+
+
+def submit_cluster(command: list[str], mode: str, *, env: Mapping[str, str] | None = None,
+                   kafka_config: Mapping[str, Any] | None = None, timeout_s: float = 600.0) -> ClusterSubmit:
+    """Run a cluster-mode spark-submit that returns once the application is accepted.
+
+    ``waitAppCompletion=false`` must be in the command (see :func:`hook_kwargs`), so this returns in
+    seconds; a timeout means it did not, and the driver may or may not exist: the message says so.
+    """
+    try:
+        proc = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s,
+                              env=dict(env) if env is not None else None, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        raise UserError(f"spark-submit did not return within {timeout_s:.0f}s although waitAppCompletion=false: a "
+                        "driver may have been started; check the cluster before submitting again") from None
+    except OSError as exc:
+        raise UserError(f"cannot run {command[0]}: {exc.strerror}") from None
+    output = scrub(proc.stdout + proc.stderr, kafka_config)
+    tail = "\n".join(output.strip().splitlines()[-20:])
+    driver_id = parse_driver_id(mode, output)
+    if proc.returncode != 0 or driver_id is None:
+        raise UserError(f"spark-submit ({mode}) exited {proc.returncode} without a driver id; last output: "
+                        f"{tail[-1500:]}")
+    return ClusterSubmit(DriverInfo(kind=DRIVER_KIND[mode], id=driver_id, host=None,
+                                    started_at=int(time.time() * 1000)), tail)
+
+
+_ALIVE = {
+    "yarn": {"NEW", "NEW_SAVING", "SUBMITTED", "ACCEPTED", "RUNNING"},
+    "k8s": {"PENDING", "RUNNING", "UNKNOWN"},
+    "standalone": {"SUBMITTED", "RUNNING", "RELAUNCHING", "UNKNOWN"},
+}
+_STATE_PATTERNS = {
+    "yarn": re.compile(r"^\s*State\s*:\s*([A-Z_]+)", re.MULTILINE),
+    "k8s": re.compile(r"phase:\s*([A-Za-z]+)"),
+    "standalone": re.compile(r"(?:driverState\"?\s*[:=]\s*\"?|State of driver \S+ is )([A-Z_]+)"),
+}
+
+
+def cluster_status_command(driver: DriverInfo, *, master: str, spark_binary: str) -> list[str]:
+    if driver.kind == "yarn":
+        return ["yarn", "application", "-status", driver.id]
+    return [spark_binary, "--master", master, "--status", driver.id]
+
+
+def cluster_kill_command(driver: DriverInfo, *, master: str, spark_binary: str) -> list[str]:
+    if driver.kind == "yarn":
+        return ["yarn", "application", "-kill", driver.id]
+    return [spark_binary, "--master", master, "--kill", driver.id]
+
+
+def cluster_state(driver: DriverInfo, *, master: str, spark_binary: str,
+                  env: Mapping[str, str] | None = None, timeout_s: float = 120.0) -> str | None:
+    """The cluster manager's state of ``driver`` (``RUNNING``, ``FINISHED``...), None if unreadable."""
+    try:
+        proc = subprocess.run(cluster_status_command(driver, master=master, spark_binary=spark_binary),
+                              capture_output=True, text=True, timeout=timeout_s,
+                              env=dict(env) if env is not None else None, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    m = _STATE_PATTERNS[driver.kind].search(proc.stdout + proc.stderr)
+    return m.group(1).upper() if m else None
+
+
+def cluster_alive(driver: DriverInfo, **kw: Any) -> bool:
+    """False only when the cluster manager says the driver ended; unreadable counts as alive."""
+    state = cluster_state(driver, **kw)
+    return state is None or state in _ALIVE[driver.kind]
+
+
+def cluster_kill(driver: DriverInfo, *, master: str, spark_binary: str, env: Mapping[str, str] | None = None,
+                 timeout_s: float = 120.0) -> None:
+    with contextlib.suppress(OSError, subprocess.TimeoutExpired):
+        subprocess.run(cluster_kill_command(driver, master=master, spark_binary=spark_binary), capture_output=True,
+                       text=True, timeout=timeout_s, env=dict(env) if env is not None else None,
+                       stdin=subprocess.DEVNULL)
+
+
+def log_tail(path: str | None, *, lines: int = 15, kafka_config: Mapping[str, Any] | None = None) -> str:
+    """The end of a local driver log (secrets scrubbed), for failure messages."""
+    if not path:
+        return ""
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            size = fh.tell()
+            fh.seek(max(0, size - 16384))
+            text = fh.read().decode(errors="replace")
+    except OSError:
+        return ""
+    kept = [ln for ln in text.splitlines() if ln.strip()][-lines:]
+    return scrub("\n".join(kept), kafka_config)

@@ -1,0 +1,1 @@
+"""The pre-deploy verdict: findings about checkpoint/Kafka alignment, and the validate flow."""

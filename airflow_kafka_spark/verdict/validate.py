@@ -1,0 +1,192 @@
+"""The validate flow: read the checkpoint, Kafka and the lifecycle record, then ask :mod:`verdict`.
+
+Why a separate module: :func:`airflow_kafka_spark.verdict.alignment.evaluate` is pure so it can be tested
+without a broker; this is the thin I/O shell around it that the CLI, the Airflow operator and the
+safe-restart DAG share. Everything a user can get wrong here (a path that does not exist, a
+file instead of a folder, an unreachable broker, a corrupt record) ends as one
+:class:`~airflow_kafka_spark.errors.UserError` line, never a traceback.
+
+Side effect, on purpose: after a verdict that is not BLOCK, the cluster id and topic ids seen now
+are saved to the lifecycle record beside the checkpoint (failure-scenarios.md §1.3 item 5: identity
+"recorded by the product when the checkpoint was last validated"). That is what lets the next
+validation catch a recreated topic or another cluster for certain instead of by timestamps. A
+BLOCK is never recorded as the new baseline. Pass ``record_identity=False`` for a read-only check.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from airflow_kafka_spark.checkpoint.reader import CheckpointState, read_checkpoint
+from airflow_kafka_spark.errors import UserError
+from airflow_kafka_spark.kafka.offsets import TopicPartition
+from airflow_kafka_spark.kafka.view import BrokerState, KafkaView
+from airflow_kafka_spark.lifecycle.record import LifecycleRecord, record_location
+from airflow_kafka_spark.ops.journal import interrupted_finding
+from airflow_kafka_spark.verdict.alignment import (
+    BLOCK,
+    INFO,
+    DeployOptions,
+    Finding,
+    RecordProbe,
+    Verdict,
+    evaluate,
+    evaluate_group,
+    identity_probes,
+    resume_offsets,
+    subscribed_topics,
+)
+
+log = logging.getLogger(__name__)
+
+
+def validate(checkpoint_location: str | None = None, group_id: str | None = None,
+             kafka_config: Mapping[str, Any] | None = None, options: DeployOptions | None = None,
+             lifecycle_location: str | None = None, storage_options: dict | None = None, *,
+             timeout: float = 10.0, record_identity: bool = True, job_name: str | None = None,
+             probe_budget_s: float | None = None, view: KafkaView | None = None) -> Verdict:
+    """Validate a checkpoint (or a consumer group's offsets) against Kafka for the deploy ``options``.
+
+    Exactly one of ``checkpoint_location`` and ``group_id``. ``kafka_config`` is the librdkafka dict
+    (the Kafka connection's extra). ``lifecycle_location`` defaults to the record beside the
+    checkpoint. ``timeout`` bounds each Kafka request; ``probe_budget_s`` (default ``timeout``) bounds
+    the record-timestamp probes of the identity heuristic in total. ``view`` lets callers (tests,
+    the S26 seam) pass their own :class:`KafkaView`.
+    """
+    if (checkpoint_location is None) == (group_id is None):
+        raise UserError("give exactly one offset source: a checkpoint location or a consumer group id")
+    if kafka_config is None and view is None:
+        raise UserError("no Kafka configuration: give at least bootstrap.servers")
+    options = options or DeployOptions()
+    if job_name is not None:
+        from airflow_kafka_spark.ops.backup import validate_job_name
+
+        validate_job_name(job_name)   # the one job-name rule: "../../etc" never reaches the record
+    own_view = view is None
+    kafka = view or KafkaView(dict(kafka_config or {}), timeout=timeout)
+    try:
+        if group_id is not None:
+            return _validate_group(kafka, group_id, options)
+        return _validate_checkpoint(kafka, str(checkpoint_location), options, lifecycle_location,
+                                    storage_options, record_identity=record_identity, job_name=job_name,
+                                    probe_budget_s=timeout if probe_budget_s is None else probe_budget_s)
+    finally:
+        if own_view:
+            kafka.close()
+
+
+# --------------------------------------------------------------------------------------------------
+
+
+def _validate_group(kafka: KafkaView, group_id: str, options: DeployOptions) -> Verdict:
+    if not group_id.strip():
+        raise UserError("consumer group id is empty")
+    offsets = kafka.group_offsets(group_id, list(options.topics) if options.topics else None)
+    topics = list(options.topics or sorted({tp.topic for tp in offsets}))
+    broker = kafka.broker_state(topics, reference=offsets)
+    return evaluate_group(offsets, broker, options, group_id=group_id)
+
+
+def _validate_checkpoint(kafka: KafkaView, location: str, options: DeployOptions,
+                         lifecycle_location: str | None, storage_options: dict | None, *,
+                         record_identity: bool, job_name: str | None, probe_budget_s: float) -> Verdict:
+    checkpoint = read_checkpoint(location, storage_options=storage_options)
+    interrupted = interrupted_finding(location, storage_options)
+    if interrupted is not None and not checkpoint.exists:
+        return Verdict.of([interrupted], subject=location)   # e.g. killed right after moving it aside
+    if lifecycle_location is None and _record_place(location) is None:
+        record_identity = False   # e.g. a bucket root: nowhere beside it to keep a record
+        record = None
+    else:
+        record = LifecycleRecord.load(lifecycle_location or location)
+    if not checkpoint.exists and not options.expect_new_checkpoint \
+            and not (record is not None and record.next_starting_offsets):
+        raise UserError(f"checkpoint location {location} does not exist; check the path, or declare that "
+                        "this deploy starts a new query (--new-checkpoint / expect_new_checkpoint=True)")
+    topics = subscribed_topics(checkpoint, record, options)
+    broker = kafka.broker_state(topics, reference=resume_offsets(checkpoint) or None)
+    timestamps, unprobed = _probe_identity(kafka, checkpoint, broker, record, options, probe_budget_s)
+    verdict = evaluate(checkpoint, broker, record, options, timestamps)
+    extra: list[Finding] = [interrupted] if interrupted is not None else []
+    if unprobed:
+        shown = ", ".join(map(str, unprobed[:5])) + (f" +{len(unprobed) - 5}" if len(unprobed) > 5 else "")
+        extra.append(Finding(
+            "IDENTITY_UNVERIFIED", INFO, numbers={"partitions": len(unprobed)},
+            message=(f"no lifecycle record of the topic ids and no readable record below the checkpoint for "
+                     f"{shown}: a recreated topic there could not be ruled out"),
+            fix="keep the lifecycle record beside the checkpoint (validation writes it) so topic ids decide"))
+    if record_identity and checkpoint.exists and verdict.severity != BLOCK:
+        problem = _record_identity(record, broker, location, lifecycle_location, job_name)
+        if problem:
+            extra.append(Finding("RECORD_NOT_WRITTEN", INFO, message=problem,
+                                 fix="make the folder beside the checkpoint writable, or pass --no-record"))
+    return verdict.with_findings(extra) if extra else verdict
+
+
+def _probe_identity(kafka: KafkaView, checkpoint: CheckpointState, broker: BrokerState,
+                    record: LifecycleRecord | None, options: DeployOptions, budget_s: float
+                    ) -> tuple[dict[TopicPartition, RecordProbe], list[TopicPartition]]:
+    """Read the last record below ``C`` where only timestamps can tell a recreated topic (§1.3 item 5).
+
+    One probe consumer per partition, in order, until the budget is spent: a topic reset affects
+    every partition of the topic, so the first partitions already carry the evidence; the rest are
+    reported as unverified rather than slowing the deploy down.
+    """
+    wanted = identity_probes(checkpoint, broker, record, options)
+    found: dict[TopicPartition, RecordProbe] = {}
+    unprobed: list[TopicPartition] = []
+    deadline = time.monotonic() + max(budget_s, 0.0)
+    for tp, c in wanted.items():
+        if time.monotonic() >= deadline:
+            unprobed.append(tp)
+            continue
+        probe = kafka.last_record_before(tp, c)
+        found[tp] = probe
+        if probe is None or probe[1] is None:
+            unprobed.append(tp)
+    return found, unprobed
+
+
+def _record_identity(record: LifecycleRecord | None, broker: BrokerState, location: str,
+                     lifecycle_location: str | None, job_name: str | None) -> str | None:
+    """Save cluster id and topic ids seen now; return why it failed (the verdict stands either way)."""
+    try:
+        if record is None:
+            record = LifecycleRecord.create(job_name or _default_job_name(location), location,
+                                            location=lifecycle_location)
+        topics: dict[str, Any] = dict(record.topics)
+        topics.update(broker.topics)
+        changed = (record.kafka_cluster_id != broker.cluster_id
+                   or any(getattr(record.topics.get(n), "topic_id", None) != t.topic_id
+                          or getattr(record.topics.get(n), "partitions", None) != t.partitions
+                          for n, t in broker.topics.items()))
+        if not changed:
+            return None
+        previous = record.kafka_cluster_id
+        record.set_kafka_identity(broker.cluster_id, topics)
+        record.add_event("kafka_identity_recorded", actor="validate", cluster_id=broker.cluster_id,
+                         previous_cluster_id=previous,
+                         topic_ids={n: t.topic_id for n, t in sorted(broker.topics.items())})
+        record.save()
+        return None
+    except UserError as exc:
+        log.warning("lifecycle record not written: %s", exc)
+        return f"the Kafka identity was not recorded: {exc}"
+
+
+def _record_place(location: str) -> str | None:
+    """Where the record beside ``location`` lives, or None if there is no folder to put it in."""
+    try:
+        return record_location(location)
+    except UserError:
+        return None
+
+
+def _default_job_name(location: str) -> str:
+    """A job name for a record created by validation alone: the checkpoint folder's name."""
+    from airflow_kafka_spark.ops.backup import default_job_name
+
+    return default_job_name(location, None)   # cleaned to the one job-name rule

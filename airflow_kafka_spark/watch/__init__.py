@@ -1,0 +1,1 @@
+"""Watching running jobs: lag, status, retention headroom, mirror, audit."""

@@ -1,0 +1,487 @@
+"""Retention headroom (time to data loss) and catch-up estimates for a Structured Streaming job.
+
+Headroom answers "how long can this job stay down before Kafka deletes records it has not read?"
+(feature 6 of the anchors; S01 is what happens when the answer is ignored). It is computed as if the
+job stopped now — its position ``C`` frozen — so it is the downtime budget; for a job that keeps
+running it is a lower bound of the time to loss. Per partition, the broker deletes records in two
+ways, and the headroom is the sooner of the two:
+
+By time (``retention.ms``). The broker deletes whole segments, oldest first, once the segment's
+*largest* record timestamp is older than ``now − retention.ms`` (``UnifiedLog.deleteOldSegments``;
+the log start offset moves at once, the files go ``file.delete.delay.ms`` later). The check runs
+every ``log.retention.check.interval.ms`` (5 min by default), so deletion happens up to that much
+after the estimate. The segment holding ``C`` has a largest timestamp ≥ that of the first unread
+record, so ``ts(first unread) + retention.ms − now`` is the earliest the record can go: a lower
+bound, returned with basis ``first-unread-record``. When the caller knows the segment's largest
+timestamp (``segment_max_ts``, e.g. from the ``.timeindex`` or by reading the last record of the
+segment) the estimate is the broker's own rule (basis ``segment-max-ts``). The *active* segment is
+deletable only when the high watermark has reached the log end and every segment before it has
+expired (the broker then rolls a new one first); under continuous production its largest timestamp
+keeps moving, so it survives until rolled (``segment.ms``, ``segment.bytes``) — later than the
+estimate. Record timestamps are what the broker uses too, so a producer clock skew moves the real
+deletion and the estimate alike. Without a record timestamp the time of ``C`` can be interpolated
+(basis ``interpolated``) from the offsets history and broker samples, like the time lag.
+
+By size (``retention.bytes``, per partition). The broker deletes the oldest segments while the
+partition stays at or above ``retention.bytes`` without them: the segment holding ``C`` goes once
+the bytes *after* that segment reach ``retention.bytes``. Those bytes are at most the unread bytes
+(from ``C`` to the log end), so the earliest deletion is when the unread bytes reach
+``retention.bytes``: ``(retention.bytes − unread bytes) ÷ produce rate in bytes/s``, again a lower
+bound, late by up to one segment (``segment.bytes``, 1 GiB by default) of produced data. Unread
+bytes are estimated as unread records × the partition's average record size on disk
+(``partition_bytes ÷ (log end − log start)``, batches, compression and markers included).
+
+``None`` seconds mean infinite: no deletion policy (``cleanup.policy=compact`` alone — compaction
+removes superseded values of a key, not offsets the job needs to read), ``retention.ms``/
+``retention.bytes`` of -1, or no production. Unknown inputs never turn into infinite: such a
+partition is listed in ``unknown`` with the reason, and the job's headroom is the minimum over the
+partitions that are known. Tiered storage (``local.retention.*``) is not modelled: remote segments
+stay readable, so the local figures would be pessimistic.
+
+Catch-up: ``backlog ÷ (processing rate − produce rate)``, ``None`` (never) when the job does not
+process faster than the topic grows.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+from airflow_kafka_spark.kafka.offsets import EARLIEST, LATEST, PartitionOffsets, TopicPartition
+from airflow_kafka_spark.watch.lag import FirstUnread, OffsetSample, OffsetTimeCurve, produce_rates
+
+if TYPE_CHECKING:
+    from airflow_kafka_spark.checkpoint.reader import BatchOffsets
+    from airflow_kafka_spark.kafka.view import BrokerState, TopicInfo
+
+TimeBasis = Literal["segment-max-ts", "first-unread-record", "interpolated", "nothing-unread", "already-lost"]
+SizeBasis = Literal["unread-bytes", "nothing-unread", "already-lost"]
+
+
+@dataclass(frozen=True)
+class PartitionHeadroom:
+    """Time until retention deletes a record of this partition that the job has not read.
+
+    ``seconds`` is ``min(by_time_s, by_size_s)``; ``None`` with ``unknown is None`` means infinite.
+    """
+
+    tp: TopicPartition
+    position: int
+    log_start: int | None
+    log_end: int | None
+    unread_records: int | None
+    lost_records: int                      # > 0: retention already deleted offsets the job had not read (S01)
+    by_time_s: float | None
+    by_time_basis: TimeBasis | None
+    by_size_s: float | None
+    by_size_basis: SizeBasis | None
+    seconds: float | None
+    limited_by: Literal["time", "size"] | None
+    deletes_at_ms: int | None
+    unknown: str | None = None             # why it could not be computed (then it is not "infinite")
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def infinite(self) -> bool:
+        return self.seconds is None and self.unknown is None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "topic": self.tp.topic, "partition": self.tp.partition, "position": self.position,
+            "log_start": self.log_start, "log_end": self.log_end, "unread_records": self.unread_records,
+            "lost_records": self.lost_records,
+            "by_time_s": self.by_time_s, "by_time_basis": self.by_time_basis,
+            "by_size_s": self.by_size_s, "by_size_basis": self.by_size_basis, "seconds": self.seconds,
+            "infinite": self.infinite, "limited_by": self.limited_by, "deletes_at_ms": self.deletes_at_ms,
+            "unknown": self.unknown, "notes": list(self.notes),
+        }
+
+
+@dataclass(frozen=True)
+class JobHeadroom:
+    """The job's headroom: the minimum over its partitions (``None`` = infinite if nothing is unknown)."""
+
+    partitions: list[PartitionHeadroom]
+    now_ms: int
+    seconds: float | None
+    limiting: TopicPartition | None
+    limited_by: Literal["time", "size"] | None
+    lost_records: int
+    unknown: list[TopicPartition]
+
+    @property
+    def infinite(self) -> bool:
+        return self.seconds is None and not self.unknown
+
+    @property
+    def deletes_at_ms(self) -> int | None:
+        return None if self.seconds is None else self.now_ms + int(self.seconds * 1000)
+
+    def by_tp(self) -> dict[TopicPartition, PartitionHeadroom]:
+        return {p.tp: p for p in self.partitions}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "now_ms": self.now_ms, "seconds": self.seconds, "infinite": self.infinite,
+            "deletes_at_ms": self.deletes_at_ms,
+            "limiting": str(self.limiting) if self.limiting else None, "limited_by": self.limited_by,
+            "lost_records": self.lost_records, "unknown": [str(tp) for tp in self.unknown],
+            "partitions": [p.to_dict() for p in self.partitions],
+        }
+
+
+def _deletes(topic: TopicInfo | None) -> bool | None:
+    """Does retention delete on this topic? ``None`` when the policy is not known."""
+    if topic is None:
+        return None
+    policies = {p.strip() for p in topic.cleanup_policy.split(",")}
+    if "delete" in policies:
+        return True
+    return False if policies == {"compact"} else None  # e.g. "unknown" without DESCRIBE_CONFIGS
+
+
+def _limit(value: int | None) -> int | None:
+    """A retention limit, ``None`` when infinite (negative, i.e. -1)."""
+    return value if value is not None and value >= 0 else None
+
+
+def partition_headroom(
+    tp: TopicPartition,
+    position: int,
+    *,
+    topic: TopicInfo | None,
+    log_start: int | None,
+    log_end: int | None,
+    now_ms: int,
+    first_unread: FirstUnread = None,
+    first_unread_known: bool = False,
+    segment_max_ts: int | None = None,
+    partition_bytes: int | None = None,
+    produce_bytes_per_s: float | None = None,
+    produce_records_per_s: float | None = None,
+    curve: OffsetTimeCurve | None = None,
+) -> PartitionHeadroom:
+    """Headroom of one partition; see the module docstring for the rules and their approximations.
+
+    ``first_unread``/``first_unread_known`` have the meaning of :data:`~airflow_kafka_spark.watch.lag.FirstUnread`.
+    The produce rate in bytes/s is ``produce_bytes_per_s`` if given, else ``produce_records_per_s`` ×
+    the average record size.
+    """
+    if position == EARLIEST and log_start is not None:
+        position = log_start
+    elif position == LATEST and log_end is not None:
+        position = log_end
+    notes: list[str] = []
+    base: dict[str, Any] = {"tp": tp, "position": position, "log_start": log_start, "log_end": log_end}
+    if log_end is None:
+        return PartitionHeadroom(**base, unread_records=None, lost_records=0, by_time_s=None,
+                                 by_time_basis=None, by_size_s=None, by_size_basis=None, seconds=None,
+                                 limited_by=None,
+                                 deletes_at_ms=None, unknown="partition not on the broker")
+    lost = max(0, log_start - position) if log_start is not None else 0
+    readable_from = max(position, log_start) if log_start is not None else position
+    first_ts: int | None = None
+    nothing_readable = readable_from >= log_end
+    if first_unread_known and not nothing_readable:
+        if first_unread is None:
+            nothing_readable = True
+        else:
+            off, first_ts = (first_unread if isinstance(first_unread, tuple) else (None, first_unread))
+            if off is not None and off >= log_end:
+                nothing_readable = True
+            elif off is not None:
+                readable_from = max(readable_from, off)
+            if first_ts is not None and first_ts < 0:
+                first_ts = None
+    unread = 0 if nothing_readable else log_end - readable_from
+    base.update(unread_records=unread, lost_records=lost)
+
+    deletes = _deletes(topic)
+    if deletes is False:
+        notes.append(f"cleanup.policy={topic.cleanup_policy if topic else '?'}: retention never deletes")
+        return PartitionHeadroom(**base, by_time_s=None, by_time_basis=None, by_size_s=None,
+                                 by_size_basis=None, seconds=None, limited_by=None, deletes_at_ms=None,
+                                 notes=notes)
+    unknown: list[str] = []
+    if topic is None:
+        unknown.append("topic configuration unknown")
+    else:
+        # An unreadable config (no DESCRIBE_CONFIGS) is unknown, never "infinite".
+        if deletes is None:
+            unknown.append(f"cleanup.policy {topic.cleanup_policy!r} not known")
+        if topic.retention_ms is None:
+            unknown.append("retention.ms not known")
+        if topic.retention_bytes is None:
+            unknown.append("retention.bytes not known")
+    retention_ms = _limit(topic.retention_ms) if topic else None
+    retention_bytes = _limit(topic.retention_bytes) if topic else None
+
+    if lost:
+        notes.append(f"{lost} unread offsets already deleted (log start {log_start} > position {position})")
+
+    # ---- by time ------------------------------------------------------------------------------
+    by_time: float | None = None
+    time_basis: TimeBasis | None = None
+    if lost:
+        by_time, time_basis = 0.0, "already-lost"
+    elif retention_ms is not None:
+        if nothing_readable:
+            by_time, time_basis = retention_ms / 1000.0, "nothing-unread"
+            notes.append("nothing unread: a record produced from now on is kept at least retention.ms")
+        else:
+            ref: float | None = None
+            if segment_max_ts is not None:
+                ref, time_basis = float(segment_max_ts), "segment-max-ts"
+            elif first_ts is not None:
+                ref, time_basis = float(first_ts), "first-unread-record"
+            elif curve is not None and (est := curve.time_of(readable_from)) is not None:
+                ref, time_basis = est[0], "interpolated"
+            if ref is None:
+                unknown.append("time of the first unread record unknown (no timestamp, too few points "
+                               "to interpolate)")
+            else:
+                by_time = max(0.0, ref + retention_ms - now_ms) / 1000.0
+
+    # ---- by size ------------------------------------------------------------------------------
+    by_size: float | None = None
+    size_basis: SizeBasis | None = None
+    if lost:
+        by_size, size_basis = 0.0, "already-lost"
+    elif retention_bytes is not None:
+        records_on_disk = log_end - log_start if log_start is not None else None
+        avg = (partition_bytes / records_on_disk
+               if partition_bytes is not None and records_on_disk else None)
+        rate = produce_bytes_per_s
+        if rate is None and produce_records_per_s is not None and avg is not None:
+            rate = produce_records_per_s * avg
+        if nothing_readable:
+            unread_bytes: float | None = 0.0
+            size_basis = "nothing-unread"
+        else:
+            unread_bytes = unread * avg if avg is not None else None
+            size_basis = "unread-bytes"
+        if unread_bytes is None:
+            unknown.append("partition size unknown (pass partition_bytes) for retention.bytes")
+            size_basis = None
+        else:
+            remaining = retention_bytes - unread_bytes
+            if remaining <= 0:
+                by_size = 0.0
+                notes.append(f"unread data (~{unread_bytes:.0f} B) already ≥ retention.bytes "
+                             f"{retention_bytes}: "
+                             "the segment holding the position goes at the next retention check once it is "
+                             "not the newest")
+            elif rate is None:
+                unknown.append("produce rate unknown for retention.bytes (pass samples or "
+                               "produce_bytes_per_s)")
+                size_basis = None
+            elif rate > 0:
+                by_size = remaining / rate
+            # rate == 0: the partition does not grow, size retention never reaches the position
+
+    if unknown:
+        return PartitionHeadroom(**base, by_time_s=by_time, by_time_basis=time_basis, by_size_s=by_size,
+                                 by_size_basis=size_basis, seconds=None, limited_by=None, deletes_at_ms=None,
+                                 unknown="; ".join(unknown), notes=notes)
+    candidates = [(s, kind) for s, kind in ((by_time, "time"), (by_size, "size")) if s is not None]
+    if not candidates:
+        return PartitionHeadroom(**base, by_time_s=None, by_time_basis=time_basis, by_size_s=None,
+                                 by_size_basis=size_basis, seconds=None, limited_by=None, deletes_at_ms=None,
+                                 notes=notes)
+    seconds, kind = min(candidates)
+    limited_by: Literal["time", "size"] = "time" if kind == "time" else "size"
+    return PartitionHeadroom(**base, by_time_s=by_time, by_time_basis=time_basis, by_size_s=by_size,
+                             by_size_basis=size_basis, seconds=seconds, limited_by=limited_by,
+                             deletes_at_ms=now_ms + int(seconds * 1000), notes=notes)
+
+
+def compute_headroom(
+    positions: PartitionOffsets,
+    broker: BrokerState,
+    *,
+    now_ms: int,
+    first_unread_ts: Mapping[TopicPartition, FirstUnread] | None = None,
+    segment_max_ts: Mapping[TopicPartition, int] | None = None,
+    partition_bytes: Mapping[TopicPartition, int] | None = None,
+    produce_bytes_per_s: Mapping[TopicPartition, float] | None = None,
+    samples: Sequence[OffsetSample] | None = None,
+    history: Sequence[BatchOffsets] | None = None,
+) -> JobHeadroom:
+    """Headroom of every partition at ``positions`` (normally ``C``) and of the job.
+
+    ``first_unread_ts``: as for :func:`~airflow_kafka_spark.watch.lag.compute_lag`. ``segment_max_ts``:
+    largest timestamp of the segment holding each position, when known (exact time rule).
+    ``partition_bytes``: size of each partition on the leader (``describeLogDirs``), needed for
+    ``retention.bytes``. ``produce_bytes_per_s``: if not given, the record rate between the first of
+    ``samples`` and the current broker sample × the average record size. ``history`` and ``samples``
+    also feed the interpolated time of ``C`` when its timestamp is unknown.
+    """
+    first_unread_ts = first_unread_ts or {}
+    segment_max_ts = segment_max_ts or {}
+    partition_bytes = partition_bytes or {}
+    produce_bytes_per_s = produce_bytes_per_s or {}
+    all_samples: list[OffsetSample] = [*(samples or ()), (broker.sampled_at_ms, broker.latest)]
+    rates = produce_rates(all_samples)
+    parts: list[PartitionHeadroom] = []
+    for tp in sorted(positions):
+        parts.append(partition_headroom(
+            tp, positions[tp], topic=broker.topics.get(tp.topic), log_start=broker.earliest.get(tp),
+            log_end=broker.latest.get(tp), now_ms=now_ms, first_unread=first_unread_ts.get(tp),
+            first_unread_known=tp in first_unread_ts, segment_max_ts=segment_max_ts.get(tp),
+            partition_bytes=partition_bytes.get(tp), produce_bytes_per_s=produce_bytes_per_s.get(tp),
+            produce_records_per_s=rates.get(tp),
+            curve=OffsetTimeCurve.build(tp, history=history or (), samples=all_samples),
+        ))
+    return summarize_headroom(parts, now_ms=now_ms)
+
+
+def summarize_headroom(parts: list[PartitionHeadroom], *, now_ms: int) -> JobHeadroom:
+    known = [p for p in parts if p.seconds is not None]
+    worst = min(known, key=lambda p: (p.seconds, p.tp), default=None)
+    return JobHeadroom(
+        partitions=parts, now_ms=now_ms,
+        seconds=worst.seconds if worst else None,
+        limiting=worst.tp if worst else None,
+        limited_by=worst.limited_by if worst else None,
+        lost_records=sum(p.lost_records for p in parts),
+        unknown=[p.tp for p in parts if p.unknown is not None],
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# catch-up
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CatchUpEstimate:
+    """How long until the backlog is gone, and how the first batches will look (S28)."""
+
+    backlog_records: int
+    processing_rate: float | None           # records/s
+    processing_rate_source: str
+    produce_rate: float | None              # records/s
+    produce_rate_source: str
+    seconds: float | None                   # None: never (see ``never``) or unknown
+    never: bool                             # processing ≤ produce: the backlog does not shrink
+    first_batch_records: int | None         # what the next batch takes (all of it without a rate limit)
+    batches: int | None                     # batches to drain the current backlog with maxOffsetsPerTrigger
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "backlog_records": self.backlog_records, "processing_rate": self.processing_rate,
+            "processing_rate_source": self.processing_rate_source, "produce_rate": self.produce_rate,
+            "produce_rate_source": self.produce_rate_source, "seconds": self.seconds, "never": self.never,
+            "first_batch_records": self.first_batch_records, "batches": self.batches,
+            "notes": list(self.notes),
+        }
+
+
+def processing_rates_from_history(
+    history: Sequence[BatchOffsets], *, window: int = 10
+) -> tuple[float | None, float | None]:
+    """(average, peak) records/s consumed over the last ``window`` batches of the offsets history.
+
+    Average: records planned between the first and last batch of the window ÷ the time between them:
+    the observed throughput — equal to the produce rate for a job that keeps up, so only a lower
+    bound of what the job *can* do. Peak: the best single batch, ``size(N) ÷ (ts(N+1) − ts(N))``:
+    batch N+1 is planned only after batch N finished, so that is at most the rate batch N really ran
+    at — still a lower bound of capacity, and the closest one the checkpoint alone can give.
+    """
+    timed = sorted((b for b in history if b.batch_timestamp_ms is not None and b.kafka_offsets),
+                   key=lambda b: b.batch_id)[-(window + 1):]
+    if len(timed) < 2:
+        return None, None
+
+    def size(a: BatchOffsets, b: BatchOffsets) -> int:
+        prev = a.kafka_offsets
+        return sum(max(0, off - prev[tp]) for tp, off in b.kafka_offsets.items() if tp in prev)
+
+    def ts(b: BatchOffsets) -> int:
+        return b.batch_timestamp_ms or 0
+
+    span = (ts(timed[-1]) - ts(timed[0])) / 1000.0
+    average = size(timed[0], timed[-1]) / span if span > 0 else None
+    peaks = [size(a, b) / ((ts(c) - ts(b)) / 1000.0)
+             for a, b, c in zip(timed, timed[1:], timed[2:], strict=False) if ts(c) > ts(b)]
+    return average, max(peaks, default=None)
+
+
+def estimate_catch_up(
+    backlog_records: int,
+    *,
+    processing_rate: float | None = None,
+    produce_rate: float | None = None,
+    history: Sequence[BatchOffsets] | None = None,
+    samples: Sequence[OffsetSample] | None = None,
+    max_offsets_per_trigger: int | None = None,
+) -> CatchUpEstimate:
+    """Catch-up time = backlog ÷ (processing rate − produce rate).
+
+    ``processing_rate`` (records/s) is best taken from the job itself (``processedRowsPerSecond``
+    of ``StreamingQueryProgress`` while it was busy); otherwise it is the peak batch rate of the
+    ``history`` (:func:`processing_rates_from_history`), which underestimates a job that was never
+    busy, so "never" from history alone may be wrong — the notes say so. ``produce_rate`` (records/s):
+    given, or between the first and last of ``samples`` (summed over partitions); unknown counts as 0
+    with a note (optimistic). ``max_offsets_per_trigger`` gives the number of batches (S28: "≈ 10
+    batches" instead of one gigantic batch).
+    """
+    notes: list[str] = []
+    backlog = max(0, backlog_records)
+    if processing_rate is not None:
+        proc, proc_src = float(processing_rate), "given"
+    else:
+        avg, peak = processing_rates_from_history(history or ())
+        if peak is not None:
+            proc, proc_src = peak, "history: peak batch rate (a lower bound of capacity)"
+        elif avg is not None:
+            proc, proc_src = avg, "history: average over the window (a lower bound of capacity)"
+        else:
+            proc, proc_src = None, "unknown"
+    if produce_rate is not None:
+        prod, prod_src = float(produce_rate), "given"
+    elif samples and len(samples) >= 2:
+        prod, prod_src = sum(produce_rates(samples).values()), "broker samples"
+    else:
+        prod, prod_src = None, "unknown (counted as 0: optimistic)"
+
+    if max_offsets_per_trigger is not None and max_offsets_per_trigger > 0:
+        first_batch = min(backlog, max_offsets_per_trigger)
+        batches = math.ceil(backlog / max_offsets_per_trigger)
+    else:
+        first_batch, batches = backlog, (1 if backlog else 0)
+        if backlog:
+            notes.append(f"no maxOffsetsPerTrigger: the next batch takes all {backlog} records at once (S28)")
+
+    if backlog == 0:
+        seconds, never = 0.0, False
+    elif proc is None:
+        seconds, never = None, False
+        notes.append("processing rate unknown: pass processing_rate or a history with ≥ 2 timed batches")
+    else:
+        net = proc - (prod or 0.0)
+        if net <= 0:
+            seconds, never = None, True
+            if proc_src.startswith("history"):
+                notes.append("the history only shows what the job did, not what it can do: a job that "
+                             "was keeping up consumed at the produce rate; pass processing_rate for a "
+                             "real estimate")
+        else:
+            seconds, never = backlog / net, False
+    return CatchUpEstimate(backlog, proc, proc_src, prod, prod_src, seconds, never, first_batch, batches,
+                           notes)
+
+
+__all__ = [
+    "CatchUpEstimate",
+    "JobHeadroom",
+    "PartitionHeadroom",
+    "compute_headroom",
+    "estimate_catch_up",
+    "partition_headroom",
+    "processing_rates_from_history",
+    "summarize_headroom",
+]
