@@ -151,6 +151,9 @@ def _short(body: bytes) -> str:
     except (ValueError, AttributeError):
         pass
     text = body.decode("utf-8", "replace").strip()
+    title = re.search(r"<title>\s*(.*?)\s*</title>", text, re.S | re.I)
+    if title:  # an HTML error page (a NodeManager, a proxy, a standby RM's UI)
+        return "HTML page: " + " ".join(title.group(1).split())[:200]
     return text.splitlines()[0][:300] if text else ""
 
 
