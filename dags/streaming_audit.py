@@ -43,7 +43,8 @@ from airflow.sdk import DAG, Param, TriggerRule, task
 from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_kafka_spark.errors import UserError
-from airflow_kafka_spark.registry.loader import Registry, load_registry
+from airflow_kafka_spark.registry.loader import load_registry
+from airflow_kafka_spark.registry.model import Registry
 
 DAG_ID = "streaming_audit"
 DAGS_FOLDER = Path(__file__).resolve().parent

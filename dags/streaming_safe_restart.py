@@ -62,7 +62,8 @@ from airflow_kafka_spark.operators.safe_restart import (
     SafeRestartRollbackOperator,
 )
 from airflow_kafka_spark.operators.streaming import StopStreamingJobOperator, SubmitStreamingJobOperator
-from airflow_kafka_spark.registry.loader import NAME_PATTERN, default_registry_path, load_registry
+from airflow_kafka_spark.registry.loader import default_registry_path, load_registry
+from airflow_kafka_spark.registry.model import NAME_PATTERN
 from airflow_kafka_spark.sensors.health import StreamingHealthSensor
 
 DAG_ID = "streaming_safe_restart"

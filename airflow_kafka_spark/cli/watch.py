@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from airflow_kafka_spark.cli import output as report
 
 if TYPE_CHECKING:
-    from airflow_kafka_spark.registry.loader import JobSpec
+    from airflow_kafka_spark.registry.model import JobSpec
     from airflow_kafka_spark.watch.observe import Observation
 
 Register = Callable[[str, str, Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int]], None]

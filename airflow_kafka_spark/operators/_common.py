@@ -28,7 +28,8 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException, Airfl
 from airflow_kafka_spark.errors import UserError
 from airflow_kafka_spark.hooks.streaming import StreamingKafkaHook
 from airflow_kafka_spark.lifecycle.record import DriverInfo
-from airflow_kafka_spark.registry.loader import JobSpec, Registry, load_registry
+from airflow_kafka_spark.registry.loader import load_registry
+from airflow_kafka_spark.registry.model import JobSpec, Registry
 from airflow_kafka_spark.runtime import drivers
 
 FAILURE_KEY = "failure"

@@ -30,7 +30,7 @@ from airflow_kafka_spark.operators._common import (
     optional_text,
 )
 from airflow_kafka_spark.ops.backup import backup_checkpoint, validate_backup_id
-from airflow_kafka_spark.registry.loader import JobSpec
+from airflow_kafka_spark.registry.model import JobSpec
 from airflow_kafka_spark.runtime.submit import last_good_app
 from airflow_kafka_spark.verdict.alignment import BLOCK, DeployOptions
 from airflow_kafka_spark.verdict.validate import validate

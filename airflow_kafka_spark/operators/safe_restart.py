@@ -46,7 +46,7 @@ from airflow_kafka_spark.operators._common import (
 from airflow_kafka_spark.operators.checkpoint import position
 from airflow_kafka_spark.operators.streaming import driver_alive, stop_job, submit_job
 from airflow_kafka_spark.ops.backup import load_backup, validate_backup_id
-from airflow_kafka_spark.registry.loader import JobSpec
+from airflow_kafka_spark.registry.model import JobSpec
 from airflow_kafka_spark.runtime.submit import last_good_app
 
 SAFE_RESTART_MODES = ("auto", "keep", "reset-preserve", "reset-earliest", "reset-latest", "reset-to-datetime",

@@ -39,7 +39,7 @@ from airflow_kafka_spark.operators._common import (
     spark_hook,
     task_holder,
 )
-from airflow_kafka_spark.registry.loader import JobSpec
+from airflow_kafka_spark.registry.model import JobSpec
 from airflow_kafka_spark.runtime import drivers, submit
 
 DEFAULT_LEASE_TTL_S = 600.0

@@ -59,7 +59,7 @@ from typing import Any
 from airflow_kafka_spark.errors import UserError
 from airflow_kafka_spark.kafka.view import is_secret_key, scrub
 from airflow_kafka_spark.lifecycle.record import DriverInfo, LifecycleRecord
-from airflow_kafka_spark.registry.loader import JobSpec
+from airflow_kafka_spark.registry.model import JobSpec
 
 DETACH_LOCAL = "local-process"
 DETACH_YARN = "yarn-cluster"

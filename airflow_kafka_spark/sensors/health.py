@@ -42,7 +42,7 @@ from airflow_kafka_spark.operators._common import (
     optional_text,
     run_reporting_failure,
 )
-from airflow_kafka_spark.registry.loader import JobSpec
+from airflow_kafka_spark.registry.model import JobSpec
 from airflow_kafka_spark.runtime import submit
 from airflow_kafka_spark.triggers.health import (
     FAILED,

@@ -31,7 +31,7 @@ from airflow_kafka_spark.watch.observe import lag_gate
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-    from airflow_kafka_spark.registry.loader import JobSpec
+    from airflow_kafka_spark.registry.model import JobSpec
     from airflow_kafka_spark.watch.observe import Sample
 
 

@@ -45,7 +45,7 @@ from airflow_kafka_spark.watch.observe import Alert, Sample, fmt_duration, obser
 
 if TYPE_CHECKING:
     from airflow_kafka_spark.kafka.view import KafkaView
-    from airflow_kafka_spark.registry.loader import JobSpec, Registry
+    from airflow_kafka_spark.registry.model import JobSpec, Registry
 
 FORMAT_VERSION = 1
 HISTORY_FILE = "audit-history.json"

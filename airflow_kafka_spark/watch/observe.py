@@ -45,7 +45,7 @@ from airflow_kafka_spark.watch.lag import FirstUnread, JobLag, OffsetSample, com
 from airflow_kafka_spark.watch.status import JobStatus, Status, StatusThresholds, evaluate_status
 
 if TYPE_CHECKING:
-    from airflow_kafka_spark.registry.loader import JobSpec
+    from airflow_kafka_spark.registry.model import JobSpec
 
 Source = Literal["checkpoint", "group"]
 

@@ -16,15 +16,8 @@ import pytest
 import yaml
 
 from airflow_kafka_spark.errors import UserError
-from airflow_kafka_spark.registry.loader import (
-    REGISTRY_ENV,
-    BackupRetention,
-    HealthGate,
-    JobSpec,
-    Registry,
-    default_registry_path,
-    load_registry,
-)
+from airflow_kafka_spark.registry.loader import REGISTRY_ENV, default_registry_path, load_registry
+from airflow_kafka_spark.registry.model import BackupRetention, HealthGate, JobSpec, Registry
 
 REPO = Path(__file__).resolve().parents[2]
 SHIPPED = REPO / "dags" / "streaming_jobs.yaml"

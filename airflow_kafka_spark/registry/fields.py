@@ -1,0 +1,254 @@
+"""Checks of single registry values: each turns a raw YAML value into a typed one or fails with one
+line naming the field, the problem and the fix.
+
+Why so picky: YAML reads ``yes`` as a boolean, ``007`` as a number and ``1.10`` as ``1.1``, and a
+``${VAR}`` expansion is always a string; each check accepts exactly what an author means and says
+so otherwise. Secrets never belong in the registry: keys that look like secrets in ``spark_conf`` or
+``application_args`` are rejected (credentials come from the Airflow connections at submit time).
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import re
+from typing import Any
+
+from airflow_kafka_spark._util.jsonfile import load_json
+from airflow_kafka_spark.kafka.view import is_secret_key
+from airflow_kafka_spark.registry.context import Context, kind, show
+from airflow_kafka_spark.registry.model import BackupRetention, HealthGate
+
+# Kafka's own rule for topic names (kafka.common.internals.Topic).
+_TOPIC = re.compile(r"[A-Za-z0-9._-]{1,249}")
+# Airflow connection ids; anything else (a URI with user:password@host) is not an id.
+_CONN_ID = re.compile(r"[A-Za-z0-9_.-]{1,250}")
+_GROUP_ID = re.compile(r"[A-Za-z0-9._-]{1,249}")
+
+RETENTION_KEYS = ("keep_last", "max_age_days")
+HEALTH_GATE_KEYS = ("min_batches", "timeout_s", "idle_pass_s")
+
+# Flags of the reference job that the operator derives from registry fields (or, for the
+# bootstrap servers, from the Kafka connection). Setting them again in application_args would
+# make two sources of truth that silently disagree.
+MANAGED_FLAGS = {
+    "--topics": "topics",
+    "--bootstrap-servers": "the Kafka connection (kafka_conn_id)",
+    "--checkpoint": "checkpoint",
+    "--output": "output",
+    "--starting-offsets": "starting_offsets_default",
+    "--starting-offsets-file": "starting_offsets_default (reset plans are passed by the operator)",
+    "--fail-on-data-loss": "fail_on_data_loss",
+    "--max-offsets-per-trigger": "max_offsets_per_trigger",
+    "--sink": "sink",
+    "--stop-marker": "stop_marker",
+}
+
+
+def check_keys(ctx: Context, where: str, mapping: dict, allowed: tuple[str, ...] | list[str],
+               extra_hint: str = "") -> None:
+    """Every key of ``mapping`` is in ``allowed``; an unknown one fails with a "did you mean"."""
+    for key in mapping:
+        if key in allowed:
+            continue
+        if not isinstance(key, str):
+            ctx.fail(where, f"has a non-text key {show(key)}", "keys are names like 'checkpoint'")
+        close = difflib.get_close_matches(key, allowed, n=1)
+        hint = extra_hint or (f"did you mean {close[0]!r}?" if close else f"known keys: {', '.join(allowed)}")
+        ctx.fail(where, f"unknown key {key!r}", hint)
+
+
+def str_list(ctx: Context, where: str, value: Any) -> list[str]:
+    """A list of strings (a single string counts as a list of one)."""
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list):
+        ctx.fail(where, f"must be a list of strings, got {kind(value)}", "write [a, b]")
+    for item in value:
+        if not isinstance(item, str):
+            ctx.fail(where, f"{show(item)} is {kind(item)}, not a string",
+                     "quote it (YAML reads yes/no/on/off as booleans and 007 as a number)")
+    return list(value)
+
+
+def topics(ctx: Context, where: str, value: Any) -> list[str]:
+    """A non-empty list of distinct, legal Kafka topic names."""
+    names = str_list(ctx, where, value)
+    if not names:
+        ctx.fail(where, "is empty", "list at least one topic")
+    for t in names:
+        if not _TOPIC.fullmatch(t) or t in (".", ".."):
+            ctx.fail(where, f"{t!r} is not a legal Kafka topic name",
+                     "use letters, digits, '.', '_' and '-' (at most 249)")
+    if len(set(names)) != len(names):
+        ctx.fail(where, "lists a topic twice", "remove the duplicate")
+    return names
+
+
+def application_args(ctx: Context, where: str, value: Any) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list):
+        ctx.fail(where, f"must be a list, got {kind(value)}", "write [--flag, value, ...]")
+    args = []
+    for item in value:
+        if isinstance(item, bool) or not isinstance(item, str | int | float):
+            ctx.fail(where, f"{show(item)} is {kind(item)}, not a string", "quote it")
+        args.append(str(item))
+    for arg in args:
+        flag = arg.split("=", 1)[0]
+        if flag in MANAGED_FLAGS:
+            ctx.fail(where, f"sets {flag}, which comes from {MANAGED_FLAGS[flag]}",
+                     "remove it from application_args; the operator passes it")
+        key = flag.lstrip("-")
+        if ("=" in arg or arg.startswith("-")) and is_secret_key(key):
+            ctx.fail(where, f"{flag!r} looks like a secret", "secrets belong in the Airflow connection, "
+                     "not in the registry (it holds connection ids only)")
+    return tuple(args)
+
+
+def spark_conf(ctx: Context, where: str, value: Any) -> dict[str, str]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        ctx.fail(where, f"must be a mapping of spark.* keys, got {kind(value)}", "write {spark.x: value}")
+    out: dict[str, str] = {}
+    for key, val in value.items():
+        if not isinstance(key, str) or not key.startswith("spark."):
+            ctx.fail(where, f"key {show(key)} does not start with 'spark.'",
+                     "Spark ignores other keys; fix the key (a typo?)")
+        if is_secret_key(key):
+            ctx.fail(where, f"{key!r} looks like a secret",
+                     "put credentials in the Spark or Kafka connection, "
+                     "not in the registry (it holds connection ids only)")
+        if isinstance(val, bool):
+            out[key] = "true" if val else "false"   # str(True) is 'True', which Spark does not accept
+        elif isinstance(val, str | int | float):
+            out[key] = str(val)
+        else:
+            ctx.fail(f"{where}.{key}", f"must be a single value, got {kind(val)}",
+                     "write a string or number")
+    return out
+
+
+def conn_id(ctx: Context, where: str, value: Any) -> str:
+    if not isinstance(value, str) or not _CONN_ID.fullmatch(value):
+        ctx.fail(where, f"{show(value)} is not an Airflow connection id",
+                 "write the id only (letters, digits, '_', '.', '-'); the connection holds hosts and secrets")
+    return value
+
+
+def group(ctx: Context, where: str, value: Any) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not _GROUP_ID.fullmatch(value):
+        ctx.fail(where, f"{show(value)} is not a usable consumer group id",
+                 "use letters, digits, '.', '_' and '-'")
+    return value
+
+
+def choice(ctx: Context, where: str, value: Any, choices: tuple[str, ...]) -> str:
+    if value not in choices or not isinstance(value, str):
+        ctx.fail(where, f"{show(value)} is not one of {', '.join(choices)}",
+                 f"use one of {', '.join(choices)}")
+    return value
+
+
+def boolean(ctx: Context, where: str, value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.lower() in ("true", "false"):
+        return value.lower() == "true"   # a ${VAR} expansion is always a string
+    ctx.fail(where, f"{show(value)} is not true or false", "write true or false")
+
+
+def integer(ctx: Context, where: str, value: Any, *, minimum: int) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, str) and re.fullmatch(r"-?[0-9]+", value.strip()):
+        value = int(value)            # from a ${VAR} expansion
+    if isinstance(value, bool) or not isinstance(value, int):
+        ctx.fail(where, f"{show(value)} is not a whole number", "write an integer (or remove the key)")
+    if value < minimum:
+        ctx.fail(where, f"{value} is below {minimum}", f"use a value >= {minimum}")
+    return value
+
+
+def number(ctx: Context, where: str, value: Any, default: float | None, *,
+            positive: bool = False) -> float | None:
+    if value is None:
+        return default
+    if isinstance(value, str):
+        try:
+            value = float(value)      # from a ${VAR} expansion
+        except ValueError:
+            ctx.fail(where, f"{value!r} is not a number", "write a number of seconds (or remove the key)")
+    if isinstance(value, bool) or not isinstance(value, int | float) or value != value:  # NaN
+        ctx.fail(where, f"{show(value)} is not a number", "write a number (or remove the key)")
+    if value < 0 or (positive and value == 0):
+        ctx.fail(where, f"{value} must be {'> 0' if positive else '>= 0'}", "use a positive number")
+    return float(value)
+
+
+def compat(ctx: Context, where: str, value: Any) -> str:
+    if isinstance(value, float):
+        ctx.fail(where, f"{value!r} was read as a number", "quote it (\"1.10\" would otherwise become 1.1)")
+    if isinstance(value, bool) or not isinstance(value, str | int) or str(value).strip() == "":
+        ctx.fail(where, f"{show(value)} is not a version string", "write a quoted string such as \"1\"")
+    return str(value)
+
+
+def starting_offsets(ctx: Context, where: str, value: Any, topics: list[str]) -> str:
+    if value in ("earliest", "latest"):
+        return value
+    if isinstance(value, str):
+        try:
+            parsed = load_json(value, what=where)
+        except ValueError:
+            ctx.fail(where, f"{show(value)} is neither earliest, latest nor Spark offsets JSON",
+                     "write earliest, latest or {\"topic\": {\"0\": 42}}")
+    else:
+        parsed = value
+    if not isinstance(parsed, dict) or not parsed:
+        ctx.fail(where, f"{show(value)} is not earliest, latest or a topic -> partition -> offset mapping",
+                 "write earliest, latest or {topic: {\"0\": 42}}")
+    for topic, parts in parsed.items():
+        if topic not in topics:
+            ctx.fail(where, f"names topic {topic!r}, which the job does not read",
+                     f"use only {', '.join(topics)}")
+        if not isinstance(parts, dict) or not all(
+                str(p).isdigit() and isinstance(o, int) and not isinstance(o, bool) and o >= -2
+                for p, o in parts.items()):
+            ctx.fail(where, f"offsets for {topic!r} must map partition numbers to offsets "
+                     "(-2 earliest, -1 latest)",
+                     "write {\"0\": 42, \"1\": -2}")
+    return json.dumps({t: {str(p): o for p, o in parts.items()} for t, parts in parsed.items()},
+                      sort_keys=True)
+
+
+def retention(ctx: Context, where: str, value: Any) -> BackupRetention:
+    if value is None:
+        return BackupRetention()
+    if not isinstance(value, dict):
+        ctx.fail(where, f"must be a mapping, got {kind(value)}", "write {keep_last: 5, max_age_days: 30}")
+    check_keys(ctx, where, value, RETENTION_KEYS)
+    keep = integer(ctx, f"{where}.keep_last", value.get("keep_last", BackupRetention.keep_last), minimum=1)
+    age = number(ctx, f"{where}.max_age_days", value["max_age_days"], None, positive=True) \
+        if "max_age_days" in value else BackupRetention.max_age_days
+    return BackupRetention(keep_last=keep if keep is not None else BackupRetention.keep_last,
+                           max_age_days=age)
+
+
+def health_gate(ctx: Context, where: str, value: Any) -> HealthGate:
+    if value is None:
+        return HealthGate()
+    if not isinstance(value, dict):
+        ctx.fail(where, f"must be a mapping, got {kind(value)}", "write {min_batches: 1, timeout_s: 600}")
+    check_keys(ctx, where, value, HEALTH_GATE_KEYS)
+    batches = integer(ctx, f"{where}.min_batches", value.get("min_batches", HealthGate.min_batches), minimum=1)
+    timeout = number(ctx, f"{where}.timeout_s", value.get("timeout_s"), HealthGate.timeout_s, positive=True)
+    idle: float | None = HealthGate.idle_pass_s
+    if "idle_pass_s" in value:
+        idle = number(ctx, f"{where}.idle_pass_s", value["idle_pass_s"], None, positive=True)
+    return HealthGate(min_batches=batches or HealthGate.min_batches,
+                      timeout_s=timeout if timeout is not None else HealthGate.timeout_s, idle_pass_s=idle)

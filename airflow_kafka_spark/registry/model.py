@@ -1,0 +1,191 @@
+"""The job registry's data model: one validated :class:`JobSpec` per streaming job, in a :class:`Registry`.
+
+Why a registry at all: DAG params and ``dag_run.conf`` are typed by whoever triggers a run. If a
+run could name any checkpoint or any backup folder, a typo (or a hostile trigger) could point a
+reset at the wrong job's checkpoint, or a restore at ``/etc``. So runs name a *job*, and everything
+that can destroy data comes from the registry file (:mod:`airflow_kafka_spark.registry.loader`
+reads and checks it). This module imports nothing from Airflow.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Mapping
+from dataclasses import asdict, dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+from airflow_kafka_spark.errors import UserError
+from airflow_kafka_spark.registry import locations
+from airflow_kafka_spark.registry.context import Context, show
+
+# Used with fullmatch only: ``$`` in re.match also matches before a trailing newline, which
+# would let "orders\n" through.
+NAME_PATTERN = r"[a-z][a-z0-9_-]{0,62}"
+_NAME = re.compile(NAME_PATTERN)
+DEPLOY_MODES = ("client", "cluster")
+
+
+def is_job_name(name: object) -> bool:
+    """Whether ``name`` is a legal job name (a string matching :data:`NAME_PATTERN` in full)."""
+    return isinstance(name, str) and _NAME.fullmatch(name) is not None
+
+
+class Sink(StrEnum):
+    """How the job writes its output, and so what a replayed batch does to it.
+
+    The one place that decides whether a replay is harmless (:attr:`replay_is_idempotent`); the
+    verdict, reset, restore, the hourly audit and the CLI all ask it. A replay here means what a
+    pending batch (``offsets/N`` written, ``commits/N`` not) does on restart: Spark re-runs batch N
+    with the same id and the same offset range, in the same checkpoint.
+
+    * ``idempotent``: the reference job's ``foreachBatch`` overwrites ``<output>/query=<id>/batch=<N>``;
+      re-running batch N rewrites the same folder. Harmless.
+    * ``append``: ``foreachBatch`` appends; a re-run batch adds its rows again. Duplicates.
+    * ``parquet``: Spark's file sink. ``FileStreamSink.addBatch`` skips a batch whose id is not above
+      the latest in ``<output>/_spark_metadata`` ("Skipping already committed batch"), and files of
+      a batch that never reached that log are invisible to readers of the log. So a re-run batch
+      writes nothing twice: harmless (tests/integration/test_parquet_replay.py shows it on Spark).
+      Not across checkpoints: a new checkpoint (reset) restarts batch ids at 0 and the sink would
+      silently skip them (S20); that is reset's and restore's sink-log check
+      (:attr:`keeps_batch_log`), not a replay.
+    """
+
+    IDEMPOTENT = "idempotent"
+    APPEND = "append"
+    PARQUET = "parquet"
+
+    @property
+    def replay_is_idempotent(self) -> bool:
+        """True when re-running a batch under the same id in the same checkpoint duplicates nothing."""
+        return self is not Sink.APPEND
+
+    @property
+    def keeps_batch_log(self) -> bool:
+        """True for Spark's file sink, whose ``<output>/_spark_metadata`` log records committed batch ids."""
+        return self is Sink.PARQUET
+
+
+@dataclass(frozen=True)
+class BackupRetention:
+    """How many checkpoint backups to keep: the newest ``keep_last`` always survive; older ones
+    go once they are older than ``max_age_days`` (None: never by age)."""
+
+    keep_last: int = 5
+    max_age_days: float | None = 30.0
+
+
+@dataclass(frozen=True)
+class HealthGate:
+    """After a (re)start, the job counts as healthy once ``min_batches`` new batches commit
+    within ``timeout_s`` seconds.
+
+    ``idle_pass_s``: Spark plans no batch while the topics are quiet, so a gate that only counts
+    batches would time out (and roll back a good deploy) on a quiet topic. Once the driver has
+    been alive this long and the job has nothing left to read, the gate passes as *idle* and says
+    that the first batch of the new code is still unproven. ``None`` (``null``) disables it.
+    """
+
+    min_batches: int = 1
+    timeout_s: float = 600.0
+    idle_pass_s: float | None = 120.0
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """One streaming job, validated. Paths are normalised (local ones resolved with realpath)."""
+
+    name: str
+    application: str
+    topics: tuple[str, ...]
+    checkpoint: str
+    backup_root: str                          # shared is fine: backup.py keeps <backup_root>/<job>/
+    stop_marker: str
+    application_args: tuple[str, ...] = ()
+    spark_conn_id: str = "spark_default"
+    spark_conf: dict[str, str] = field(default_factory=dict)
+    deploy_mode: str | None = None            # None: whatever the Spark connection says
+    kafka_conn_id: str = "kafka_default"
+    output: str | None = None
+    sink: Sink = Sink.IDEMPOTENT
+    backup_retention: BackupRetention = field(default_factory=BackupRetention)
+    stop_timeout_s: float = 300.0
+    compatibility_version: str = "1"          # bump it for a checkpoint-breaking change
+    starting_offsets_default: str = "earliest"  # earliest | latest | Spark offsets JSON
+    fail_on_data_loss: bool = True
+    max_offsets_per_trigger: int | None = None
+    max_lag_records: int | None = None
+    max_lag_seconds: float | None = None
+    min_headroom_s: float | None = None
+    stall_after_s: float | None = None
+    mirror_group: str | None = None           # shadow consumer group that makes lag visible in Kafka
+    health_gate: HealthGate = field(default_factory=HealthGate)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-able dict (for XCom or logs); it holds no secret by construction."""
+        out = asdict(self)
+        out["topics"] = list(self.topics)
+        out["application_args"] = list(self.application_args)
+        out["sink"] = self.sink.value
+        return out
+
+    @property
+    def replay_is_idempotent(self) -> bool:
+        """Whether re-running a batch of this job's checkpoint duplicates output; see :class:`Sink`."""
+        return self.sink.replay_is_idempotent
+
+    @property
+    def sink_output(self) -> str | None:
+        """The output folder whose ``_spark_metadata`` batch log reset and restore must check, if any."""
+        return self.output if self.sink.keeps_batch_log else None
+
+
+@dataclass(frozen=True)
+class Registry:
+    """The loaded registry. Look jobs up with :meth:`get`; it never returns an unchecked name."""
+
+    path: str
+    allowed_roots: tuple[str, ...]
+    jobs: Mapping[str, JobSpec]
+
+    def get(self, name: object) -> JobSpec:
+        """The job called ``name``; a :class:`UserError` for an invalid or unknown name."""
+        known = ", ".join(self.names()) or "(none)"
+        if not is_job_name(name):
+            raise UserError(
+                f"invalid job name {show(name)}: a job name matches {NAME_PATTERN} (lower-case letter, "
+                f"then letters, digits, '_' or '-'); use one of the registered jobs: {known}")
+        try:
+            return self.jobs[name]
+        except KeyError:
+            raise UserError(f"unknown job {name!r}; known jobs: {known} (registry {self.path}); "
+                            "add it to the registry or fix the name") from None
+
+    def names(self) -> list[str]:
+        """The job names, sorted."""
+        return sorted(self.jobs)
+
+    def check_location(self, location: str, *, what: str = "location") -> str:
+        """Normalise ``location`` and require it under ``allowed_roots``; returns the normalised form.
+
+        For locations that do not come from the registry (a restore source typed into a DAG run)
+        and for re-checking right before a destructive step: a symlink planted after the registry
+        was loaded is caught here.
+        """
+        ctx = Context(Path(self.path))
+        loc = locations.location(ctx, f"{what}", location)
+        roots = [locations.location(ctx, "allowed_roots", r) for r in self.allowed_roots]
+        if not any(loc.within(r) for r in roots):
+            raise UserError(f"{what} {loc.text!r} is outside the allowed roots "
+                            f"({', '.join(self.allowed_roots)}) of {self.path}; use a path under one of them")
+        return loc.text
+
+    def __iter__(self) -> Iterator[JobSpec]:
+        return iter(self.jobs[n] for n in self.names())
+
+    def __len__(self) -> int:
+        return len(self.jobs)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.jobs
