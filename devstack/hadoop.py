@@ -289,6 +289,7 @@ def main() -> int:
     """``python -m devstack.hadoop [DATA_DIR]``: run HDFS + YARN until Ctrl-C."""
     data = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(tempfile.mkdtemp(prefix="devstack-hadoop-"))
     cluster = HadoopCluster(data_dir=data)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # `kill <pid>` stops the JVMs too
     try:
         cluster.start()
     except UserError as exc:

@@ -178,6 +178,7 @@ def main() -> int:
     """``python -m devstack.s3 [DATA_DIR]``: run the object store until Ctrl-C."""
     data = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(tempfile.mkdtemp(prefix="devstack-s3-"))
     store = S3Store(data_dir=data)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # `kill <pid>` stops the JVMs too
     try:
         store.start()
     except UserError as exc:
