@@ -183,7 +183,7 @@ def run_airflow(workdir: Path, records: int, partitions: int) -> int:
     from airflow_kafka_spark.checkpoint.reader import read_checkpoint
     from airflow_kafka_spark.lifecycle.record import LifecycleRecord
     from airflow_kafka_spark.runtime import drivers
-    from devstack import oracle, topics
+    from devstack import jars, oracle, topics
     from devstack.broker import LocalBroker
 
     topic = "orders"
@@ -195,6 +195,7 @@ def run_airflow(workdir: Path, records: int, partitions: int) -> int:
         os.environ["AIRFLOW_CONN_KAFKA_DEFAULT"] = json.dumps({"conn_type": "kafka",
                                                                "extra": {"bootstrap.servers": bootstrap}})
         os.environ["AIRFLOW_CONN_SPARK_DEFAULT"] = json.dumps({"conn_type": "spark", "host": "local[2]"})
+        os.environ.setdefault("AKS_CONNECTOR_JARS", ",".join(str(j) for j in jars.spark_kafka_jars()))
         registry.write_text(_registry_text(topic, compat="1", args=V1_ARGS))
         feed = _Feed(bootstrap, topic, partitions, rate=max(1, records // 100))
         feed.add(records)

@@ -22,6 +22,16 @@ def broker(tmp_path_factory):
         print(f"broker log: {b.log_file}")
 
 
+@pytest.fixture(scope="session")
+def connector_jars() -> str:
+    """``$AKS_CONNECTOR_JARS`` for drivers the operators start on a local master (the jars devstack fetched)."""
+    if not os.environ.get("AKS_CONNECTOR_JARS"):
+        from devstack.jars import spark_kafka_jars
+
+        os.environ["AKS_CONNECTOR_JARS"] = ",".join(str(j) for j in spark_kafka_jars())
+    return os.environ["AKS_CONNECTOR_JARS"]
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _stop_shared_spark_session():
     """Stop the warm SparkSession (if a test started one) before the interpreter exits."""

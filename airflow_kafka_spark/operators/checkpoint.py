@@ -19,16 +19,10 @@ from airflow.sdk.exceptions import AirflowSkipException
 
 from airflow_kafka_spark.checkpoint.reader import read_checkpoint
 from airflow_kafka_spark.errors import UserError
+from airflow_kafka_spark.hooks.jobs import actor, fail, flag, kafka_config, optional_text
 from airflow_kafka_spark.kafka.offsets import to_offsets_json
 from airflow_kafka_spark.lifecycle.record import LifecycleRecord
-from airflow_kafka_spark.operators._common import (
-    StreamingJobOperator,
-    actor,
-    fail,
-    flag,
-    kafka_config,
-    optional_text,
-)
+from airflow_kafka_spark.operators._common import StreamingJobOperator
 from airflow_kafka_spark.ops.backup import backup_checkpoint, validate_backup_id
 from airflow_kafka_spark.registry.model import JobSpec
 from airflow_kafka_spark.runtime.submit import last_good_app

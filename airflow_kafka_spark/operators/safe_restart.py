@@ -31,10 +31,8 @@ from typing import Any
 from airflow.sdk.exceptions import AirflowSkipException
 
 from airflow_kafka_spark.errors import UserError
-from airflow_kafka_spark.lifecycle.record import RECORD_SUFFIX, LifecycleRecord
-from airflow_kafka_spark.operators._common import (
+from airflow_kafka_spark.hooks.jobs import (
     FAILURE_KEY,
-    StreamingJobOperator,
     actor,
     fail,
     flag,
@@ -43,6 +41,9 @@ from airflow_kafka_spark.operators._common import (
     run_holder,
     who,
 )
+from airflow_kafka_spark.lifecycle.model import RECORD_SUFFIX
+from airflow_kafka_spark.lifecycle.record import LifecycleRecord
+from airflow_kafka_spark.operators._common import StreamingJobOperator
 from airflow_kafka_spark.operators.checkpoint import position
 from airflow_kafka_spark.operators.streaming import driver_alive, stop_job, submit_job
 from airflow_kafka_spark.ops.backup import load_backup, validate_backup_id

@@ -18,137 +18,35 @@ duplicate.
 boundary (last ``offsets/`` == last ``commits/``); only after the registry's ``stop_timeout_s`` does
 it kill the driver through its cluster manager, and then it reports ``STOPPED_MID_BATCH`` and the
 batch Spark will replay.
+
+These operators only resolve the connections and who acts; the rules (lease, liveness, what is
+recorded) live in :mod:`airflow_kafka_spark.runtime.start_stop`.
 """
 
 from __future__ import annotations
 
-import os
-from collections.abc import Callable
 from typing import Any
 
-from airflow_kafka_spark.checkpoint.reader import read_checkpoint
-from airflow_kafka_spark.errors import UserError
-from airflow_kafka_spark.kafka.view import bootstrap_servers_of, scrub
-from airflow_kafka_spark.lifecycle.record import DriverInfo, LifecycleRecord
-from airflow_kafka_spark.operators._common import (
-    StreamingJobOperator,
-    actor,
-    driver_control,
-    flag,
-    kafka_config,
-    spark_hook,
-    task_holder,
-)
+from airflow_kafka_spark.hooks.jobs import actor, flag, kafka_config, task_holder
+from airflow_kafka_spark.hooks.spark import spark_target
+from airflow_kafka_spark.lifecycle.record import LifecycleRecord
+from airflow_kafka_spark.operators._common import StreamingJobOperator
 from airflow_kafka_spark.registry.model import JobSpec
-from airflow_kafka_spark.runtime import drivers, submit
-
-DEFAULT_LEASE_TTL_S = 600.0
+from airflow_kafka_spark.runtime import start_stop
+from airflow_kafka_spark.runtime.start_stop import DEFAULT_LEASE_TTL_S
 
 
 def driver_alive(spec: JobSpec, record: LifecycleRecord | None) -> bool:
     """Whether the driver recorded for the job runs (False when none is recorded)."""
-    if record is None or record.driver is None:
-        return False
-    alive, _ = driver_control(spec, record.driver, submit.submitted_app(record))
-    return alive()
+    return start_stop.driver_alive(record, lambda: spark_target(spec))
 
 
 def submit_job(spec: JobSpec, *, context: Any, log: Any, previous: bool = False, dry_run: bool = False,
                lease_ttl_s: float = DEFAULT_LEASE_TTL_S) -> dict[str, Any]:
-    """Start the job's driver detached and record it; the body of :class:`SubmitStreamingJobOperator`.
-
-    ``previous``: run the application recorded as the last one that passed a health gate instead of
-    the registry's (the safe-restart rollback). Also used by the rollback task directly.
-    """
-    who = actor(context)
-    record = LifecycleRecord.load(spec.checkpoint)
-    run_spec, is_previous = spec, False
-    if previous:
-        good = submit.last_good_app(record)
-        if good is None:
-            raise UserError(f"job {spec.name}: no application has passed a health gate yet, so there is no previous "
-                            "application to resubmit")
-        run_spec, is_previous = submit.spec_for_app(spec, good), True
-    app = submit.app_version(run_spec)
-    config = kafka_config(spec)
-    bootstrap = bootstrap_servers_of(config)
-    probe = spark_hook(run_spec, deploy_mode=run_spec.deploy_mode) if run_spec.deploy_mode else spark_hook(run_spec)
-    master = str(probe._connection["master"])
-    deploy_mode = probe._connection["deploy_mode"]
-    mode = submit.detach_mode(master, deploy_mode)
-
-    def build(starting_offsets_file: str | None) -> tuple[list[str], dict[str, str]]:
-        args = submit.job_arguments(run_spec, bootstrap_servers=bootstrap, starting_offsets_file=starting_offsets_file,
-                                    kafka_options=submit.kafka_job_options(config))
-        jars: list[str] = []
-        if submit.needs_local_connector_jars(run_spec, master):
-            from devstack.jars import spark_kafka_jars
-
-            jars = [str(j) for j in spark_kafka_jars()]
-        hook = spark_hook(run_spec, **submit.hook_kwargs(run_spec, args=args, jars=jars, mode=mode))
-        command = submit.resolve_binary(hook._build_spark_submit_command(run_spec.application), os.environ)
-        return command, submit.driver_env(command, master)
-
-    summary: dict[str, Any] = {"job": spec.name, "application": run_spec.application,
-                               "application_args": list(run_spec.application_args),
-                               "compatibility_version": run_spec.compatibility_version, "previous": is_previous,
-                               "master": master, "deploy_mode": deploy_mode, "detach": mode}
-    if dry_run:
-        pending = record.next_starting_offsets if record is not None else None
-        command, _ = build(submit.starting_offsets_path(spec) if pending else None)
-        return {**summary, "dry_run": True, "command": scrub(" ".join(command), config),
-                "would_start_from": pending or "the checkpoint (or startingOffsets for a new one)"}
-
-    holder = task_holder(context)
-    record = LifecycleRecord.load_or_create(spec.name, spec.checkpoint)
-    try:
-        record.acquire_lease(holder, lease_ttl_s, run_id=context["ti"].run_id)
-    except UserError as exc:
-        raise UserError(f"ALREADY_RUNNING: {exc}") from None
-    try:
-        record = LifecycleRecord.load_or_create(spec.name, spec.checkpoint)
-        if record.driver is not None:
-            alive, _ = driver_control(spec, record.driver, submit.submitted_app(record))
-            if alive():
-                d = record.driver
-                raise UserError(f"ALREADY_RUNNING: job {spec.name} already has a live driver ({d.kind} {d.id}"
-                                f"{' on ' + d.host if d.host else ''}); stop it first (StopStreamingJobOperator or the "
-                                "streaming_safe_restart DAG) so that two drivers never share checkpoint "
-                                f"{spec.checkpoint}")
-        state = read_checkpoint(spec.checkpoint)
-        if record.next_starting_offsets and state.offset_batch_ids:
-            # A previous driver already planned a batch from them: they are baked into the checkpoint.
-            record.take_next_starting_offsets(actor=who)
-        starting_file = None
-        if record.next_starting_offsets:
-            starting_file = submit.starting_offsets_path(spec)
-            submit.write_starting_offsets(starting_file, record.next_starting_offsets)
-        command, env = build(starting_file)
-        shown = scrub(" ".join(command), config)
-        log_path = None
-        if mode == submit.DETACH_LOCAL:
-            log_path = submit.local_log_path(spec)
-            drv = drivers.start_local(command, env=env, log_path=log_path)
-            log.info("started %s driver pid %s; log %s", spec.name, drv.id, log_path)
-        else:
-            drv = submit.submit_cluster(command, mode, env=env, kafka_config=config).driver
-            log.info("submitted %s to %s: driver %s %s", spec.name, master, drv.kind, drv.id)
-        entry = submit.record_submit(
-            record, app=app, driver=drv, master=master, deploy_mode=deploy_mode, mode=mode,
-            committed_before=state.latest_committed.batch_id if state.latest_committed else None,
-            query_id_before=state.query_id, log_path=log_path, starting_offsets_file=starting_file, actor=who,
-            rollback=is_previous)
-        # next_starting_offsets stays until the health gate sees the new query plan a batch from it:
-        # a driver that dies at start must not use them up.
-        record.save()
-    finally:
-        try:
-            record.release_lease(holder)
-        except UserError as exc:
-            log.warning("lease of job %s not released: %s", spec.name, exc)
-    return {**summary, "driver": entry["driver"], "log_path": log_path, "command": shown,
-            "committed_before": entry["committed_before"], "query_id_before": entry["query_id_before"],
-            "starting_offsets_file": starting_file, "submitted_at_ms": entry["submitted_at_ms"]}
+    """The body of :class:`SubmitStreamingJobOperator` (also the rollback task's): connections resolved here."""
+    return start_stop.submit_job(spec, kafka_config=kafka_config(spec), target=spark_target(spec),
+                                 actor=actor(context), holder=task_holder(context), run_id=context["ti"].run_id,
+                                 log=log, previous=previous, dry_run=dry_run, lease_ttl_s=lease_ttl_s)
 
 
 class SubmitStreamingJobOperator(StreamingJobOperator):
@@ -177,35 +75,9 @@ class SubmitStreamingJobOperator(StreamingJobOperator):
 
 def stop_job(spec: JobSpec, *, context: Any, log: Any, timeout_s: float | None = None, poll_s: float = 1.0,
              only_driver_id: str | None = None) -> dict[str, Any]:
-    """Stop the job's recorded driver on a batch boundary; kill only after the timeout.
-
-    ``only_driver_id``: stop only if the recorded driver is this one (a rollback stops the driver
-    its own run started, never one it does not know).
-    """
-    record = LifecycleRecord.load(spec.checkpoint)
-    drv: DriverInfo | None = record.driver if record is not None else None
-    if drv is not None and only_driver_id is not None and drv.id != only_driver_id:
-        log.info("recorded driver %s is not %s: left alone", drv.id, only_driver_id)
-        drv = None
-    is_alive: Callable[[], bool] = lambda: False  # noqa: E731
-    kill: Callable[[], None] = lambda: None  # noqa: E731
-    if drv is not None:
-        is_alive, kill = driver_control(spec, drv, submit.submitted_app(record))
-    timeout = float(timeout_s if timeout_s is not None else spec.stop_timeout_s)
-    result = drivers.stop(spec.checkpoint, spec.stop_marker, is_alive=is_alive, kill=kill, timeout_s=timeout,
-                          poll_s=poll_s, progress=log.info)
-    log.info("job %s: %s — %s", spec.name, result.outcome, result.message)
-    out = {"job": spec.name, **result.to_dict(),
-           "driver": None if drv is None else {"kind": drv.kind, "id": drv.id, "host": drv.host}}
-    if drv is not None and not is_alive():
-        record = LifecycleRecord.load_or_create(spec.name, spec.checkpoint)
-        if record.driver is not None and record.driver.id == drv.id:
-            record.driver = None
-        record.add_event("driver_stopped", actor=actor(context), driver_kind=drv.kind, driver_id=drv.id,
-                         outcome=result.outcome, graceful=result.graceful, killed=result.killed,
-                         last_committed=result.last_committed, replay_batch=result.replay_batch)
-        record.save()
-    return out
+    """The body of :class:`StopStreamingJobOperator` (also the rollback task's)."""
+    return start_stop.stop_job(spec, target=lambda: spark_target(spec), actor=actor(context), log=log,
+                               timeout_s=timeout_s, poll_s=poll_s, only_driver_id=only_driver_id)
 
 
 class StopStreamingJobOperator(StreamingJobOperator):

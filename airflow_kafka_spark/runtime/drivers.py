@@ -8,6 +8,11 @@ same checkpoint (S16): the record's *lease*, taken for the critical section of a
 concurrent submits cannot both pass, and the *liveness* of the recorded driver, checked by every
 submit, so a retry after the lease expired still refuses while the first driver runs.
 
+Every driver kind sits behind one interface: :class:`DriverKind` names it (the value is what the
+lifecycle record stores), :func:`control` gives its ``(is_alive, kill)`` as a :class:`DriverControl`
+— a local process by pid on this host, a cluster driver through its cluster manager (a YARN
+driver can be reached through :mod:`airflow_kafka_spark.runtime.yarn` the same way).
+
 Stopping writes the job's stop marker and waits for the driver to exit on its own; only after the
 timeout does it fall back to a kill, and then it reports ``STOPPED_MID_BATCH`` with the batch that
 Spark will replay (``offsets/N`` without ``commits/N``).
@@ -23,16 +28,53 @@ import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from enum import StrEnum
 from pathlib import Path
 
 import fsspec
 
-from airflow_kafka_spark._util.storage import pid_alive
+from airflow_kafka_spark._util.proc import pid_alive
 from airflow_kafka_spark.checkpoint.reader import read_checkpoint
 from airflow_kafka_spark.errors import UserError
-from airflow_kafka_spark.lifecycle.record import DriverInfo
+from airflow_kafka_spark.lifecycle.model import DriverInfo
+from airflow_kafka_spark.runtime import submit
 
-LOCAL = "local-pid"
+
+class DriverKind(StrEnum):
+    """What ran a driver; the value is what the lifecycle record stores (``DriverInfo.kind``)."""
+
+    LOCAL = "local-pid"
+    YARN = "yarn"
+    K8S = "k8s"
+    STANDALONE = "standalone"
+
+
+LOCAL = DriverKind.LOCAL
+
+
+@dataclass(frozen=True)
+class DriverControl:
+    """How to ask whether a recorded driver is alive and how to kill it, whatever ran it."""
+
+    is_alive: Callable[[], bool]
+    kill: Callable[[], None]
+
+
+def control(driver: DriverInfo, *, master: str | None = None, spark_binary: str | None = None) -> DriverControl:
+    """The :class:`DriverControl` of ``driver``: by pid for a local one, through the cluster manager otherwise.
+
+    A cluster driver needs the master recorded at submit time and a spark binary; a status that
+    cannot be read counts as alive (see :func:`airflow_kafka_spark.runtime.submit.cluster_alive`).
+    """
+    kind = DriverKind(driver.kind)
+    if kind is DriverKind.LOCAL:
+        return DriverControl(lambda: local_alive(driver), lambda: kill_local(driver))
+    if not master or not spark_binary:
+        raise UserError(f"driver {driver.id} ({kind}) is on a cluster: its master and spark binary are needed to "
+                        "reach it; submit the job again through the operator so they are recorded")
+    env = submit.driver_env([spark_binary], master)
+    return DriverControl(lambda: submit.cluster_alive(driver, master=master, spark_binary=spark_binary, env=env),
+                         lambda: submit.cluster_kill(driver, master=master, spark_binary=spark_binary, env=env))
 
 
 def start_local(command: list[str], *, env: dict[str, str] | None = None, log_path: str | Path,
@@ -43,12 +85,13 @@ def start_local(command: list[str], *, env: dict[str, str] | None = None, log_pa
     with open(log, "ab") as fh:
         proc = subprocess.Popen(command, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 env=env, cwd=cwd, start_new_session=True, close_fds=True)
-    return DriverInfo(kind=LOCAL, id=str(proc.pid), host=socket.gethostname(), started_at=int(time.time() * 1000))
+    return DriverInfo(kind=DriverKind.LOCAL.value, id=str(proc.pid), host=socket.gethostname(),
+                      started_at=int(time.time() * 1000))
 
 
 def local_alive(driver: DriverInfo) -> bool:
     """True while the recorded local driver process exists (and is not a zombie or a reused pid)."""
-    if driver.kind != LOCAL:
+    if driver.kind != DriverKind.LOCAL:
         raise UserError(f"driver kind {driver.kind} is not a local process")
     if driver.host and driver.host != socket.gethostname():
         raise UserError(f"driver pid {driver.id} runs on host {driver.host}, not here ({socket.gethostname()}); "

@@ -51,14 +51,16 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 from airflow_kafka_spark.errors import UserError
 from airflow_kafka_spark.kafka.view import is_secret_key, scrub
-from airflow_kafka_spark.lifecycle.record import DriverInfo, LifecycleRecord
+from airflow_kafka_spark.lifecycle.model import DriverInfo
+from airflow_kafka_spark.lifecycle.record import LifecycleRecord
 from airflow_kafka_spark.registry.model import JobSpec
 
 DETACH_LOCAL = "local-process"
@@ -90,11 +92,30 @@ APP_FIELDS = ("application", "application_args", "topics", "output", "sink", "sp
               "fail_on_data_loss", "max_offsets_per_trigger", "starting_offsets_default",
               "compatibility_version")
 
+# Where the Kafka connector jars for a local master come from when the job's spark_conf names none:
+# comma-separated paths (the dev stack and the test suite set it from devstack.jars), else Maven.
+CONNECTOR_JARS_ENV = "AKS_CONNECTOR_JARS"
+CONNECTOR_PACKAGE = "org.apache.spark:spark-sql-kafka-0-10_2.13"
+
 _YARN_APP = re.compile(r"\b(application_\d+_\d+)\b")
 _K8S_SUBMISSION = re.compile(r"submission ID\s+([A-Za-z0-9.-]+:[A-Za-z0-9.-]+-driver)\b")
 _K8S_POD = re.compile(r"pod name:\s*([A-Za-z0-9.-]+-driver)\b")
 _K8S_NAMESPACE = re.compile(r"namespace:\s*([A-Za-z0-9.-]+)")
 _STANDALONE_DRIVER = re.compile(r"\b(driver-\d{14}-\d{4,})\b")
+
+
+@dataclass(frozen=True)
+class SparkTarget:
+    """The job's Spark connection as plain values; the Airflow layer resolves it (``hooks.spark``).
+
+    ``build_command(hook_kwargs, application)`` turns :func:`hook_kwargs` into the spark-submit argv
+    the way the connection says (binary, queue, namespace, keytab...).
+    """
+
+    master: str
+    deploy_mode: str | None
+    spark_binary: str
+    build_command: Callable[[Mapping[str, Any], str], list[str]]
 
 
 # --------------------------------------------------------------------------------------------------
@@ -242,14 +263,41 @@ def job_arguments(spec: JobSpec, *, bootstrap_servers: str, starting_offsets_fil
 
 
 def needs_local_connector_jars(spec: JobSpec, master: str) -> bool:
-    """The Kafka connector is not part of Spark. On a ``local`` master the bundled stack fetches it;
+    """The Kafka connector is not part of Spark. On a ``local`` master :func:`local_connector` adds it;
     a cluster job names it in spark_conf (``spark.jars``/``spark.jars.packages``) or has it installed."""
     declared = any(k in spec.spark_conf for k in ("spark.jars", "spark.jars.packages"))
     return master.strip().lower().startswith("local") and not declared
 
 
+@dataclass(frozen=True)
+class ConnectorJars:
+    """How a local driver gets the Kafka connector: jar paths, or a Maven coordinate for spark.jars.packages."""
+
+    jars: tuple[str, ...] = ()
+    packages: str | None = None
+
+
+def local_connector(spec: JobSpec, master: str, env: Mapping[str, str]) -> ConnectorJars:
+    """The connector for a ``local`` master whose spark_conf names none (else nothing to add).
+
+    ``$AKS_CONNECTOR_JARS`` (comma-separated paths) when set, else the connector matching the
+    installed pyspark from Maven (``spark.jars.packages``; needs network access at driver start).
+    """
+    if not needs_local_connector_jars(spec, master):
+        return ConnectorJars()
+    listed = tuple(j.strip() for j in env.get(CONNECTOR_JARS_ENV, "").split(",") if j.strip())
+    if listed:
+        return ConnectorJars(jars=listed)
+    try:
+        version = metadata.version("pyspark")
+    except metadata.PackageNotFoundError:
+        raise UserError(f"job {spec.name}: a local master needs the Kafka connector; set spark.jars or "
+                        f"spark.jars.packages in its spark_conf, or ${CONNECTOR_JARS_ENV} to the jar paths") from None
+    return ConnectorJars(packages=f"{CONNECTOR_PACKAGE}:{version}")
+
+
 def hook_kwargs(spec: JobSpec, *, args: Sequence[str], jars: Sequence[str] = (), mode: str | None = None,
-                name: str | None = None) -> dict[str, Any]:
+                name: str | None = None, packages: str | None = None) -> dict[str, Any]:
     """Keyword arguments for the Spark provider's ``SparkSubmitHook`` (besides ``conn_id``: the job's
     ``spark_conn_id``).
 
@@ -265,6 +313,8 @@ def hook_kwargs(spec: JobSpec, *, args: Sequence[str], jars: Sequence[str] = (),
         conf[key] = "false"
     if mode == DETACH_LOCAL:
         conf.setdefault("spark.ui.enabled", "false")
+    if packages:
+        conf.setdefault("spark.jars.packages", packages)
     kwargs: dict[str, Any] = {"conf": conf, "name": name or f"aks-{spec.name}",
                               "application_args": list(args)}
     if jars:

@@ -30,9 +30,7 @@ from airflow.sdk.exceptions import AirflowException
 
 from airflow_kafka_spark.checkpoint.reader import read_checkpoint
 from airflow_kafka_spark.errors import UserError
-from airflow_kafka_spark.lifecycle.record import LifecycleRecord
-from airflow_kafka_spark.operators._common import (
-    _push_failure,
+from airflow_kafka_spark.hooks.jobs import (
     actor,
     cluster_endpoint,
     fail,
@@ -40,8 +38,10 @@ from airflow_kafka_spark.operators._common import (
     kafka_config,
     load_job,
     optional_text,
+    push_failure,
     run_reporting_failure,
 )
+from airflow_kafka_spark.lifecycle.record import LifecycleRecord
 from airflow_kafka_spark.registry.model import JobSpec
 from airflow_kafka_spark.runtime import submit
 from airflow_kafka_spark.triggers.health import (
@@ -178,7 +178,7 @@ class StreamingHealthSensor(BaseSensorOperator):
         try:
             return super().resume_execution(next_method, next_kwargs, context)
         except AirflowException as exc:   # e.g. the backstop timeout: still say why in the failure XCom
-            _push_failure(context, f"health gate: {exc}")
+            push_failure(context, f"health gate: {exc}")
             raise
 
     # -- outcome ---------------------------------------------------------------------------------------

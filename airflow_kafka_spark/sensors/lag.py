@@ -73,7 +73,7 @@ class StreamingLagSensor(BaseSensorOperator):
 
     def _spec(self) -> JobSpec:
         from airflow_kafka_spark.errors import UserError
-        from airflow_kafka_spark.operators._common import load_job
+        from airflow_kafka_spark.hooks.jobs import load_job
 
         try:
             return load_job(self.job, self.registry_path)[1]

@@ -63,8 +63,9 @@ def run_airflow(*args: str, timeout: float = 180, **extra_env: str) -> subproces
 
 
 @pytest.fixture(scope="session")
-def airflow_home() -> Iterator[Path]:
-    """``$AIRFLOW_HOME`` of this session with a freshly migrated metadata DB."""
+def airflow_home(connector_jars: str) -> Iterator[Path]:
+    """``$AIRFLOW_HOME`` of this session with a freshly migrated metadata DB (and $AKS_CONNECTOR_JARS set
+    for the drivers the operators start on a local master)."""
     from airflow import settings
     from airflow.utils import db
 

@@ -29,7 +29,8 @@ from typing import Any
 import pytest
 import yaml
 
-from airflow_kafka_spark.lifecycle.record import DriverInfo, LifecycleRecord
+from airflow_kafka_spark.lifecycle.model import DriverInfo
+from airflow_kafka_spark.lifecycle.record import LifecycleRecord
 from airflow_kafka_spark.runtime import submit
 from devstack import topics
 from devstack.produce import produce
@@ -406,7 +407,7 @@ def test_submit_dry_run_builds_the_command_with_the_spark_provider_hook(env):
 
 def test_cluster_modes_build_detached_commands_and_parse_driver_ids(monkeypatch):
     """No YARN or standalone cluster here: the command lines and the id parsing are what can be checked."""
-    from airflow_kafka_spark.operators.streaming import spark_hook
+    from airflow_kafka_spark.hooks.spark import spark_hook
     from airflow_kafka_spark.registry.model import JobSpec
 
     spec = JobSpec(name="orders", application="/apps/job.py", topics=("orders",), checkpoint="hdfs://nn/ck/orders",

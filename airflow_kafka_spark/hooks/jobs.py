@@ -1,0 +1,141 @@
+"""Airflow glue that every operator and sensor of this provider shares: job lookup, Kafka config, actor, failure shape.
+
+Why a module in ``hooks/`` and not in ``operators/``: the sensors need the same lookup and failure
+shape as the operators, and the layers forbid sensors -> operators. Everything here resolves an
+Airflow thing (a connection, the task context, ``[core] dags_folder``) into the plain values the
+core takes, or turns a core error into Airflow's failure; no domain rule lives here.
+
+* **A job is a registry name, nothing else.** Every task takes ``job`` and resolves the
+  checkpoint, backup root, stop marker, application and connections from the job registry. An
+  unknown name, a path-like name (``../x``) or a broken registry fails the task with the
+  registry's one-line message, before anything is read or written.
+* **One failure shape.** A :class:`~airflow_kafka_spark.errors.UserError` (bad input, a BLOCK, an
+  unreachable broker) becomes an ``AirflowFailException`` carrying that one line: retrying would
+  not change a BLOCK, and the line is all a person sees in the task list. The same line is pushed
+  as the XCom ``failure`` so the safe-restart DAG's last task can say why the run failed without
+  reading logs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from airflow.sdk import conf
+from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSkipException
+
+from airflow_kafka_spark.errors import UserError
+from airflow_kafka_spark.hooks.spark import resolved_connection, spark_hook
+from airflow_kafka_spark.hooks.streaming import StreamingKafkaHook
+from airflow_kafka_spark.registry.loader import load_registry
+from airflow_kafka_spark.registry.model import JobSpec, Registry
+from airflow_kafka_spark.runtime import submit
+
+FAILURE_KEY = "failure"
+_TRUE = {"true", "1", "yes", "on"}
+_FALSE = {"false", "0", "no", "off", "", "none", "null"}
+
+
+def flag(value: Any, *, name: str) -> bool:
+    """A boolean argument that may arrive rendered from a template (``"True"``) or from XCom."""
+    if isinstance(value, bool):
+        return value
+    if value is None:
+        return False
+    text = str(value).strip().lower()
+    if text in _TRUE:
+        return True
+    if text in _FALSE:
+        return False
+    raise UserError(f"{name} must be true or false, got {value!r}")
+
+
+def optional_text(value: Any) -> str | None:
+    """``None`` for the empty values a form or an unset template sends ("", "None", null)."""
+    if value is None:
+        return None
+    text = str(value).strip()
+    return None if text in ("", "None", "null") else text
+
+
+def registry_dags_folder() -> str | None:
+    """``[core] dags_folder``: the registry file sits beside the DAGs unless ``$AKS_JOB_REGISTRY`` says otherwise."""
+    try:
+        return conf.get("core", "dags_folder")
+    except Exception:  # an unconfigured Airflow: the registry's own search applies
+        return None
+
+
+def load_job(job: Any, registry_path: str | None = None) -> tuple[Registry, JobSpec]:
+    """The registry and the job called ``job``; any problem is the registry's one-line UserError."""
+    registry = load_registry(registry_path, dags_folder=None if registry_path else registry_dags_folder())
+    return registry, registry.get(job)
+
+
+def kafka_config(spec: JobSpec) -> dict[str, Any]:
+    """The job's librdkafka config from its ``kafka`` connection (secrets registered with the masker)."""
+    return StreamingKafkaHook(spec.kafka_conn_id).kafka_config()
+
+
+def who(context: Mapping[str, Any]) -> str:
+    """The person (or system) that triggered the run, for audit entries."""
+    dag_run = context.get("dag_run")
+    user = getattr(dag_run, "triggering_user_name", None) if dag_run is not None else None
+    return str(user or "unknown")
+
+
+def task_holder(context: Mapping[str, Any]) -> str:
+    """``dag_id/run_id/task_id``: identifies one task of one run (lease holder, event actor)."""
+    ti = context["ti"]
+    return f"{ti.dag_id}/{ti.run_id}/{ti.task_id}"
+
+
+def run_holder(context: Mapping[str, Any]) -> str:
+    ti = context["ti"]
+    return f"{ti.dag_id}/{ti.run_id}"
+
+
+def actor(context: Mapping[str, Any]) -> str:
+    return f"{who(context)} via {task_holder(context)}"
+
+
+def cluster_endpoint(spec: JobSpec, submitted: Mapping[str, Any] | None) -> tuple[str, str]:
+    """(master, spark binary) to reach a cluster driver: the recorded master, the connection's binary."""
+    conn = resolved_connection(spark_hook(spec))
+    master = str((submitted or {}).get("master") or conn["master"])
+    binary = submit.resolve_binary([conn["spark_binary"]], os.environ)[0]
+    return master, binary
+
+
+def run_reporting_failure(task: Any, context: Any, body: Callable[[], Any]) -> Any:
+    """Run ``body``; a failure becomes one line in the task log, the ``failure`` XCom and the exception.
+
+    Skips and deferrals pass through untouched (``TaskDeferred`` is a BaseException).
+    """
+    try:
+        return body()
+    except AirflowSkipException:
+        raise
+    except UserError as exc:
+        message = str(exc)
+        push_failure(context, message)
+        raise AirflowFailException(message) from None
+    except AirflowException as exc:
+        push_failure(context, str(exc) or type(exc).__name__)
+        raise
+
+
+def fail(context: Any, message: str) -> None:
+    """Fail the task with ``message`` (pushed as the ``failure`` XCom too)."""
+    push_failure(context, message)
+    raise AirflowFailException(message)
+
+
+def push_failure(context: Any, message: str) -> None:
+    ti = context.get("ti") if isinstance(context, Mapping) else None
+    if ti is None:
+        return
+    with contextlib.suppress(Exception):   # reporting must never hide the original failure
+        ti.xcom_push(key=FAILURE_KEY, value=" ".join(message.split())[:4000])

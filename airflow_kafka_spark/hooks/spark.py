@@ -1,0 +1,72 @@
+"""The job's Spark connection through the Spark provider's ``SparkSubmitHook``, as plain values for the core.
+
+Why the provider's hook and not our own reading of the connection: its ``spark`` connection (master,
+``deploy-mode``, ``spark-binary``, queue, namespace, keytab, principal) and the command line it
+builds from it are what ``SparkSubmitOperator`` users already rely on; a connection that works
+there must work here unchanged.
+
+The hook keeps the resolved connection and the command builder private (``_connection``,
+``_build_spark_submit_command``). Each private use sits in exactly one function below, so a
+provider upgrade that renames them breaks here and in ``tests/airflow/test_spark_hook.py``, nowhere
+else. Written against apache-airflow-providers-apache-spark 6.3.4.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
+from airflow.sdk import BaseHook
+from airflow.sdk.exceptions import AirflowNotFoundException
+
+from airflow_kafka_spark.errors import UserError
+from airflow_kafka_spark.registry.model import JobSpec
+from airflow_kafka_spark.runtime.submit import SparkTarget
+
+
+def spark_hook(spec: JobSpec, **kwargs: Any) -> SparkSubmitHook:
+    """A ``SparkSubmitHook`` on the job's Spark connection, refusing a connection that does not exist.
+
+    The hook itself silently falls back to ``master=yarn`` when the connection is missing, which
+    would submit a local job to whatever YARN the worker can reach.
+    """
+    try:
+        BaseHook.get_connection(spec.spark_conn_id)
+    except AirflowNotFoundException:
+        raise UserError(f"Spark connection {spec.spark_conn_id!r} is not defined; create it (type spark, host e.g. "
+                        "local[*], yarn, k8s://https://host or spark://host:7077) or fix spark_conn_id in the job "
+                        "registry") from None
+    try:
+        return SparkSubmitHook(conn_id=spec.spark_conn_id, **kwargs)
+    except ValueError as exc:   # e.g. a spark-binary extra outside the provider's allowed list
+        raise UserError(f"Spark connection {spec.spark_conn_id!r}: {exc}") from None
+
+
+def resolved_connection(hook: SparkSubmitHook) -> Mapping[str, Any]:
+    """The hook's resolved connection (master, deploy_mode, spark_binary, queue...).
+
+    PRIVATE API: ``SparkSubmitHook._connection`` (set in its ``__init__`` by ``_resolve_connection``).
+    """
+    return hook._connection
+
+
+def build_command(hook: SparkSubmitHook, application: str) -> list[str]:
+    """The spark-submit argv the hook builds for ``application`` from its connection and keyword arguments.
+
+    PRIVATE API: ``SparkSubmitHook._build_spark_submit_command`` (``submit()`` would also run it,
+    attached, which is exactly what a weeks-long driver must not do).
+    """
+    return list(hook._build_spark_submit_command(application))
+
+
+def spark_target(spec: JobSpec) -> SparkTarget:
+    """The job's Spark connection as the plain values the core's submit needs."""
+    probe = spark_hook(spec, deploy_mode=spec.deploy_mode) if spec.deploy_mode else spark_hook(spec)
+    conn = resolved_connection(probe)
+
+    def build(kwargs: Mapping[str, Any], application: str) -> list[str]:
+        return build_command(spark_hook(spec, **dict(kwargs)), application)
+
+    return SparkTarget(master=str(conn["master"]), deploy_mode=conn["deploy_mode"],
+                       spark_binary=str(conn["spark_binary"]), build_command=build)

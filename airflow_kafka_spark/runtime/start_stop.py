@@ -1,0 +1,172 @@
+"""Start a registered job's driver detached and stop it on a batch boundary: the bodies of the Airflow operators.
+
+Why here and not in the operator: never two drivers on one checkpoint (S16) is a product rule,
+the same for the operator, the safe-restart rollback and a test. The submit's critical section
+(check, start, record) runs under the lifecycle record's *lease*, so two submits racing each other
+serialise and the second sees the first's driver; and every submit refuses with
+``ALREADY_RUNNING`` while the recorded driver is alive, so a retry after the lease expired, or a
+second DAG run, cannot start a second one either.
+
+The Airflow layer resolves what only it can (the Kafka config from the connection, the Spark
+connection as a :class:`~airflow_kafka_spark.runtime.submit.SparkTarget`, who acts) and passes
+plain values.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from airflow_kafka_spark.checkpoint.reader import read_checkpoint
+from airflow_kafka_spark.errors import UserError
+from airflow_kafka_spark.kafka.view import bootstrap_servers_of, scrub
+from airflow_kafka_spark.lifecycle.model import DriverInfo
+from airflow_kafka_spark.lifecycle.record import LifecycleRecord
+from airflow_kafka_spark.registry.model import JobSpec
+from airflow_kafka_spark.runtime import drivers, submit
+from airflow_kafka_spark.runtime.submit import SparkTarget
+
+DEFAULT_LEASE_TTL_S = 600.0
+
+
+def driver_control(driver: DriverInfo, target: Callable[[], SparkTarget], submitted: Mapping[str, Any] | None
+                   ) -> drivers.DriverControl:
+    """Control of a recorded driver: a cluster one through the master recorded at submit time.
+
+    ``target`` is called only for a cluster driver: a local one needs no Spark connection.
+    """
+    if driver.kind == drivers.DriverKind.LOCAL:
+        return drivers.control(driver)
+    resolved = target()
+    master = str((submitted or {}).get("master") or resolved.master)
+    binary = submit.resolve_binary([resolved.spark_binary], os.environ)[0]
+    return drivers.control(driver, master=master, spark_binary=binary)
+
+
+def driver_alive(record: LifecycleRecord | None, target: Callable[[], SparkTarget]) -> bool:
+    """Whether the driver recorded for the job runs (False when none is recorded)."""
+    if record is None or record.driver is None:
+        return False
+    return driver_control(record.driver, target, submit.submitted_app(record)).is_alive()
+
+
+def submit_job(spec: JobSpec, *, kafka_config: Mapping[str, Any], target: SparkTarget, actor: str, holder: str,
+               run_id: str | None, log: Any, previous: bool = False, dry_run: bool = False,
+               lease_ttl_s: float = DEFAULT_LEASE_TTL_S) -> dict[str, Any]:
+    """Start the job's driver detached and record it.
+
+    ``previous``: run the application recorded as the last one that passed a health gate instead of
+    the registry's (the safe-restart rollback). ``holder`` holds the record's lease meanwhile.
+    """
+    record = LifecycleRecord.load(spec.checkpoint)
+    run_spec, is_previous = spec, False
+    if previous:
+        good = submit.last_good_app(record)
+        if good is None:
+            raise UserError(f"job {spec.name}: no application has passed a health gate yet, so there is no previous "
+                            "application to resubmit")
+        run_spec, is_previous = submit.spec_for_app(spec, good), True
+    app = submit.app_version(run_spec)
+    bootstrap = bootstrap_servers_of(kafka_config)
+    master, deploy_mode = target.master, target.deploy_mode
+    mode = submit.detach_mode(master, deploy_mode)
+
+    def build(starting_offsets_file: str | None) -> tuple[list[str], dict[str, str]]:
+        args = submit.job_arguments(run_spec, bootstrap_servers=bootstrap, starting_offsets_file=starting_offsets_file,
+                                    kafka_options=submit.kafka_job_options(kafka_config))
+        connector = submit.local_connector(run_spec, master, os.environ)
+        kwargs = submit.hook_kwargs(run_spec, args=args, jars=connector.jars, mode=mode, packages=connector.packages)
+        command = submit.resolve_binary(target.build_command(kwargs, run_spec.application), os.environ)
+        return command, submit.driver_env(command, master)
+
+    summary: dict[str, Any] = {"job": spec.name, "application": run_spec.application,
+                               "application_args": list(run_spec.application_args),
+                               "compatibility_version": run_spec.compatibility_version, "previous": is_previous,
+                               "master": master, "deploy_mode": deploy_mode, "detach": mode}
+    if dry_run:
+        pending = record.next_starting_offsets if record is not None else None
+        command, _ = build(submit.starting_offsets_path(spec) if pending else None)
+        return {**summary, "dry_run": True, "command": scrub(" ".join(command), kafka_config),
+                "would_start_from": pending or "the checkpoint (or startingOffsets for a new one)"}
+
+    record = LifecycleRecord.load_or_create(spec.name, spec.checkpoint)
+    try:
+        record.acquire_lease(holder, lease_ttl_s, run_id=run_id)
+    except UserError as exc:
+        raise UserError(f"ALREADY_RUNNING: {exc}") from None
+    try:
+        record = LifecycleRecord.load_or_create(spec.name, spec.checkpoint)
+        if record.driver is not None and driver_control(record.driver, lambda: target,
+                                                     submit.submitted_app(record)).is_alive():
+            d = record.driver
+            raise UserError(f"ALREADY_RUNNING: job {spec.name} already has a live driver ({d.kind} {d.id}"
+                            f"{' on ' + d.host if d.host else ''}); stop it first (StopStreamingJobOperator or the "
+                            "streaming_safe_restart DAG) so that two drivers never share checkpoint "
+                            f"{spec.checkpoint}")
+        state = read_checkpoint(spec.checkpoint)
+        if record.next_starting_offsets and state.offset_batch_ids:
+            # A previous driver already planned a batch from them: they are baked into the checkpoint.
+            record.take_next_starting_offsets(actor=actor)
+        starting_file = None
+        if record.next_starting_offsets:
+            starting_file = submit.starting_offsets_path(spec)
+            submit.write_starting_offsets(starting_file, record.next_starting_offsets)
+        command, env = build(starting_file)
+        shown = scrub(" ".join(command), kafka_config)
+        log_path = None
+        if mode == submit.DETACH_LOCAL:
+            log_path = submit.local_log_path(spec)
+            drv = drivers.start_local(command, env=env, log_path=log_path)
+            log.info("started %s driver pid %s; log %s", spec.name, drv.id, log_path)
+        else:
+            drv = submit.submit_cluster(command, mode, env=env, kafka_config=kafka_config).driver
+            log.info("submitted %s to %s: driver %s %s", spec.name, master, drv.kind, drv.id)
+        entry = submit.record_submit(
+            record, app=app, driver=drv, master=master, deploy_mode=deploy_mode, mode=mode,
+            committed_before=state.latest_committed.batch_id if state.latest_committed else None,
+            query_id_before=state.query_id, log_path=log_path, starting_offsets_file=starting_file, actor=actor,
+            rollback=is_previous)
+        # next_starting_offsets stays until the health gate sees the new query plan a batch from it:
+        # a driver that dies at start must not use them up.
+        record.save()
+    finally:
+        try:
+            record.release_lease(holder)
+        except UserError as exc:
+            log.warning("lease of job %s not released: %s", spec.name, exc)
+    return {**summary, "driver": entry["driver"], "log_path": log_path, "command": shown,
+            "committed_before": entry["committed_before"], "query_id_before": entry["query_id_before"],
+            "starting_offsets_file": starting_file, "submitted_at_ms": entry["submitted_at_ms"]}
+
+
+def stop_job(spec: JobSpec, *, target: Callable[[], SparkTarget], actor: str, log: Any, timeout_s: float | None = None,
+             poll_s: float = 1.0, only_driver_id: str | None = None) -> dict[str, Any]:
+    """Stop the job's recorded driver on a batch boundary; kill only after the timeout.
+
+    ``only_driver_id``: stop only if the recorded driver is this one (a rollback stops the driver
+    its own run started, never one it does not know). ``target`` is called for a cluster driver only.
+    """
+    record = LifecycleRecord.load(spec.checkpoint)
+    drv: DriverInfo | None = record.driver if record is not None else None
+    if drv is not None and only_driver_id is not None and drv.id != only_driver_id:
+        log.info("recorded driver %s is not %s: left alone", drv.id, only_driver_id)
+        drv = None
+    ctl = drivers.DriverControl(lambda: False, lambda: None)
+    if drv is not None:
+        ctl = driver_control(drv, target, submit.submitted_app(record))
+    timeout = float(timeout_s if timeout_s is not None else spec.stop_timeout_s)
+    result = drivers.stop(spec.checkpoint, spec.stop_marker, is_alive=ctl.is_alive, kill=ctl.kill, timeout_s=timeout,
+                          poll_s=poll_s, progress=log.info)
+    log.info("job %s: %s — %s", spec.name, result.outcome, result.message)
+    out = {"job": spec.name, **result.to_dict(),
+           "driver": None if drv is None else {"kind": drv.kind, "id": drv.id, "host": drv.host}}
+    if drv is not None and not ctl.is_alive():
+        record = LifecycleRecord.load_or_create(spec.name, spec.checkpoint)
+        if record.driver is not None and record.driver.id == drv.id:
+            record.driver = None
+        record.add_event("driver_stopped", actor=actor, driver_kind=drv.kind, driver_id=drv.id,
+                         outcome=result.outcome, graceful=result.graceful, killed=result.killed,
+                         last_committed=result.last_committed, replay_batch=result.replay_batch)
+        record.save()
+    return out
