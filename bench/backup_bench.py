@@ -27,7 +27,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from airflow_kafka_spark._util.storage import open_location  # noqa: E402
+from airflow_kafka_spark._util.fs import open_location  # noqa: E402
 from airflow_kafka_spark.ops.backup import backup_checkpoint, materialize, verify_backup  # noqa: E402
 
 

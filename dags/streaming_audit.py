@@ -86,17 +86,17 @@ def alert_job(context: dict[str, Any]) -> None:
     run_id = getattr(ti, "run_id", None) or str(context.get("run_id"))
     log.error("STREAMING AUDIT ALERT job=%s run=%s: %s", job, run_id, message)
     try:
-        from airflow_kafka_spark._util import storage
+        from airflow_kafka_spark._util.fs import open_location, read_bytes, write_atomic
 
         report = ti.xcom_pull(task_ids="report") if ti is not None else None
         out = (report or {}).get("out_dir")
         if not out:
             return
-        loc = storage.open_location(out, what="audit folder").child(ALERTS_FILE)
-        old = (storage.read_bytes(loc) or b"").decode().splitlines()[-(MAX_ALERT_LINES - 1):]
+        loc = open_location(out, what="audit folder").child(ALERTS_FILE)
+        old = (read_bytes(loc) or b"").decode().splitlines()[-(MAX_ALERT_LINES - 1):]
         line = json.dumps({"at_ms": int(time.time() * 1000), "dag_id": DAG_ID, "run_id": run_id, "job": job,
                            "alerts": (report.get("failed") or {}).get(job, []), "message": message})
-        storage.write_atomic(loc, ("\n".join([*old, line]) + "\n").encode())
+        write_atomic(loc, ("\n".join([*old, line]) + "\n").encode())
     except Exception as exc:  # an alert callback must never raise: the failure is already recorded
         log.warning("could not append the alert to %s: %s", ALERTS_FILE, exc)
 
@@ -110,11 +110,11 @@ def alert_run(context: dict[str, Any]) -> None:
     run_id = context.get("run_id") or getattr(context.get("dag_run"), "run_id", "?")
     failed = "(see the report task)"
     try:
-        from airflow_kafka_spark._util import storage
+        from airflow_kafka_spark._util.fs import open_location, read_bytes
 
         registry = load_registry(dags_folder=DAGS_FOLDER)
         out = _out_dir(registry, dict(context.get("params") or {}))
-        raw = storage.read_bytes(storage.open_location(out, what="audit folder").child("latest.json"))
+        raw = read_bytes(open_location(out, what="audit folder").child("latest.json"))
         if raw:
             failed = ", ".join(sorted(json.loads(raw)["summary"]["failed_jobs"])) or failed
     except Exception as exc:  # a callback must never raise

@@ -27,7 +27,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from airflow_kafka_spark._util import storage
+from airflow_kafka_spark._util.fs import refuse_chained_url
+from airflow_kafka_spark._util.jsonfile import UntrustedJSONError, load_json
 from airflow_kafka_spark.errors import CheckpointFormatError, UserError
 from airflow_kafka_spark.kafka.offsets import PartitionOffsets, parse_offsets_json
 
@@ -880,7 +881,7 @@ def _open_fs(location: Any, storage_options: dict | None) -> tuple[Any, str]:
         raise UserError(f"checkpoint location must be a non-empty path or URL, got {location!r}")
     if storage_options is not None and not isinstance(storage_options, dict):
         raise UserError(f"storage_options must be a dict, got {type(storage_options).__name__}")
-    storage.refuse_chained_url(location, "checkpoint location")
+    refuse_chained_url(location, "checkpoint location")
     from fsspec.core import url_to_fs  # imported here so importing this module stays cheap
 
     try:
@@ -945,8 +946,8 @@ def _reject_constant(name: str) -> Any:
 
 def _json(text: str, what: str) -> Any:
     try:
-        return storage.load_json(text, what="it", max_bytes=_MAX_LOG_FILE_BYTES, parse_constant=_reject_constant)
-    except storage.UntrustedJSONError as exc:
+        return load_json(text, what="it", max_bytes=_MAX_LOG_FILE_BYTES, parse_constant=_reject_constant)
+    except UntrustedJSONError as exc:
         reason = "nested too deeply" if "nested too deeply" in str(exc) else _one_line(exc)
         if reason.startswith("it is not JSON ("):
             reason = reason[len("it is not JSON ("):].removesuffix(")")

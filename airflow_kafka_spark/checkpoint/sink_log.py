@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-from airflow_kafka_spark._util.storage import load_json
+from airflow_kafka_spark._util.jsonfile import load_json
 from airflow_kafka_spark.checkpoint.reader import batch_id_from_name, log_lines, parse_log_version
 from airflow_kafka_spark.errors import CheckpointFormatError, UserError
 

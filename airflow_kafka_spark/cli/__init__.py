@@ -149,7 +149,7 @@ def read_kafka_config_file(path: Path) -> dict[str, Any]:
     except (OSError, UnicodeDecodeError) as exc:
         raise UsageError(f"cannot read Kafka config file {path}: {exc}") from None
     if path.suffix.lower() == ".json":
-        from airflow_kafka_spark._util.storage import load_json
+        from airflow_kafka_spark._util.jsonfile import load_json
 
         try:
             doc = load_json(text, what="it")

@@ -29,7 +29,7 @@ PartitionOffsets = dict[TopicPartition, int]
 
 def parse_offsets_json(text: str | bytes, *, what: str = "offsets") -> PartitionOffsets:
     """Parse Spark's Kafka offset JSON; raise :class:`UserError` naming ``what`` if it is not that."""
-    from airflow_kafka_spark._util.storage import UntrustedJSONError, load_json
+    from airflow_kafka_spark._util.jsonfile import UntrustedJSONError, load_json
 
     try:
         doc = load_json(text, what=what)

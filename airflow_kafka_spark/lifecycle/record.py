@@ -24,94 +24,43 @@ whose checkpoints live on object stores should run their orchestration from one 
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import json
-import os
-import socket
 import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
-import fsspec
-from fsspec.implementations.local import LocalFileSystem
-
-from airflow_kafka_spark._util.storage import (
-    JSON_MAX_BYTES,
-    load_json,
-    open_location,
-    pid_alive,
-    read_bytes,
-    write_atomic,
-)
+from airflow_kafka_spark._util.fs import open_location, read_bytes, write_atomic
+from airflow_kafka_spark._util.jsonfile import JSON_MAX_BYTES, load_json
+from airflow_kafka_spark._util.lock import LockFile
+from airflow_kafka_spark._util.text import iso_seconds, now_ms
 from airflow_kafka_spark.errors import UserError
 from airflow_kafka_spark.kafka.offsets import PartitionOffsets, parse_offsets_json, to_offsets_json
 from airflow_kafka_spark.kafka.view import redact
+from airflow_kafka_spark.lifecycle.events import DriverKind, LifecycleEvent
+from airflow_kafka_spark.lifecycle.model import (
+    RECORD_SUFFIX,
+    DriverInfo,
+    Lease,
+    TopicIdentity,
+    obj,
+    opt_int,
+    opt_str,
+    record_location,
+    req_int,
+    req_str,
+)
+from airflow_kafka_spark.names import validate_job_name
 
-RECORD_SUFFIX = ".lifecycle.json"
 LOCK_SUFFIX = ".lock"
 FORMAT_VERSION = 1
 HISTORY_LIMIT = 200
-DRIVER_KINDS = ("local-pid", "yarn", "k8s", "standalone")
 
 # Test hook: seconds to pause between reading and writing the record while holding the lock. A
 # test sets it in racing processes to prove the lock, not luck, keeps exactly one winner.
 _RMW_PAUSE_S = 0.0
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
-
-
-def _iso(ms: int) -> str:
-    return datetime.fromtimestamp(ms / 1000, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def record_location(checkpoint_location: str) -> str:
-    """``<checkpoint>.lifecycle.json``: a sibling of the checkpoint folder, not a file inside it."""
-    loc = str(checkpoint_location).rstrip("/")
-    protocol, path = fsspec.core.split_protocol(loc)
-    if not path or path.strip("/") == "" or (protocol and "/" not in path.strip("/")):
-        raise UserError(f"checkpoint location {checkpoint_location!r} has no parent folder to keep the "
-                        "lifecycle record beside it; use a checkpoint path below a folder or bucket")
-    return loc + RECORD_SUFFIX
-
-
-# --------------------------------------------------------------------------------------------------
-# parts of the record
-# --------------------------------------------------------------------------------------------------
-
-@dataclass
-class TopicIdentity:
-    """One topic incarnation: the id changes when the topic is deleted and recreated (S02/S03)."""
-
-    topic_id: str | None
-    partitions: int
-
-
-@dataclass
-class DriverInfo:
-    """Where the job's driver runs, so stop/kill/status can reach it."""
-
-    kind: str                 # one of DRIVER_KINDS
-    id: str                   # pid, YARN application id, k8s pod name, standalone driver id
-    host: str | None = None
-    started_at: int | None = None   # epoch ms
-
-
-@dataclass
-class Lease:
-    """Who may run the job now (S16). Expired leases may be taken over."""
-
-    holder: str
-    run_id: str
-    expires_at_ms: int
-
-    def live(self, now_ms: int | None = None) -> bool:
-        return self.expires_at_ms > (now_ms if now_ms is not None else _now_ms())
 
 
 @dataclass
@@ -149,8 +98,6 @@ class LifecycleRecord:
         The name goes through the one job-name rule (backup folders use it too), so
         ``../../etc`` or ``"orders\\n"`` never reaches a record or a path.
         """
-        from airflow_kafka_spark.ops.backup import validate_job_name
-
         validate_job_name(job_name)
         return cls(job_name=job_name, checkpoint_location=checkpoint_location, location=location or "")
 
@@ -229,41 +176,41 @@ class LifecycleRecord:
             raise UserError(f"lifecycle record {where} has format {fmt}, newer than this airflow-kafka-spark "
                             f"understands ({FORMAT_VERSION}); upgrade airflow-kafka-spark on this host")
         try:
-            topics = {str(n): TopicIdentity(_opt_str(t.get("topic_id"), f"topics.{n}.topic_id"),
-                                            _int(t.get("partitions"), f"topics.{n}.partitions"))
-                      for n, t in _dict(doc.get("topics"), "topics").items()}
+            topics = {str(n): TopicIdentity(opt_str(t.get("topic_id"), f"topics.{n}.topic_id"),
+                                            req_int(t.get("partitions"), f"topics.{n}.partitions"))
+                      for n, t in obj(doc.get("topics"), "topics").items()}
             drv = doc.get("driver")
             driver = None if drv is None else DriverInfo(
-                kind=_str(_dict(drv, "driver").get("kind"), "driver.kind"),
-                id=_str(drv.get("id"), "driver.id"),
-                host=_opt_str(drv.get("host"), "driver.host"),
-                started_at=_opt_int(drv.get("started_at"), "driver.started_at"))
+                kind=req_str(obj(drv, "driver").get("kind"), "driver.kind"),
+                id=req_str(drv.get("id"), "driver.id"),
+                host=opt_str(drv.get("host"), "driver.host"),
+                started_at=opt_int(drv.get("started_at"), "driver.started_at"))
             ls = doc.get("lease")
             lease = None if ls is None else Lease(
-                holder=_str(_dict(ls, "lease").get("holder"), "lease.holder"),
-                run_id=_str(ls.get("run_id"), "lease.run_id"),
-                expires_at_ms=_int(ls.get("expires_at_ms"), "lease.expires_at_ms"))
+                holder=req_str(obj(ls, "lease").get("holder"), "lease.holder"),
+                run_id=req_str(ls.get("run_id"), "lease.run_id"),
+                expires_at_ms=req_int(ls.get("expires_at_ms"), "lease.expires_at_ms"))
             history = doc.get("history") or []
             if not isinstance(history, list) or not all(isinstance(e, dict) for e in history):
                 raise ValueError("history must be a list of objects")
-            nso = _opt_str(doc.get("next_starting_offsets"), "next_starting_offsets")
+            nso = opt_str(doc.get("next_starting_offsets"), "next_starting_offsets")
             if nso is not None:
                 parse_offsets_json(nso, what="next_starting_offsets")
             known = {"format", "job_name", "checkpoint_location", "kafka_cluster_id", "topics",
                      "spark_version", "compatibility_version", "source_options", "next_starting_offsets",
                      "driver", "lease", "history", "revision", "updated_at_ms"}
             return cls(
-                job_name=_str(doc.get("job_name"), "job_name"),
-                checkpoint_location=_str(doc.get("checkpoint_location"), "checkpoint_location"),
-                kafka_cluster_id=_opt_str(doc.get("kafka_cluster_id"), "kafka_cluster_id"),
+                job_name=req_str(doc.get("job_name"), "job_name"),
+                checkpoint_location=req_str(doc.get("checkpoint_location"), "checkpoint_location"),
+                kafka_cluster_id=opt_str(doc.get("kafka_cluster_id"), "kafka_cluster_id"),
                 topics=topics,
-                spark_version=_opt_str(doc.get("spark_version"), "spark_version"),
-                compatibility_version=_opt_str(doc.get("compatibility_version"), "compatibility_version"),
-                source_options=_dict(doc.get("source_options"), "source_options"),
+                spark_version=opt_str(doc.get("spark_version"), "spark_version"),
+                compatibility_version=opt_str(doc.get("compatibility_version"), "compatibility_version"),
+                source_options=obj(doc.get("source_options"), "source_options"),
                 next_starting_offsets=nso,
                 driver=driver, lease=lease, history=history[-HISTORY_LIMIT:],
-                revision=_int(doc.get("revision", 0), "revision"),
-                updated_at_ms=_opt_int(doc.get("updated_at_ms"), "updated_at_ms"),
+                revision=req_int(doc.get("revision", 0), "revision"),
+                updated_at_ms=opt_int(doc.get("updated_at_ms"), "updated_at_ms"),
                 extra={k: v for k, v in doc.items() if k not in known},
                 location=location)
         except UserError as exc:
@@ -273,9 +220,13 @@ class LifecycleRecord:
 
     # -- plain updates (persisted by save()) -------------------------------------------------------
 
-    def add_event(self, event: str, *, actor: str | None = None, **details: Any) -> dict[str, Any]:
-        """Append an audit event (overrides, resets, leases...); only the last 200 are kept."""
-        entry = {"id": uuid.uuid4().hex[:12], "at_ms": _now_ms(), "event": event, "actor": actor,
+    def add_event(self, event: LifecycleEvent | str, *, actor: str | None = None, **details: Any
+                  ) -> dict[str, Any]:
+        """Append an audit event (overrides, resets, leases...); only the last 200 are kept.
+
+        ``event`` is a :class:`LifecycleEvent`; a plain string is kept for events users add.
+        """
+        entry = {"id": uuid.uuid4().hex[:12], "at_ms": now_ms(), "event": str(event), "actor": actor,
                  "details": redact(details)}
         self.history.append(entry)
         del self.history[:-HISTORY_LIMIT]
@@ -301,22 +252,24 @@ class LifecycleRecord:
         parsed = parse_offsets_json(offsets, what="next starting offsets") if isinstance(offsets, str) \
             else dict(offsets)
         self.next_starting_offsets = to_offsets_json(parsed)
-        self.add_event("next_starting_offsets_set", actor=actor, offsets=self.next_starting_offsets)
+        self.add_event(LifecycleEvent.NEXT_STARTING_OFFSETS_SET, actor=actor, offsets=self.next_starting_offsets)
 
     def take_next_starting_offsets(self, *, actor: str | None = None) -> str | None:
         """Return and clear the pending starting offsets (the submit consumes them once)."""
         value = self.next_starting_offsets
         if value is not None:
             self.next_starting_offsets = None
-            self.add_event("next_starting_offsets_used", actor=actor, offsets=value)
+            self.add_event(LifecycleEvent.NEXT_STARTING_OFFSETS_USED, actor=actor, offsets=value)
         return value
 
-    def set_driver(self, kind: str, id: str, *, host: str | None = None, started_at: int | None = None
-                   ) -> None:
-        if kind not in DRIVER_KINDS:
-            raise UserError(f"driver kind {kind!r} is not one of {', '.join(DRIVER_KINDS)}")
-        self.driver = DriverInfo(kind=kind, id=str(id), host=host,
-                                 started_at=started_at if started_at is not None else _now_ms())
+    def set_driver(self, kind: DriverKind | str, id: str, *, host: str | None = None,
+                   started_at: int | None = None) -> None:
+        try:
+            kind = DriverKind(kind)
+        except ValueError:
+            raise UserError(f"driver kind {kind!r} is not one of {', '.join(DriverKind)}") from None
+        self.driver = DriverInfo(kind=kind.value, id=str(id), host=host,
+                                 started_at=started_at if started_at is not None else now_ms())
 
     # -- persistence -------------------------------------------------------------------------------
 
@@ -327,14 +280,14 @@ class LifecycleRecord:
         (a stale object must not resurrect or drop someone else's lease), and history is merged,
         so events written by other processes since this object was loaded survive.
         """
-        with _RecordLock(self.location, timeout=lock_timeout):
+        with _record_lock(self.location, lock_timeout):
             stored = _load_raw(self.location)
             if stored is not None:
                 _check_same_job(stored, self.job_name)
                 self.lease = stored.lease
                 self.history = _merge_history(stored.history, self.history)
             self.revision = max(self.revision, stored.revision if stored else 0) + 1
-            self.updated_at_ms = _now_ms()
+            self.updated_at_ms = now_ms()
             _pause()
             _write_atomic(self.location, self.to_json().encode())
 
@@ -351,16 +304,16 @@ class LifecycleRecord:
         """
         if ttl_s <= 0:
             raise UserError(f"lease ttl must be positive, got {ttl_s}")
-        with _RecordLock(self.location, timeout=lock_timeout):
+        with _record_lock(self.location, lock_timeout):
             stored = _load_raw(self.location)
             if stored is not None:
                 _check_same_job(stored, self.job_name)
-            now = _now_ms()
+            now = now_ms()
             current = stored.lease if stored is not None else None
             if current is not None and current.holder != holder and current.live(now):
                 raise UserError(
                     f"job {self.job_name} (checkpoint {self.checkpoint_location}) is leased by "
-                    f"{current.holder} (run {current.run_id}) until {_iso(current.expires_at_ms)} "
+                    f"{current.holder} (run {current.run_id}) until {iso_seconds(current.expires_at_ms)} "
                     f"({(current.expires_at_ms - now) / 1000:.0f}s left); stop that run or wait for the "
                     "lease to expire before starting another")
             renew = current is not None and current.holder == holder and current.live(now)
@@ -373,9 +326,9 @@ class LifecycleRecord:
                 details: dict[str, Any] = {"run_id": lease.run_id, "ttl_s": ttl_s}
                 if current is not None:
                     details["previous_holder"] = current.holder
-                    details["previous_expired_at"] = _iso(current.expires_at_ms)
-                target.add_event("lease_taken_over" if current is not None and current.holder != holder
-                                 else "lease_acquired", actor=holder, **details)
+                    details["previous_expired_at"] = iso_seconds(current.expires_at_ms)
+                target.add_event(LifecycleEvent.LEASE_TAKEN_OVER if current is not None and current.holder != holder
+                                 else LifecycleEvent.LEASE_ACQUIRED, actor=holder, **details)
             target.lease = lease
             target.revision = max(target.revision, self.revision) + 1
             target.updated_at_ms = now
@@ -392,7 +345,7 @@ class LifecycleRecord:
         Releasing someone else's live lease needs ``force`` (an operator breaking a stuck run),
         and is audited as such.
         """
-        with _RecordLock(self.location, timeout=lock_timeout):
+        with _record_lock(self.location, lock_timeout):
             stored = _load_raw(self.location)
             if stored is None or stored.lease is None:
                 self.lease = None
@@ -402,11 +355,11 @@ class LifecycleRecord:
                 raise UserError(f"the lease of job {self.job_name} is held by {current.holder} (run "
                                 f"{current.run_id}), not {holder}; pass force=True to break it")
             stored.lease = None
-            event = ("lease_released" if current.holder == holder
-                     else "lease_broken" if current.live() else "expired_lease_cleared")
+            event = (LifecycleEvent.LEASE_RELEASED if current.holder == holder
+                     else LifecycleEvent.LEASE_BROKEN if current.live() else LifecycleEvent.EXPIRED_LEASE_CLEARED)
             stored.add_event(event, actor=holder, run_id=current.run_id, holder=current.holder)
             stored.revision += 1
-            stored.updated_at_ms = _now_ms()
+            stored.updated_at_ms = now_ms()
             _write_atomic(self.location, stored.to_json().encode())
         self.lease = None
         self.history = _merge_history(stored.history, self.history)
@@ -423,36 +376,6 @@ def _corrupt(where: str, reason: str) -> UserError:
                      "beside the checkpoint, not Spark's: restore it from a backup, or move it away to "
                      "start a fresh record (cluster and topic identity checks restart from the next "
                      "validation)")
-
-
-def _str(v: Any, name: str) -> str:
-    if not isinstance(v, str) or not v:
-        raise ValueError(f"{name} must be a non-empty string, got {v!r}")
-    return v
-
-
-def _opt_str(v: Any, name: str) -> str | None:
-    if v is not None and not isinstance(v, str):
-        raise ValueError(f"{name} must be a string or null, got {v!r}")
-    return v
-
-
-def _int(v: Any, name: str) -> int:
-    if isinstance(v, bool) or not isinstance(v, int):
-        raise ValueError(f"{name} must be an integer, got {v!r}")
-    return v
-
-
-def _opt_int(v: Any, name: str) -> int | None:
-    return None if v is None else _int(v, name)
-
-
-def _dict(v: Any, name: str) -> dict:
-    if v is None:
-        return {}
-    if not isinstance(v, dict):
-        raise ValueError(f"{name} must be an object, got {type(v).__name__}")
-    return v
 
 
 def _check_same_job(stored: LifecycleRecord, job_name: str) -> None:
@@ -481,14 +404,6 @@ def _pause() -> None:
 # helpers: storage
 # --------------------------------------------------------------------------------------------------
 
-def _fs(location: str) -> tuple[Any, str]:
-    try:
-        return fsspec.core.url_to_fs(location)
-    except (ImportError, ValueError) as exc:
-        raise UserError(f"cannot open {location}: {exc}; install the fsspec driver for this URL scheme") \
-            from None
-
-
 def _read_bytes(location: str) -> bytes | None:
     return read_bytes(open_location(location, what="lifecycle record"), limit=JSON_MAX_BYTES)
 
@@ -498,104 +413,12 @@ def _load_raw(location: str) -> LifecycleRecord | None:
     return None if raw is None else LifecycleRecord.from_json(raw, location=location)
 
 
+def _record_lock(location: str, timeout: float) -> LockFile:
+    """``<record>.lock``: held for milliseconds, so one older than a minute was left by a crash."""
+    return LockFile(open_location(location + LOCK_SUFFIX, what="lifecycle record lock"),
+                    what="lifecycle record", timeout=timeout, stale_after_s=60.0)
+
+
 def _write_atomic(location: str, data: bytes) -> None:
     """Readers see the old record or the new one, never a torn write (storage's one atomic writer)."""
     write_atomic(open_location(location, what="lifecycle record"), data)
-
-
-class _RecordLock:
-    """``<record>.lock``: exclusive create on local file systems, best effort elsewhere.
-
-    A lock left by a crashed process is broken when its owner is provably gone (same host, dead
-    pid) or when it is older than ``stale_after_s`` (held locks live for milliseconds).
-    """
-
-    def __init__(self, location: str, *, timeout: float = 10.0, stale_after_s: float = 60.0) -> None:
-        self.location = location + LOCK_SUFFIX
-        self.timeout = timeout
-        self.stale_after_s = stale_after_s
-        self.fs, self.path = _fs(self.location)
-        self.token = f"{socket.gethostname()} {os.getpid()} {uuid.uuid4().hex} {_now_ms()}"
-        self.local = isinstance(self.fs, LocalFileSystem)
-
-    def __enter__(self) -> _RecordLock:
-        deadline = time.monotonic() + self.timeout
-        delay = 0.005
-        while True:
-            if self._try_acquire():
-                return self
-            stale = self._stale()
-            if stale is not None:
-                # Re-check right before removing: another process may have broken the stale lock
-                # and taken a fresh one meanwhile (the remaining window is accepted, see class doc).
-                if self._owner_token() == stale:
-                    with contextlib.suppress(FileNotFoundError):
-                        self.fs.rm_file(self.path)
-                continue
-            if time.monotonic() > deadline:
-                owner = self._owner() or "unknown owner"
-                raise UserError(f"lifecycle record is locked by {owner} (lock file {self.location}) for "
-                                f"more than {self.timeout:g}s; if no airflow-kafka-spark process is "
-                                "working on this job, delete the lock file")
-            time.sleep(delay + (os.getpid() % 7) / 1000)
-            delay = min(delay * 2, 0.1)
-
-    def __exit__(self, *exc: object) -> None:
-        if self._owner_token() == self.token:
-            with contextlib.suppress(FileNotFoundError):
-                self.fs.rm_file(self.path)
-
-    def _try_acquire(self) -> bool:
-        if self.local:
-            parent = os.path.dirname(self.path)
-            for _ in range(2):
-                try:
-                    fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-                except FileExistsError:
-                    return False
-                except FileNotFoundError:
-                    os.makedirs(parent, exist_ok=True)
-                    continue
-                try:
-                    os.write(fd, self.token.encode())
-                finally:
-                    os.close(fd)
-                return True
-            return False
-        if self.fs.exists(self.path):
-            return False
-        self.fs.pipe_file(self.path, self.token.encode())
-        time.sleep(0.05)  # let a racing writer's PUT land, then see whose token survived
-        return self._owner_token() == self.token
-
-    def _owner_token(self) -> str | None:
-        try:
-            return self.fs.cat_file(self.path).decode(errors="replace")
-        except (FileNotFoundError, OSError):
-            return None
-
-    def _owner(self) -> str | None:
-        token = self._owner_token()
-        if not token:
-            return None
-        parts = token.split()
-        return f"pid {parts[1]} on {parts[0]}" if len(parts) >= 2 else token[:80]
-
-    def _stale(self) -> str | None:
-        """The lock's token if its owner is gone or it is too old, else None."""
-        token = self._owner_token()
-        if token is None:
-            return None  # gone already: just retry
-        parts = token.split()
-        if (len(parts) >= 4 and parts[0] == socket.gethostname() and parts[1].isdigit()
-                and not pid_alive(int(parts[1]))):
-            return token
-        created = int(parts[3]) if len(parts) >= 4 and parts[3].isdigit() else None
-        if created is None:
-            with contextlib.suppress(OSError, KeyError, TypeError):
-                info = self.fs.info(self.path)
-                mtime = info.get("mtime") or info.get("LastModified") or info.get("created")
-                created = int(float(mtime.timestamp() if hasattr(mtime, "timestamp") else mtime) * 1000)
-        if created is not None and _now_ms() - created > self.stale_after_s * 1000:
-            return token
-        return None

@@ -28,8 +28,18 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from airflow_kafka_spark._util import storage
-from airflow_kafka_spark._util.storage import Location
+from airflow_kafka_spark._util.fs import (
+    Location,
+    exists,
+    open_location,
+    os_reason,
+    read_bytes,
+    remove_file,
+    remove_tree,
+    write_atomic,
+)
+from airflow_kafka_spark._util.jsonfile import JSON_MAX_BYTES, load_json
+from airflow_kafka_spark._util.lock import LockFile
 from airflow_kafka_spark.errors import UserError
 
 JOURNAL_SUFFIX = ".operation.json"
@@ -72,19 +82,19 @@ class Journal:
         if not self.is_done(step):
             self.doc.setdefault("done", []).append(step)
             self.doc["updated_at_ms"] = int(time.time() * 1000)
-            storage.write_atomic(self.location, _dump(self.doc))
+            write_atomic(self.location, _dump(self.doc))
 
     def finish(self) -> None:
-        storage.remove_file(self.location)
+        remove_file(self.location)
 
     @classmethod
     def load(cls, checkpoint: Location) -> Journal | None:
         loc = journal_location(checkpoint)
-        raw = storage.read_bytes(loc, limit=storage.JSON_MAX_BYTES)
+        raw = read_bytes(loc, limit=JSON_MAX_BYTES)
         if raw is None:
             return None
         try:
-            doc = storage.load_json(raw, what="it")
+            doc = load_json(raw, what="it")
             if not isinstance(doc, dict) or not isinstance(doc.get("payload"), dict) \
                     or doc.get("op") not in ("reset", "restore") or not isinstance(doc.get("operation_id"), str):
                 raise ValueError("not an operation journal")
@@ -101,13 +111,13 @@ class Journal:
     def begin(cls, checkpoint: Location, op: str, operation_id: str, payload: dict[str, Any]) -> Journal:
         """Write the commit point. A journal already there means an unfinished operation: refuse."""
         loc = journal_location(checkpoint)
-        if storage.exists(loc):
+        if exists(loc):
             raise UserError(f"an interrupted operation is recorded in {loc.url}; re-run the command (it resumes "
                             "the interrupted one first)")
         doc = {"format": FORMAT_VERSION, "op": op, "operation_id": operation_id,
                "checkpoint": checkpoint.url, "created_at_ms": int(time.time() * 1000), "done": [],
                "guard": checkpoint_marks(checkpoint), "payload": payload}
-        storage.write_atomic(loc, _dump(doc))
+        write_atomic(loc, _dump(doc))
         return cls(loc, doc)
 
 
@@ -117,7 +127,7 @@ def _dump(doc: dict[str, Any]) -> bytes:
 
 def finish_interrupted(checkpoint_location: str, *, storage_options: dict | None = None) -> dict[str, Any] | None:
     """Roll an interrupted reset/restore on this location forward to its end; its result, or None."""
-    ck = storage.open_location(checkpoint_location, storage_options, what="checkpoint location")
+    ck = open_location(checkpoint_location, storage_options, what="checkpoint location")
     journal = Journal.load(ck)
     if journal is None:
         return None
@@ -131,15 +141,15 @@ def finish_interrupted(checkpoint_location: str, *, storage_options: dict | None
     return restore_forward(journal, ck, storage_options=storage_options)
 
 
-def operation_lock(checkpoint: Location) -> storage.DirLock:
+def operation_lock(checkpoint: Location) -> LockFile:
     """``<checkpoint>.operation.lock``: one reset/restore at a time per location (a killed holder's
     lock is broken when its pid is gone)."""
-    return storage.DirLock(checkpoint.sibling(".operation.lock"), what=f"checkpoint {checkpoint.url}", timeout=5.0)
+    return LockFile(checkpoint.sibling(".operation.lock"), what=f"checkpoint {checkpoint.url}", timeout=5.0)
 
 
 def refuse_if_interrupted(checkpoint_location: str, storage_options: dict | None = None) -> None:
     """Backups do not run over a half-finished reset/restore: the folder may be half moved."""
-    ck = storage.open_location(checkpoint_location, storage_options, what="checkpoint location")
+    ck = open_location(checkpoint_location, storage_options, what="checkpoint location")
     journal = Journal.load(ck)
     if journal is not None:
         from airflow_kafka_spark.ops.plan import OperationBlocked
@@ -159,7 +169,7 @@ def remove_stale_staging(checkpoint: Location, keep: str | None = None) -> int:
     for path in found:
         if keep and path.rstrip("/").endswith(keep):
             continue
-        storage.remove_tree(Location(checkpoint.fs, path, path))
+        remove_tree(Location(checkpoint.fs, path, path))
         removed += 1
     return removed
 
@@ -182,7 +192,7 @@ def checkpoint_marks(checkpoint: Location) -> dict[str, Any]:
     """
     from airflow_kafka_spark.checkpoint.reader import METADATA_MAX_BYTES, batch_id_from_name
 
-    marks: dict[str, Any] = {"exists": storage.exists(checkpoint), "offsets": None, "commits": None,
+    marks: dict[str, Any] = {"exists": exists(checkpoint), "offsets": None, "commits": None,
                              "metadata_sha256": None}
     if not marks["exists"]:
         return marks
@@ -192,11 +202,11 @@ def checkpoint_marks(checkpoint: Location) -> dict[str, Any]:
         except (FileNotFoundError, NotADirectoryError):
             names = []
         except OSError as exc:
-            raise UserError(f"cannot list {checkpoint.child(log).url}: {storage.os_reason(exc)}") from None
+            raise UserError(f"cannot list {checkpoint.child(log).url}: {os_reason(exc)}") from None
         ids = [b for b in (batch_id_from_name(str(n).rstrip("/").rsplit("/", 1)[-1]) for n in names) if b is not None]
         marks[log] = max(ids, default=None)
     try:
-        raw = storage.read_bytes(checkpoint.child("metadata"), limit=METADATA_MAX_BYTES)
+        raw = read_bytes(checkpoint.child("metadata"), limit=METADATA_MAX_BYTES)
     except UserError as exc:
         raw = str(exc).encode()
     if raw is not None:
@@ -245,9 +255,9 @@ def interrupted_finding(checkpoint_location: str, storage_options: dict | None =
     """
     from airflow_kafka_spark.verdict.alignment import BLOCK, Finding
 
-    ck = storage.open_location(checkpoint_location, storage_options, what="checkpoint location")
+    ck = open_location(checkpoint_location, storage_options, what="checkpoint location")
     loc = journal_location(ck)
-    if not storage.exists(loc):
+    if not exists(loc):
         return None
     try:
         journal = Journal.load(ck)

@@ -42,7 +42,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from airflow_kafka_spark._util import storage
+from airflow_kafka_spark._util import faults
+from airflow_kafka_spark._util.fs import Location, exists, move_dir, open_location, os_reason
 from airflow_kafka_spark.checkpoint.reader import CheckpointState, read_checkpoint
 from airflow_kafka_spark.errors import UserError
 from airflow_kafka_spark.kafka.offsets import EARLIEST, LATEST, PartitionOffsets, TopicPartition, parse_offsets_json
@@ -135,7 +136,7 @@ def parse_to_offsets(text_or_path: str) -> PartitionOffsets:
         try:
             s = path.read_text()
         except OSError as exc:
-            raise UserError(f"cannot read offsets file {path}: {storage.os_reason(exc)}") from None
+            raise UserError(f"cannot read offsets file {path}: {os_reason(exc)}") from None
     return parse_offsets_json(s, what="--to-offsets")
 
 
@@ -446,8 +447,8 @@ def read_sink_info(output: str, storage_options: dict | None) -> SinkInfo:
     """Whether ``output`` has a file-sink log and its newest batch (S20)."""
     from airflow_kafka_spark.checkpoint.sink_log import read_sink_log
 
-    loc = storage.open_location(output, storage_options, what="sink output")
-    if not storage.exists(loc):
+    loc = open_location(output, storage_options, what="sink output")
+    if not exists(loc):
         return SinkInfo(output=output, has_log=False, latest_batch_id=None)
     log = read_sink_log(output, storage_options)
     return SinkInfo(output=output, has_log=log.exists, latest_batch_id=log.latest_batch_id)
@@ -490,7 +491,7 @@ def reset_checkpoint(checkpoint_location: str, backup_root: str | None, kafka_co
         return _reset(checkpoint_location, backup_root, kafka_config, request, job=job, dry_run=True, actor=actor,
                       storage_options=storage_options, backup_storage_options=backup_storage_options,
                       kafka_timeout=kafka_timeout, backup_settle_s=backup_settle_s)
-    ck = storage.open_location(checkpoint_location, storage_options, what="checkpoint location")
+    ck = open_location(checkpoint_location, storage_options, what="checkpoint location")
     with operation_lock(ck):
         return _reset(checkpoint_location, backup_root, kafka_config, request, job=job, dry_run=False, actor=actor,
                       storage_options=storage_options, backup_storage_options=backup_storage_options,
@@ -500,7 +501,7 @@ def reset_checkpoint(checkpoint_location: str, backup_root: str | None, kafka_co
 def _reset(checkpoint_location: str, backup_root: str | None, kafka_config: dict, request: ResetRequest, *,
            job: str | None, dry_run: bool, actor: str | None, storage_options: dict | None,
            backup_storage_options: dict | None, kafka_timeout: float, backup_settle_s: float) -> ResetResult:
-    ck = storage.open_location(checkpoint_location, storage_options, what="checkpoint location")
+    ck = open_location(checkpoint_location, storage_options, what="checkpoint location")
     if not dry_run:
         resumed = finish_interrupted(checkpoint_location, storage_options=storage_options)
         if resumed is not None:
@@ -528,7 +529,7 @@ def _reset(checkpoint_location: str, backup_root: str | None, kafka_config: dict
     sink_aside = None
     sink_info = plan.details.get("sink") or {}
     if request.sink_output and request.sink_log == "move-aside" and sink_info.get("has_log"):
-        sink_aside = storage.open_location(request.sink_output, storage_options).child(f"{SINK_LOG_DIR}.reset-{stamp}")
+        sink_aside = open_location(request.sink_output, storage_options).child(f"{SINK_LOG_DIR}.reset-{stamp}")
     plan.actions = [f"back up {checkpoint_location} to {backup_root} (verified before anything moves)",
                     f"record startingOffsets in the lifecycle record ({_short(plan.starting_offsets_json)})"]
     if sink_aside is not None:
@@ -550,7 +551,7 @@ def _reset(checkpoint_location: str, backup_root: str | None, kafka_config: dict
     bk = backup_checkpoint(checkpoint_location, str(backup_root), job=job,
                            reason=f"before reset --mode {request.mode} ({op_id})", storage_options=storage_options,
                            backup_storage_options=backup_storage_options, settle_s=backup_settle_s)
-    storage.crash_point("reset.backed_up")
+    faults.crash_point("reset.backed_up")
     again = read_checkpoint(checkpoint_location, storage_options=storage_options)
     if (again.offset_batch_ids, again.commit_batch_ids) != (state.offset_batch_ids, state.commit_batch_ids):
         raise OperationBlocked(f"checkpoint {checkpoint_location} changed while the reset was planned: is the job "
@@ -565,12 +566,12 @@ def _reset(checkpoint_location: str, backup_root: str | None, kafka_config: dict
         "pending_replay": plan.pending_replay, "plan": plan.to_dict(),
     }
     journal = Journal.begin(ck, "reset", op_id, payload)
-    storage.crash_point("reset.journaled")
+    faults.crash_point("reset.journaled")
     roll_forward(journal, ck, storage_options=storage_options)
     return result
 
 
-def roll_forward(journal: Journal, ck: storage.Location, *, storage_options: dict | None = None) -> dict[str, Any]:
+def roll_forward(journal: Journal, ck: Location, *, storage_options: dict | None = None) -> dict[str, Any]:
     """Finish a journaled reset; every step is idempotent, so this is also the crash recovery."""
     pl = journal.payload
     op_id = journal.operation_id
@@ -593,27 +594,27 @@ def roll_forward(journal: Journal, ck: storage.Location, *, storage_options: dic
                              accept_data_loss=bool(req.get("accept_data_loss")))
             record.save()
         journal.mark("record")
-        storage.crash_point("reset.recorded")
+        faults.crash_point("reset.recorded")
     if pl.get("sink_aside") and not journal.is_done("sink"):
-        out = storage.open_location(pl["sink_output"], storage_options)
+        out = open_location(pl["sink_output"], storage_options)
         src = out.child(SINK_LOG_DIR)
-        dst = storage.open_location(pl["sink_aside"], storage_options)
-        if storage.exists(src):
-            if storage.exists(dst) and src.local:
+        dst = open_location(pl["sink_aside"], storage_options)
+        if exists(src):
+            if exists(dst) and src.local:
                 raise UserError(f"both {src.url} and {dst.url} exist: a new run wrote to the sink while a reset was "
                                 "interrupted; inspect them before re-running")
-            storage.move_dir(src, dst)
+            move_dir(src, dst)
         journal.mark("sink")
-        storage.crash_point("reset.sink_moved")
+        faults.crash_point("reset.sink_moved")
     if not journal.is_done("aside"):
-        aside = storage.open_location(pl["aside"], storage_options)
-        if storage.exists(ck):
-            if storage.exists(aside) and ck.local:
+        aside = open_location(pl["aside"], storage_options)
+        if exists(ck):
+            if exists(aside) and ck.local:
                 raise UserError(f"both {ck.url} and {aside.url} exist: something wrote to the location while a reset "
                                 "was interrupted; inspect them before re-running")
-            storage.move_dir(ck, aside)
+            move_dir(ck, aside)
         journal.mark("aside")
-        storage.crash_point("reset.moved")
+        faults.crash_point("reset.moved")
     journal.finish()
     return {"op": "reset", "operation_id": op_id, "payload": pl}
 

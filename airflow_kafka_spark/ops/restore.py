@@ -36,8 +36,18 @@ import uuid
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from airflow_kafka_spark._util import storage
-from airflow_kafka_spark._util.storage import Location
+from airflow_kafka_spark._util import faults
+from airflow_kafka_spark._util.fs import (
+    Location,
+    comparable,
+    exists,
+    list_files,
+    move_dir,
+    open_location,
+    remove_tree,
+    siblings_with_prefix,
+)
+from airflow_kafka_spark._util.lock import LockFile
 from airflow_kafka_spark.checkpoint.reader import CheckpointState, read_checkpoint
 from airflow_kafka_spark.errors import UserError
 from airflow_kafka_spark.kafka.view import KafkaView
@@ -106,7 +116,7 @@ def restore_checkpoint(checkpoint_location: str, backup_root: str, backup_id: st
     the keyed seal on the manifest.
     """
     seal_key = seal.resolve_key(seal_key)
-    ck = storage.open_location(checkpoint_location, storage_options, what="checkpoint location")
+    ck = open_location(checkpoint_location, storage_options, what="checkpoint location")
     root = open_backup_root(backup_root, backup_storage_options)
     check_locations(ck, root)
     record = LifecycleRecord.load(checkpoint_location)
@@ -130,7 +140,7 @@ def restore_checkpoint(checkpoint_location: str, backup_root: str, backup_id: st
         return _restore(ck, root, manifest, record, kafka_config, dry_run=True, **kw)
     # Not queued behind another restore/reset (timeout 0): two restores started together must not
     # both run one after the other; the second is told who holds the location.
-    with storage.DirLock(ck.sibling(".operation.lock"), what=f"checkpoint {ck.url} (another restore or reset)",
+    with LockFile(ck.sibling(".operation.lock"), what=f"checkpoint {ck.url} (another restore or reset)",
                          timeout=0.0):
         done = finish_interrupted(checkpoint_location, storage_options=storage_options)
         if done is not None and done.get("op") == "restore" and done["payload"].get("backup_id") == backup_id:
@@ -154,7 +164,7 @@ def _restore(ck: Location, root: Location, manifest: Manifest, record: Lifecycle
     op_id = new_operation_id()
     if dry_run:
         # Judged in memory: a dry run writes nothing anywhere (state bodies are hash-checked only).
-        scratch = storage.open_location(f"memory://aks-dry-run-{uuid.uuid4().hex}")
+        scratch = open_location(f"memory://aks-dry-run-{uuid.uuid4().hex}")
         staging, staged_options = scratch.child("checkpoint"), None
     else:
         staging, staged_options = ck.sibling(f".staging-{op_id}"), storage_options
@@ -168,7 +178,7 @@ def _restore(ck: Location, root: Location, manifest: Manifest, record: Lifecycle
                                idempotent_sink=idempotent_sink, sink_output=sink_output,
                                storage_options=storage_options, kafka_timeout=kafka_timeout)
     except BaseException:
-        storage.remove_tree(scratch)
+        remove_tree(scratch)
         raise
     aside = ck.sibling(f".restore-{op_id}") if current.exists else None
     plan.actions = [f"back up the current checkpoint {checkpoint_location} to {backup_root}" if current.exists
@@ -180,7 +190,7 @@ def _restore(ck: Location, root: Location, manifest: Manifest, record: Lifecycle
     result = RestoreResult(plan=plan, verdict=verdict, backup=manifest, dry_run=dry_run, operation_id=op_id,
                            aside_location=aside.url if aside else None)
     if dry_run or plan.blocked:
-        storage.remove_tree(scratch)
+        remove_tree(scratch)
         if dry_run:
             return result
         worst = plan.blocking[0]
@@ -194,7 +204,7 @@ def _restore(ck: Location, root: Location, manifest: Manifest, record: Lifecycle
                                     storage_options=storage_options, backup_storage_options=backup_storage_options,
                                     settle_s=backup_settle_s, seal_key=seal_key)
             result.pre_restore_backup_id = pre.backup_id
-        storage.crash_point("restore.backed_up")
+        faults.crash_point("restore.backed_up")
         again = read_checkpoint(checkpoint_location, storage_options=storage_options)
         if (again.offset_batch_ids, again.commit_batch_ids) != (current.offset_batch_ids, current.commit_batch_ids):
             raise OperationBlocked(f"checkpoint {checkpoint_location} changed during the restore: is the job running? "
@@ -212,9 +222,9 @@ def _restore(ck: Location, root: Location, manifest: Manifest, record: Lifecycle
             "restored_batch": manifest.last_committed_batch, "restored_query_id": manifest.query_id,
             "replaced_query_id": current.query_id, "plan": plan.to_dict(), "staged_fingerprint": staged_print})
     except BaseException:
-        storage.remove_tree(staging)
+        remove_tree(staging)
         raise
-    storage.crash_point("restore.journaled")
+    faults.crash_point("restore.journaled")
     roll_forward(journal, ck, storage_options=storage_options)
     result.restored = True
     return result
@@ -231,35 +241,35 @@ def roll_forward(journal: Journal, ck: Location, *, storage_options: dict | None
     pl = journal.payload
     staging = _journal_path(journal, ck, "staging", ".staging-", storage_options)
     aside = _journal_path(journal, ck, "aside", ".restore-", storage_options) if pl.get("aside") else None
-    if not journal.is_done("in_place") and not storage.exists(staging):
+    if not journal.is_done("in_place") and not exists(staging):
         expected = pl.get("staged_fingerprint")
-        if not storage.exists(ck):
+        if not exists(ck):
             in_place = False
         elif expected:
             in_place = fingerprint(ck) == expected
         else:   # a journal of an older version: the copy is in place if the original was moved aside
-            in_place = aside is not None and storage.exists(aside)
+            in_place = aside is not None and exists(aside)
         if not in_place:
-            if aside is not None and storage.exists(aside) and not storage.exists(ck):
-                storage.move_dir(aside, ck)
+            if aside is not None and exists(aside) and not exists(ck):
+                move_dir(aside, ck)
             journal.finish()
-            where = ck.url if storage.exists(ck) else (aside.url if aside is not None else ck.url)
+            where = ck.url if exists(ck) else (aside.url if aside is not None else ck.url)
             raise UserError(f"restore {journal.operation_id} of backup {pl.get('backup_id')} cannot finish: its "
                             f"staged copy {staging.url} is gone; nothing was restored or recorded, the original "
                             f"checkpoint is at {where} — re-run the restore")
     if aside is not None and not journal.is_done("aside"):
-        if storage.exists(ck) and storage.exists(staging):
-            storage.move_dir(ck, aside)
+        if exists(ck) and exists(staging):
+            move_dir(ck, aside)
         journal.mark("aside")
-        storage.crash_point("restore.moved_aside")
+        faults.crash_point("restore.moved_aside")
     if not journal.is_done("in_place"):
-        if storage.exists(staging):
-            if storage.exists(ck):
+        if exists(staging):
+            if exists(ck):
                 raise UserError(f"both {ck.url} and the staged backup {staging.url} exist after an interrupted "
                                 "restore: something wrote to the checkpoint location meanwhile; inspect them")
-            storage.move_dir(staging, ck)
+            move_dir(staging, ck)
         journal.mark("in_place")
-        storage.crash_point("restore.in_place")
+        faults.crash_point("restore.in_place")
     if not journal.is_done("record"):
         record = LifecycleRecord.load(ck.url) or LifecycleRecord.create(pl["job"], ck.url)
         if not any((e.get("details") or {}).get("operation_id") == journal.operation_id for e in record.history):
@@ -289,7 +299,7 @@ def _journal_path(journal: Journal, ck: Location, key: str, infix: str, storage_
     ok = bool(_OPERATION_ID.match(op_id)) and isinstance(given, str) and "::" not in given
     if ok:
         try:
-            ok = storage.comparable(storage.open_location(given, storage_options)) == storage.comparable(expected)
+            ok = comparable(open_location(given, storage_options)) == comparable(expected)
         except UserError:
             ok = False
     if not ok:
@@ -300,7 +310,7 @@ def _journal_path(journal: Journal, ck: Location, key: str, infix: str, storage_
 
 def fingerprint(loc: Location) -> str:
     """sha256 over the sorted (path, size) of every file below ``loc``: "is this that copy?"."""
-    rows = sorted((rel, int(info.get("size") or 0)) for rel, info in storage.list_files(loc).items())
+    rows = sorted((rel, int(info.get("size") or 0)) for rel, info in list_files(loc).items())
     return hashlib.sha256("".join(f"{r}\0{n}\n" for r, n in rows).encode()).hexdigest()
 
 
@@ -317,10 +327,10 @@ def remove_stale_staging(ck: Location) -> int:
     match its neighbour ``job1``'s folders), and only names that end in an operation id count.
     """
     removed = 0
-    for loc in storage.siblings_with_prefix(ck, ".staging-"):
+    for loc in siblings_with_prefix(ck, ".staging-"):
         op_id = loc.path.rstrip("/").rsplit(".staging-", 1)[-1]
         if _OPERATION_ID.match(op_id) and loc.path == ck.sibling(f".staging-{op_id}").path:
-            storage.remove_tree(loc)
+            remove_tree(loc)
             removed += 1
     return removed
 
@@ -332,7 +342,7 @@ def _already_restored(ck: Location, manifest: Manifest, record: LifecycleRecord 
         return None
     last = next((e for e in reversed(record.history) if e.get("event") == "checkpoint_restored"), None)
     details = (last or {}).get("details") or {}
-    if details.get("backup_id") != manifest.backup_id or not storage.exists(ck):
+    if details.get("backup_id") != manifest.backup_id or not exists(ck):
         return None
     if fingerprint(ck) != manifest_fingerprint(manifest):
         return None

@@ -60,10 +60,10 @@ def check_key(key: object, *, source: str) -> bytes:
 
 def read_key_file(path: str) -> bytes:
     """The key in ``path`` (a regular file, read bounded), or a one-line error naming it."""
-    from airflow_kafka_spark._util import storage
+    from airflow_kafka_spark._util.fs import open_location, read_bytes
 
-    loc = storage.open_location(path, None, what="seal key file")
-    raw = storage.read_bytes(loc, limit=_MAX_KEY_BYTES + 64)
+    loc = open_location(path, None, what="seal key file")
+    raw = read_bytes(loc, limit=_MAX_KEY_BYTES + 64)
     if raw is None:
         raise UserError(f"seal key file {path} does not exist; pass the file that holds the key")
     return check_key(raw, source=path)

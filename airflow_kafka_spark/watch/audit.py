@@ -39,7 +39,18 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from airflow_kafka_spark._util import storage
+from airflow_kafka_spark._util.fs import (
+    Location,
+    exists,
+    list_files,
+    mtime_of,
+    open_location,
+    os_reason,
+    read_bytes,
+    remove_file,
+    write_atomic,
+)
+from airflow_kafka_spark._util.jsonfile import load_json
 from airflow_kafka_spark.errors import UserError
 from airflow_kafka_spark.watch.observe import Alert, Sample, fmt_duration, observe_job
 
@@ -148,18 +159,18 @@ def scan_checkpoint(location: str, *, now_ms: int, storage_options: dict | None 
     A ``.tmp`` file younger than ``stale_tmp_after_s`` is a write in progress, not a leftover: Spark
     writes ``.<name>.<uuid>.tmp`` and renames it within milliseconds, so only old ones are reported.
     """
-    loc = storage.open_location(location, storage_options, what="checkpoint")
-    files = storage.list_files(loc)
+    loc = open_location(location, storage_options, what="checkpoint")
+    files = list_files(loc)
     stale: list[dict[str, Any]] = []
     for rel, info in sorted(files.items()):
         if not posixpath.basename(rel).endswith(".tmp"):
             continue
-        mtime = storage.mtime_of(info)
+        mtime = mtime_of(info)
         age = None if mtime is None else max(0.0, now_ms / 1000.0 - mtime)
         if age is None or age >= stale_tmp_after_s:
             stale.append({"path": rel, "age_s": None if age is None else round(age, 1),
                           "bytes": int(info.get("size") or 0)})
-    return {"exists": bool(files) or storage.exists(loc), "bytes": sum(int(i.get("size") or 0) for i in files.values()),
+    return {"exists": bool(files) or exists(loc), "bytes": sum(int(i.get("size") or 0) for i in files.values()),
             "files": len(files), "stale_tmp_files": stale}
 
 
@@ -277,12 +288,12 @@ class AuditHistory:
         """The history beside the reports; a missing file is an empty history, a damaged one too
         (with the damage reported by the caller's next write replacing it) — trends restart, the
         audit itself must not stop because last hour's file was cut short."""
-        loc = storage.open_location(out_dir, storage_options, what="audit folder").child(HISTORY_FILE)
-        raw = storage.read_bytes(loc)
+        loc = open_location(out_dir, storage_options, what="audit folder").child(HISTORY_FILE)
+        raw = read_bytes(loc)
         if not raw:
             return cls()
         try:
-            doc = storage.load_json(raw, what="audit history")
+            doc = load_json(raw, what="audit history")
             runs = [r for r in doc.get("runs", []) if isinstance(r, dict) and "at_ms" in r]
         except (ValueError, AttributeError):
             return cls()
@@ -604,7 +615,7 @@ def write_report(audits: Sequence[JobAudit], out_dir: str, *, now_ms: int | None
     half report. Per-run files beyond the newest ``keep_runs`` are deleted with the history.
     """
     generated = int(time.time() * 1000) if now_ms is None else int(now_ms)
-    root = storage.open_location(out_dir, storage_options, what="audit folder")
+    root = open_location(out_dir, storage_options, what="audit folder")
     if history is None:
         history = AuditHistory.load(out_dir, storage_options)
     audits = [with_growth(a, history.previous(a.job)) for a in sorted(audits, key=lambda a: a.job)]
@@ -622,31 +633,31 @@ def write_report(audits: Sequence[JobAudit], out_dir: str, *, now_ms: int | None
     try:
         root.fs.makedirs(root.path, exist_ok=True)
     except OSError as exc:
-        raise UserError(f"cannot create the audit folder {out_dir}: {storage.os_reason(exc)}") from None
+        raise UserError(f"cannot create the audit folder {out_dir}: {os_reason(exc)}") from None
     paths: dict[str, str] = {}
     for kind, (name, data) in files.items():
-        storage.write_atomic(root.child(name), data)
+        write_atomic(root.child(name), data)
         paths[kind] = root.child(name).url
     for kind, (name, data) in files.items():
         ext = name.rsplit(".", 1)[1]
         latest_data = data
         if kind == "markdown" and chart:   # the latest page links the latest chart
             latest_data = render_markdown(audits, generated, chart_name=f"{LATEST}.png").encode()
-        storage.write_atomic(root.child(f"{LATEST}.{ext}"), latest_data)
-    storage.write_atomic(root.child(HISTORY_FILE), history.to_json())
+        write_atomic(root.child(f"{LATEST}.{ext}"), latest_data)
+    write_atomic(root.child(HISTORY_FILE), history.to_json())
     paths["history"] = root.child(HISTORY_FILE).url
     _prune(root, keep_runs)
     return AuditReport(generated, audits, paths)
 
 
-def _prune(root: storage.Location, keep_runs: int) -> None:
-    listing = storage.list_files(root)
+def _prune(root: Location, keep_runs: int) -> None:
+    listing = list_files(root)
     stamps = sorted({rel.rsplit(".", 1)[0] for rel in listing if "/" not in rel and rel.startswith("audit-")
                      and rel.rsplit(".", 1)[-1] in ("json", "md", "png") and rel != HISTORY_FILE})
     for old in stamps[:-keep_runs] if keep_runs > 0 else []:
         for ext in ("json", "md", "png"):
             if f"{old}.{ext}" in listing:
-                storage.remove_file(root.child(f"{old}.{ext}"))
+                remove_file(root.child(f"{old}.{ext}"))
 
 
 # --------------------------------------------------------------------------------------------------

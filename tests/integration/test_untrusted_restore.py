@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from airflow_kafka_spark._util import storage
+from airflow_kafka_spark._util import faults
 from airflow_kafka_spark.errors import UserError
 from airflow_kafka_spark.lifecycle.record import LifecycleRecord
 from airflow_kafka_spark.ops.backup import backup_checkpoint
@@ -113,7 +113,7 @@ def test_a_staging_copy_that_vanishes_before_the_commit_point_restores_and_recor
                                                                                           monkeypatch):
     ck, root, old, base = moved_on
     current = tree(ck.root)
-    real = storage.crash_point
+    real = faults.crash_point
 
     def vanish(name: str) -> None:
         if name == "restore.backed_up":
@@ -122,7 +122,7 @@ def test_a_staging_copy_that_vanishes_before_the_commit_point_restores_and_recor
                     shutil.rmtree(p)
         real(name)
 
-    monkeypatch.setattr(storage, "crash_point", vanish)
+    monkeypatch.setattr(faults, "crash_point", vanish)
     with pytest.raises(UserError) as err:
         restore_checkpoint(ck.location, str(root), old.backup_id, {"bootstrap.servers": broker.bootstrap_servers},
                            backup_settle_s=0)
@@ -134,7 +134,7 @@ def test_a_staging_copy_that_vanishes_before_the_commit_point_restores_and_recor
 def test_a_staging_copy_gone_after_the_journal_is_not_recorded_as_restored(broker, moved_on, monkeypatch):
     ck, root, old, base = moved_on
     current = tree(ck.root)
-    real = storage.crash_point
+    real = faults.crash_point
 
     def vanish(name: str) -> None:
         if name == "restore.journaled":
@@ -143,7 +143,7 @@ def test_a_staging_copy_gone_after_the_journal_is_not_recorded_as_restored(broke
                     shutil.rmtree(p)
         real(name)
 
-    monkeypatch.setattr(storage, "crash_point", vanish)
+    monkeypatch.setattr(faults, "crash_point", vanish)
     with pytest.raises(UserError, match="is gone; nothing was restored"):
         restore_checkpoint(ck.location, str(root), old.backup_id, {"bootstrap.servers": broker.bootstrap_servers},
                            backup_settle_s=0)

@@ -11,7 +11,8 @@ from collections.abc import Mapping
 from airflow_kafka_spark.checkpoint.reader import BatchCommit, BatchOffsets, CheckpointProblem, CheckpointState
 from airflow_kafka_spark.kafka.offsets import PartitionOffsets, TopicPartition
 from airflow_kafka_spark.kafka.view import BrokerState, TopicInfo
-from airflow_kafka_spark.lifecycle.record import Lease, LifecycleRecord, TopicIdentity
+from airflow_kafka_spark.lifecycle.model import Lease, TopicIdentity
+from airflow_kafka_spark.lifecycle.record import LifecycleRecord
 
 NOW_MS = 1_750_000_000_000
 BATCH_TS = NOW_MS - 3_600_000   # the last batch ran an hour before the broker was sampled

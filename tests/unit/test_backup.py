@@ -390,7 +390,7 @@ def test_backup_to_an_object_store_and_back(ck, tmp_path):
     """``memory://`` has no rename: blobs go through a temp object, the manifest is one PUT."""
     import fsspec
 
-    from airflow_kafka_spark._util.storage import move_dir, open_location
+    from airflow_kafka_spark._util.fs import move_dir, open_location
     from airflow_kafka_spark.ops.backup import materialize
 
     root = "memory://aks-bench/backups"
@@ -416,7 +416,7 @@ def test_backup_to_an_object_store_and_back(ck, tmp_path):
 
 
 def test_one_operation_at_a_time_per_checkpoint(ck, tmp_path):
-    from airflow_kafka_spark._util.storage import open_location
+    from airflow_kafka_spark._util.fs import open_location
     from airflow_kafka_spark.ops.journal import operation_lock
     from airflow_kafka_spark.ops.reset import ResetRequest, reset_checkpoint
 
@@ -427,7 +427,7 @@ def test_one_operation_at_a_time_per_checkpoint(ck, tmp_path):
 
 
 def test_backup_refuses_over_an_interrupted_operation(ck, tmp_path):
-    from airflow_kafka_spark._util.storage import open_location
+    from airflow_kafka_spark._util.fs import open_location
     from airflow_kafka_spark.ops.journal import Journal
 
     Journal.begin(open_location(ck.location), "reset", "op-1", {"aside": "x"})

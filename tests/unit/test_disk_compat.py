@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from airflow_kafka_spark._util import storage
+from airflow_kafka_spark._util.fs import open_location
 from airflow_kafka_spark.lifecycle.record import LifecycleRecord
 from airflow_kafka_spark.ops.backup import list_backups, load_backup, materialize, prune_backups, verify_backup
 from airflow_kafka_spark.ops.journal import Journal, finish_interrupted, interrupted_finding
@@ -62,7 +62,7 @@ def test_old_backups_verify_deep_and_materialize_byte_for_byte(disk, expected):
     for backup_id, files in expected["materialized"].items():
         manifest = verify_backup(root, JOB, backup_id, deep=True)
         dest = disk / f"restored-{backup_id}"
-        materialize(manifest, root, storage.open_location(str(dest)))
+        materialize(manifest, root, open_location(str(dest)))
         assert _tree(dest) == files
 
 
@@ -90,7 +90,7 @@ def test_the_old_lifecycle_record_reads_the_same(disk, expected):
 
 
 def test_the_old_reset_journal_reads_blocks_and_rolls_forward(disk, expected):
-    ck = storage.open_location(str(disk / "ck"))
+    ck = open_location(str(disk / "ck"))
     journal = Journal.load(ck)
     assert journal is not None
     got = {"op": journal.op, "operation_id": journal.operation_id, "payload": journal.payload,

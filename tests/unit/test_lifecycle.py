@@ -14,12 +14,8 @@ import pytest
 from airflow_kafka_spark.errors import UserError
 from airflow_kafka_spark.kafka.offsets import TopicPartition
 from airflow_kafka_spark.lifecycle import record as lifecycle
-from airflow_kafka_spark.lifecycle.record import (
-    HISTORY_LIMIT,
-    LifecycleRecord,
-    TopicIdentity,
-    record_location,
-)
+from airflow_kafka_spark.lifecycle.model import TopicIdentity, record_location
+from airflow_kafka_spark.lifecycle.record import HISTORY_LIMIT, LifecycleRecord
 
 
 @pytest.fixture

@@ -19,7 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from airflow_kafka_spark._util import storage
+from airflow_kafka_spark._util.fs import open_location, read_bytes
+from airflow_kafka_spark._util.paths import check_relative, safe_child
 from airflow_kafka_spark.errors import UserError
 from airflow_kafka_spark.ops import seal
 from airflow_kafka_spark.ops.backup import (
@@ -120,7 +121,7 @@ def test_a_resealed_manifest_with_an_unsafe_path_is_not_verified_listed_or_resto
 def test_materialize_never_writes_outside_its_destination(setup, tmp_path):
     """Even a Manifest built in memory (no from_json) cannot make materialize write elsewhere."""
     _, root, m, _ = setup
-    dest = storage.open_location(str(tmp_path / "dest"))
+    dest = open_location(str(tmp_path / "dest"))
     for bad in ("../outside", "/tmp/aks-abs", "x/../../outside"):
         evil = Manifest(**{**m.__dict__, "files": (FileEntry(bad, m.files[0].size, m.files[0].sha256),)})
         before = snapshot(tmp_path)
@@ -139,14 +140,14 @@ def test_a_link_planted_in_a_destination_is_not_written_through(setup, tmp_path)
     dest.mkdir()
     (dest / "offsets").symlink_to(outside)
     with pytest.raises(UserError, match="symbolic link"):
-        materialize(m, str(root), storage.open_location(str(dest)))
+        materialize(m, str(root), open_location(str(dest)))
     assert list(outside.iterdir()) == []
 
 
 @pytest.mark.parametrize("rel", ["offsets/0", "state/0/0/1.delta", "a.b/c-d_e", "commits/.0.crc"])
 def test_safe_relative_paths_pass(rel):
-    assert storage.check_relative(rel) == rel
-    assert storage.safe_child(storage.open_location("/tmp/x"), rel).path == f"/tmp/x/{rel}"
+    assert check_relative(rel) == rel
+    assert safe_child(open_location("/tmp/x"), rel).path == f"/tmp/x/{rel}"
 
 
 # --------------------------------------------------------------------------- keyed seal
@@ -287,11 +288,11 @@ def test_read_bytes_refuses_devices_and_fifos_without_blocking(tmp_path):
     os.mkfifo(tmp_path / "fifo")
     for path, needle in ((tmp_path / "fifo", "FIFO"), (Path("/dev/zero"), "character device")):
         with pytest.raises(UserError, match=needle):
-            storage.read_bytes(storage.open_location(str(path)))
+            read_bytes(open_location(str(path)))
     big = tmp_path / "big"
     big.write_bytes(b"x" * 100)
     with pytest.raises(UserError, match="larger than 10 bytes"):
-        storage.read_bytes(storage.open_location(str(big)), limit=10)
+        read_bytes(open_location(str(big)), limit=10)
 
 
 # --------------------------------------------------------------------------- 6: incremental trusts size+mtime
@@ -325,7 +326,7 @@ def test_stale_staging_cleanup_never_touches_a_neighbours_folder(tmp_path):
     for d in (mine, neighbour, odd):
         d.mkdir()
         (d / "f").write_text("x")
-    assert remove_stale_staging(storage.open_location(str(tmp_path / "job[12]"))) == 1
+    assert remove_stale_staging(open_location(str(tmp_path / "job[12]"))) == 1
     assert not mine.exists() and neighbour.exists() and odd.exists()
 
 
@@ -341,7 +342,7 @@ def test_a_restore_journal_naming_a_foreign_folder_moves_nothing(tmp_path, key):
     victim = tmp_path / "victim"
     victim.mkdir()
     (victim / "data").write_text("not yours")
-    loc = storage.open_location(ck.location)
+    loc = open_location(ck.location)
     op = "20260101T000000Z-abcdef"
     payload = {"job": JOB, "backup_id": "20260101T000000000Z-b1-aaaaaa", "backup_root": str(tmp_path / "b"),
                "staging": loc.sibling(f".staging-{op}").url, "aside": loc.sibling(f".restore-{op}").url}

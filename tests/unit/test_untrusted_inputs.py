@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from airflow_kafka_spark._util import storage
+from airflow_kafka_spark._util.fs import open_location, refuse_chained_url
+from airflow_kafka_spark._util.jsonfile import UntrustedJSONError, load_json
 from airflow_kafka_spark.checkpoint.reader import read_checkpoint
 from airflow_kafka_spark.errors import UserError
 from airflow_kafka_spark.lifecycle.record import LifecycleRecord
@@ -54,11 +55,11 @@ def one_line(exc: BaseException) -> str:
 
 
 def test_bounded_loader_refuses_depth_size_and_garbage_with_one_line():
-    assert storage.load_json(b'{"a": [1, {"b": 2}]}') == {"a": [1, {"b": 2}]}
+    assert load_json(b'{"a": [1, {"b": 2}]}') == {"a": [1, {"b": 2}]}
     for raw, needle in [(DEEP, "nested"), (DEEP_OBJ, "nested"), ("[" * 100 + "]" * 100, "nested"),
                         (b"x" * 2048, "larger"), ("{not json", "not JSON"), (b"\xff\xfe", "not JSON")]:
-        with pytest.raises(storage.UntrustedJSONError) as info:
-            storage.load_json(raw, what="the thing", max_bytes=1024 if needle == "larger" else 1 << 20)
+        with pytest.raises(UntrustedJSONError) as info:
+            load_json(raw, what="the thing", max_bytes=1024 if needle == "larger" else 1 << 20)
         assert needle in one_line(info.value) and "the thing" in str(info.value)
         assert isinstance(info.value, UserError) and isinstance(info.value, ValueError)
 
@@ -93,7 +94,7 @@ def test_deeply_nested_lifecycle_record_and_next_starting_offsets_are_one_line(t
 def test_deeply_nested_journal_is_one_line_and_a_block_finding(tmp_path):
     ck = write_checkpoint(tmp_path / "ck")
     (tmp_path / "ck.operation.json").write_text(DEEP)
-    loc = storage.open_location(ck.location)
+    loc = open_location(ck.location)
     with pytest.raises(UserError) as info:
         Journal.load(loc)
     assert "nested" in one_line(info.value)
@@ -182,12 +183,12 @@ def test_a_chained_url_is_refused_instead_of_opening_another_folder(tmp_path):
     for url in [f"file://{tmp_path}/ck::file://{other.location}", f"{tmp_path}/ck::{other.location}",
                 f"simplecache::file://{other.location}"]:
         with pytest.raises(UserError) as info:
-            storage.open_location(url, what="checkpoint location")
+            open_location(url, what="checkpoint location")
         assert "::" in one_line(info.value)
         with pytest.raises(UserError):
             read_checkpoint(url)
     with pytest.raises(UserError):        # fsspec splits "[::1]" too (file://[::1]/x opens "./[")
-        storage.refuse_chained_url("hdfs://[::1]:8020/data/ck")
+        refuse_chained_url("hdfs://[::1]:8020/data/ck")
 
 
 def test_empty_latest_kafka_offsets_are_not_a_pass():
@@ -206,7 +207,7 @@ def _journaled_reset(tmp_path) -> tuple:
     """A checkpoint with a reset journal written at its commit point (as reset.journaled leaves it)."""
     ck = write_checkpoint(tmp_path / "ck", batches=5)
     LifecycleRecord.create(JOB, ck.location).save()
-    loc = storage.open_location(ck.location, what="checkpoint location")
+    loc = open_location(ck.location, what="checkpoint location")
     payload = {"job": JOB, "actor": None, "request": {"mode": "preserve", "accept_data_loss": False},
                "backup_root": str(tmp_path / "b"), "backup_id": "x", "aside": ck.location + ".reset-x",
                "sink_output": None, "sink_aside": None, "starting_offsets": '{"orders":{"0":50,"1":50}}',
@@ -256,7 +257,7 @@ def test_roll_forward_still_finishes_an_untouched_interruption(tmp_path):
 def test_journal_guard_is_cheap_on_large_state(tmp_path):
     """The guard lists offsets/ and commits/ only: it never walks state/."""
     ck = write_checkpoint(tmp_path / "ck", batches=3, state=True)
-    marks = storage.open_location(ck.location)
+    marks = open_location(ck.location)
     from airflow_kafka_spark.ops.journal import checkpoint_marks
 
     got = checkpoint_marks(marks)

@@ -16,7 +16,7 @@ import pytest
 
 from airflow_kafka_spark.errors import UserError
 from airflow_kafka_spark.kafka.offsets import TopicPartition
-from airflow_kafka_spark.lifecycle.record import Lease
+from airflow_kafka_spark.lifecycle.model import Lease
 from airflow_kafka_spark.verdict.alignment import (
     BLOCK,
     CODES,

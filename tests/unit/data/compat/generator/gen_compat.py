@@ -5,7 +5,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, ".")
-from airflow_kafka_spark._util import storage
+from airflow_kafka_spark._util.fs import open_location
 from airflow_kafka_spark.lifecycle.record import LifecycleRecord
 from airflow_kafka_spark.ops.backup import backup_checkpoint
 from airflow_kafka_spark.ops.journal import Journal
@@ -50,6 +50,6 @@ payload = {"job": "orders", "actor": "compat", "request": REQUEST.to_dict(),
            "backup_root": str(root), "backup_id": b2.backup_id, "aside": ck.location + ".reset-x",
            "sink_output": None, "sink_aside": None, "starting_offsets": '{"orders":{"0":30,"1":30}}',
            "old_query_id": ck.query_id, "skipped": 0, "replayed": 40, "pending_replay": 0, "plan": plan.to_dict()}
-j = Journal.begin(storage.open_location(ck.location), "reset", "20260101T000000Z-abcdef", payload)
+j = Journal.begin(open_location(ck.location), "reset", "20260101T000000Z-abcdef", payload)
 j.mark("record")
 print(json.dumps({"b1": b1.backup_id, "b2": b2.backup_id}))

@@ -1,0 +1,358 @@
+"""The one way to open a location (a path or any fsspec URL), and the storage questions it answers.
+
+Why a module of its own: backup, restore, reset, the checkpoint reader and the lifecycle record all
+have to answer the same storage questions (is this rename atomic here? can a reader ever see half a
+file? is that path inside this one?) and the answers depend on the file system, not on the
+operation. Keeping them in one place keeps the crash-safety argument in one place too:
+
+* **Local and HDFS-like** file systems rename atomically: files are written under a temporary name
+  and renamed into place; directories are moved with one rename.
+* **Object stores** (S3, GCS, ABFS, ``memory://``) have no rename, but a single PUT is atomic for
+  readers: single files are written with one PUT; directories are "moved" by copying every object
+  and then deleting the source, which is not atomic but is *idempotent* — re-running the same
+  move finishes it, which is what the operation journal relies on.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import posixpath
+import shutil
+import stat
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import fsspec
+from fsspec.implementations.local import LocalFileSystem
+
+from airflow_kafka_spark.errors import UserError
+
+OBJECT_STORE_PROTOCOLS = frozenset({
+    "s3", "s3a", "gs", "gcs", "abfs", "abfss", "az", "adl", "wasb", "wasbs", "oss", "r2", "memory",
+})
+
+
+@dataclass(frozen=True)
+class Location:
+    """A URL opened through fsspec: the file system, the path it understands, and the URL as given."""
+
+    fs: Any
+    path: str
+    url: str
+
+    @property
+    def local(self) -> bool:
+        return isinstance(self.fs, LocalFileSystem)
+
+    @property
+    def object_store(self) -> bool:
+        protocols = self.fs.protocol if isinstance(self.fs.protocol, tuple | list) else (self.fs.protocol,)
+        return any(p in OBJECT_STORE_PROTOCOLS for p in protocols)
+
+    def child(self, *parts: str) -> Location:
+        """A location below this one (URL and path both extended)."""
+        rel = "/".join(p.strip("/") for p in parts if p)
+        return Location(self.fs, posixpath.join(self.path, rel), self.url.rstrip("/") + "/" + rel)
+
+    def sibling(self, name: str) -> Location:
+        """A location next to this one, e.g. ``<checkpoint>.reset-...`` beside ``<checkpoint>``."""
+        return Location(self.fs, self.path.rstrip("/") + name, self.url.rstrip("/") + name)
+
+
+def open_location(url: str, storage_options: dict | None = None, *, what: str = "location") -> Location:
+    """Open ``url`` (a path or any fsspec URL); a scheme without a driver is a one-line error."""
+    if not isinstance(url, str) or not url.strip():
+        raise UserError(f"{what} is empty; pass a path or a URL such as /data/ckpt or s3://bucket/ckpt")
+    refuse_chained_url(url, what)
+    try:
+        fs, path = fsspec.core.url_to_fs(url, **(storage_options or {}))
+    except (ImportError, ValueError) as exc:
+        raise UserError(f"cannot open {what} {url}: {exc}; install the fsspec driver for this URL scheme") \
+            from None
+    path = path.rstrip("/") or "/"
+    return Location(fs, path, url.rstrip("/") or url)
+
+
+def comparable(loc: Location) -> tuple[str, str]:
+    """(protocol, normalised absolute path) so two spellings of one place compare equal."""
+    protocol = loc.fs.protocol if isinstance(loc.fs.protocol, str) else loc.fs.protocol[0]
+    path = loc.path
+    if loc.local:
+        path = os.path.realpath(path)
+    return protocol, posixpath.normpath(path)
+
+
+def is_within(inner: Location, outer: Location) -> bool:
+    """True if ``inner`` is ``outer`` or below it (same file system)."""
+    pi, a = comparable(inner)
+    po, b = comparable(outer)
+    if pi != po:
+        return False
+    return a == b or a.startswith(b.rstrip("/") + "/")
+
+
+def info_or_none(loc: Location) -> dict | None:
+    """``fs.info`` or None when the path does not exist; other failures are one-line errors."""
+    try:
+        return loc.fs.info(loc.path)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise UserError(f"cannot access {loc.url}: {os_reason(exc)}") from None
+
+
+def is_dir(loc: Location, info: dict | None = None) -> bool:
+    info = info if info is not None else info_or_none(loc)
+    return bool(info) and info.get("type") == "directory"
+
+
+def exists(loc: Location) -> bool:
+    return info_or_none(loc) is not None
+
+
+def os_reason(exc: BaseException) -> str:
+    """The useful part of an OS error (``Permission denied``), not its repr."""
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror
+    return " ".join(str(exc).split())[:200] or type(exc).__name__
+
+
+def mtime_of(info: dict) -> float | None:
+    """A modification time in epoch seconds from whichever key this fsspec driver uses."""
+    for key in ("mtime", "LastModified", "last_modified", "updated", "modificationTime", "created"):
+        value = info.get(key)
+        if value is None:
+            continue
+        if hasattr(value, "timestamp"):
+            return float(value.timestamp())
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            continue
+        return number / 1000 if key == "modificationTime" else number
+    return None
+
+
+def list_files(loc: Location) -> dict[str, dict]:
+    """Every file below ``loc`` as relative path -> fsspec info (one recursive listing).
+
+    Directories are left out. A missing ``loc`` gives ``{}``; a listing error is a one-line error.
+    """
+    try:
+        found = loc.fs.find(loc.path, withdirs=False, detail=True)
+    except FileNotFoundError:
+        return {}
+    except OSError as exc:
+        raise UserError(f"cannot list {loc.url}: {os_reason(exc)}") from None
+    root = loc.fs._strip_protocol(loc.path).rstrip("/")
+    out: dict[str, dict] = {}
+    for path, info in found.items():
+        if info.get("type") == "directory":
+            continue
+        p = loc.fs._strip_protocol(path)
+        if p == root:
+            continue
+        if not p.startswith(root + "/"):
+            continue
+        out[p[len(root) + 1:]] = info
+    return out
+
+
+def write_atomic(loc: Location, data: bytes) -> None:
+    """Write one file so that readers see the old content or the new one, never a torn file."""
+    fs, path = loc.fs, loc.path
+    parent = posixpath.dirname(path)
+    try:
+        if loc.local:
+            os.makedirs(parent, exist_ok=True)
+            tmp = os.path.join(parent, f".{os.path.basename(path)}.{uuid.uuid4().hex[:8]}.tmp")
+            try:
+                with open(tmp, "wb") as fh:
+                    fh.write(data)
+                    fh.flush()
+                    os.fsync(fh.fileno())
+                os.replace(tmp, path)
+            finally:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(tmp)
+            fsync_dir(parent)
+        elif loc.object_store:
+            fs.pipe_file(path, data)
+        else:
+            tmp = f"{path}.{uuid.uuid4().hex[:8]}.tmp"
+            fs.makedirs(parent, exist_ok=True)
+            fs.pipe_file(tmp, data)
+            if fs.exists(path):
+                fs.rm(path)
+            fs.mv(tmp, path)
+    except OSError as exc:
+        raise UserError(f"cannot write {loc.url}: {os_reason(exc)}") from None
+
+
+def fsync_dir(path: str) -> None:
+    """Persist a rename/creation in a local directory (best effort: not every FS supports it)."""
+    with contextlib.suppress(OSError):
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def read_bytes(loc: Location, *, limit: int | None = None, follow_links: bool = True) -> bytes | None:
+    """The file's bytes, or None if it does not exist.
+
+    Local paths are opened with :func:`open_regular` (a FIFO or device is a one-line error, never
+    a hang or an endless read); ``limit`` caps the bytes read (more is a one-line error).
+    """
+    try:
+        if loc.local:
+            with open_regular(loc, follow_links=follow_links) as fh:
+                return read_bounded(fh, limit, loc)
+        data = loc.fs.cat_file(loc.path)
+        if limit is not None and len(data) > limit:
+            raise UserError(f"{loc.url} is larger than {limit:,} bytes; it cannot be what it should be")
+        return data
+    except FileNotFoundError:
+        return None
+    except IsADirectoryError:
+        raise UserError(f"{loc.url} is a directory, expected a file") from None
+    except OSError as exc:
+        raise UserError(f"cannot read {loc.url}: {os_reason(exc)}") from None
+
+
+def refuse_chained_url(url: str, what: str = "location") -> None:
+    """fsspec reads ``a::b`` as a chain (``b`` opened through ``a``), so ``/ck::/other`` silently
+    opens another folder: a checkpoint or backup URL is one location, never a chain."""
+    if isinstance(url, str) and "::" in url:   # even inside [::1]: fsspec splits there too
+        raise UserError(f"{what} {url!r} contains '::', which fsspec reads as a chain of file systems (another "
+                        "folder than the one named); pass a single path or URL (an IPv6 host by name), and set "
+                        "caching or other options through storage options")
+
+
+@contextlib.contextmanager
+def open_regular(loc: Location, *, follow_links: bool = True) -> Iterator[Any]:
+    """Open a file for reading only if it is a regular file (local: without blocking).
+
+    Local paths: ``os.open`` with ``O_NONBLOCK`` (a FIFO never blocks the open) and, unless
+    ``follow_links``, ``O_NOFOLLOW``; then ``fstat`` must say ``S_ISREG`` — a FIFO, socket or
+    device (``/dev/zero``) is a one-line :class:`UserError`. Other file systems have neither
+    links nor special files: ``fs.open``.
+    """
+    if not loc.local:
+        with loc.fs.open(loc.path, "rb") as fh:
+            yield fh
+        return
+    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+    if not follow_links:
+        flags |= os.O_NOFOLLOW
+    try:
+        fd = os.open(loc.path, flags)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise UserError(f"{loc.url} is a symbolic link; it was not followed") from None
+        raise
+    try:
+        st = os.fstat(fd)
+        if stat.S_ISDIR(st.st_mode):
+            raise IsADirectoryError(errno.EISDIR, "Is a directory", loc.path)
+        if not stat.S_ISREG(st.st_mode):
+            raise UserError(f"{loc.url} is {file_kind(st.st_mode)}, not a regular file; it was not read "
+                            "(airflow-kafka-spark and Spark only write regular files: remove it)")
+        os.set_blocking(fd, True)
+        fh = os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+    with fh:
+        yield fh
+
+
+def read_bounded(fh: Any, limit: int | None, loc: Location) -> bytes:
+    """All of ``fh``, or a one-line error once more than ``limit`` bytes came."""
+    if limit is None:
+        return fh.read()
+    data = fh.read(limit + 1)
+    if len(data) > limit:
+        raise UserError(f"{loc.url} is larger than {limit:,} bytes; it cannot be what it should be")
+    return data
+
+
+def file_kind(mode: int) -> str:
+    """``a FIFO``, ``a device``... for one-line messages."""
+    for test, name in ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+                       (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISDIR, "a directory")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def siblings_with_prefix(loc: Location, prefix: str) -> list[Location]:
+    """Entries next to ``loc`` named exactly ``<name of loc><prefix>...`` (no glob: names compared).
+
+    Why: a checkpoint named ``job[12]`` made a glob pattern match its neighbour ``job1``'s folders.
+    """
+    parent = posixpath.dirname(loc.path.rstrip("/")) or "/"
+    start = posixpath.basename(loc.path.rstrip("/")) + prefix
+    try:
+        names = loc.fs.ls(parent, detail=False)
+    except FileNotFoundError:
+        return []
+    except OSError as exc:
+        raise UserError(f"cannot list {parent}: {os_reason(exc)}") from None
+    out = []
+    for p in names:
+        name = posixpath.basename(str(p).rstrip("/"))
+        if name.startswith(start) and len(name) > len(start):
+            out.append(loc.sibling(name[len(start) - len(prefix):]))
+    return out
+
+
+def remove_file(loc: Location) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        loc.fs.rm_file(loc.path)
+
+
+def remove_tree(loc: Location) -> None:
+    """Delete a directory tree this module's callers created themselves (staging, garbage)."""
+    if loc.local:
+        shutil.rmtree(loc.path, ignore_errors=True)
+        return
+    with contextlib.suppress(FileNotFoundError):
+        loc.fs.rm(loc.path, recursive=True)
+
+
+def move_dir(src: Location, dst: Location) -> None:
+    """Move the tree at ``src`` to ``dst`` (which must not exist yet).
+
+    Local and HDFS-like file systems: one rename (atomic). Object stores: copy every file that is
+    not yet at ``dst`` with the same size, then delete ``src`` — interrupted at any point, running
+    it again finishes the move (the operation journal depends on that).
+    """
+    try:
+        if src.local:
+            os.makedirs(os.path.dirname(dst.path), exist_ok=True)
+            if os.path.exists(dst.path):
+                raise UserError(f"cannot move {src.url} to {dst.url}: the destination exists")
+            os.rename(src.path, dst.path)
+            fsync_dir(os.path.dirname(dst.path))
+            return
+        if not src.object_store:
+            if src.fs.exists(dst.path):
+                raise UserError(f"cannot move {src.url} to {dst.url}: the destination exists")
+            src.fs.mv(src.path, dst.path, recursive=True)
+            return
+        done = list_files(dst)
+        for rel, info in list_files(src).items():
+            have = done.get(rel)
+            if have is not None and have.get("size") == info.get("size"):
+                continue
+            src.fs.copy(posixpath.join(src.path, rel), posixpath.join(dst.path, rel))
+        src.fs.rm(src.path, recursive=True)
+    except OSError as exc:
+        raise UserError(f"cannot move {src.url} to {dst.url}: {os_reason(exc)}") from None

@@ -1,0 +1,120 @@
+"""The one lock: an exclusive lock file next to what it protects.
+
+Used for the operations lock of a checkpoint (backup, restore, reset), the backups of one job
+(backup and prune, so garbage collection never deletes a blob a running backup has just decided to
+reuse) and every read-modify-write of a lifecycle record. Callers choose how long to wait and when a
+left-over lock counts as stale: operations hold their lock for minutes, a record write for
+milliseconds.
+
+Local (or POSIX-shared) file systems: ``O_CREAT | O_EXCL``, so exactly one of two racing processes
+wins. Object stores have no portable exclusive create through fsspec, so there the lock is **best
+effort** (write the lock object, read it back, back off on a mismatch): it narrows the window, it
+does not close it. A lock left by a killed process is broken when its owner is provably gone (same
+host, dead pid) or older than ``stale_after_s``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import time
+import uuid
+
+from airflow_kafka_spark._util.fs import Location, mtime_of, remove_file
+from airflow_kafka_spark._util.proc import pid_alive
+from airflow_kafka_spark.errors import UserError
+
+
+class LockFile:
+    """``with LockFile(loc, what=...)``: hold the lock file at ``loc`` for the block.
+
+    The file holds ``<host> <pid> <random> <epoch ms>``: enough to tell a live owner from a dead one
+    and to name the owner in the one-line error after ``timeout`` seconds.
+    """
+
+    def __init__(self, loc: Location, *, what: str, timeout: float = 30.0,
+                 stale_after_s: float = 6 * 3600) -> None:
+        self.loc = loc
+        self.what = what
+        self.timeout = timeout
+        self.stale_after_s = stale_after_s
+        self.token = f"{socket.gethostname()} {os.getpid()} {uuid.uuid4().hex} {int(time.time() * 1000)}"
+
+    def __enter__(self) -> LockFile:
+        deadline = time.monotonic() + self.timeout
+        delay = 0.005
+        while True:
+            if self._try():
+                return self
+            stale = self._stale()
+            if stale is not None:
+                # Re-check right before removing: another process may have broken the stale lock
+                # and taken a fresh one meanwhile (the remaining window is accepted, see module doc).
+                if self._owner() == stale:
+                    remove_file(self.loc)
+                continue
+            if time.monotonic() > deadline:
+                raise UserError(f"{self.what} is locked by {self._describe(self._owner())} (lock file "
+                                f"{self.loc.url}) for more than {self.timeout:g}s; wait for that operation "
+                                "to finish, or delete the lock file if no airflow-kafka-spark process is "
+                                "working on it")
+            time.sleep(delay + (os.getpid() % 7) / 1000)
+            delay = min(delay * 2, 0.1)
+
+    def __exit__(self, *exc: object) -> None:
+        if self._owner() == self.token:
+            remove_file(self.loc)
+
+    def _try(self) -> bool:
+        if self.loc.local:
+            for _ in range(2):
+                try:
+                    fd = os.open(self.loc.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+                except FileExistsError:
+                    return False
+                except FileNotFoundError:
+                    os.makedirs(os.path.dirname(self.loc.path), exist_ok=True)
+                    continue
+                try:
+                    os.write(fd, self.token.encode())
+                finally:
+                    os.close(fd)
+                return True
+            return False
+        if self.loc.fs.exists(self.loc.path):
+            return False
+        self.loc.fs.pipe_file(self.loc.path, self.token.encode())
+        time.sleep(0.05)  # let a racing writer's PUT land, then see whose token survived
+        return self._owner() == self.token
+
+    def _owner(self) -> str | None:
+        try:
+            return self.loc.fs.cat_file(self.loc.path).decode(errors="replace")
+        except (FileNotFoundError, OSError):
+            return None
+
+    def _stale(self) -> str | None:
+        """The lock's token if its owner is gone or it is too old, else None (also None if gone)."""
+        token = self._owner()
+        if token is None:
+            return None
+        parts = token.split()
+        if (len(parts) >= 4 and parts[0] == socket.gethostname() and parts[1].isdigit()
+                and not pid_alive(int(parts[1]))):
+            return token
+        created = int(parts[3]) if len(parts) >= 4 and parts[3].isdigit() else None
+        if created is None:
+            with contextlib.suppress(OSError):
+                mtime = mtime_of(self.loc.fs.info(self.loc.path))
+                created = None if mtime is None else int(mtime * 1000)
+        if created is not None and time.time() * 1000 - created > self.stale_after_s * 1000:
+            return token
+        return None
+
+    @staticmethod
+    def _describe(token: str | None) -> str:
+        if not token:
+            return "another process"
+        parts = token.split()
+        return f"pid {parts[1]} on {parts[0]}" if len(parts) >= 2 else token[:60]

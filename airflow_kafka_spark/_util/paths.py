@@ -1,0 +1,108 @@
+"""Untrusted paths: manifests, catalogs, journals and checkpoints are input, not instructions.
+
+A relative path read from a file anyone with write access to shared storage can edit must be proven
+to stay below the folder it is joined to before anything is opened there; a checkpoint that holds a
+symbolic link or a FIFO is refused before it is copied.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import posixpath
+import stat
+
+from airflow_kafka_spark._util.fs import Location, file_kind, os_reason
+from airflow_kafka_spark.errors import UserError
+
+_CONTROL = frozenset(chr(c) for c in [*range(0x20), 0x7F])
+
+
+def check_relative(rel: object, *, what: str = "path") -> str:
+    """``rel`` if it is a plain relative path that cannot leave the folder it is joined to.
+
+    Why: manifests, catalogs and journals live on shared storage anyone with write access there can
+    edit; a path read from them is input. Refused (one-line :class:`UserError` naming the path):
+    not a string, empty, absolute (``/x``, ``C:``), a backslash, a ``..``, ``.`` or empty segment,
+    a NUL or control character, or ``::`` (fsspec URL chaining).
+    """
+    def bad(why: str) -> UserError:
+        return UserError(f"{what} {rel!r} is not a safe relative path ({why}); it was not opened")
+
+    if not isinstance(rel, str) or not rel:
+        raise bad("empty or not a string")
+    if len(rel) > 4096:
+        raise bad("longer than 4096 characters")
+    if any(ch in _CONTROL for ch in rel):
+        raise bad("it contains a NUL or control character")
+    if "\\" in rel:
+        raise bad("it contains a backslash")
+    if "::" in rel:
+        raise bad("it contains '::', fsspec URL chaining")
+    if rel.startswith("/") or (len(rel) > 1 and rel[1] == ":"):
+        raise bad("it is absolute")
+    if "://" in rel:
+        raise bad("it is a URL")
+    for seg in rel.split("/"):
+        if seg in ("", ".", ".."):
+            raise bad(f"it has a {seg or 'empty'!r} segment" if seg else "it has an empty segment")
+    return rel
+
+
+def safe_child(root: Location, rel: object, *, what: str = "path") -> Location:
+    """``root.child(rel)``, proven to stay below ``root`` before anything is opened there.
+
+    :func:`check_relative` first, then the normalised joined path must start with ``root/`` (and,
+    on a local disk, no existing component below ``root`` may be a symbolic link, so a link
+    planted in a destination folder cannot redirect a write).
+    """
+    rel = check_relative(rel, what=what)
+    child = root.child(rel)
+    base = posixpath.normpath(root.path)
+    joined = posixpath.normpath(child.path)
+    if not joined.startswith(base.rstrip("/") + "/"):
+        raise UserError(f"{what} {rel!r} leaves {root.url}; it was not opened")
+    if root.local:
+        cur = base
+        for seg in rel.split("/"):
+            cur = posixpath.join(cur, seg)
+            if os.path.islink(cur):
+                raise UserError(f"{what} {rel!r} under {root.url} goes through the symbolic link {cur}; "
+                                "it was not opened")
+    return child
+
+
+def irregular_entries(loc: Location, *, limit: int = 5) -> list[tuple[str, str]]:
+    """(relative path, what it is) of symbolic links and special files below a local ``loc``.
+
+    Walks with ``lstat`` semantics (never through a link), so a link to ``/`` or a FIFO costs one
+    entry each. Empty on other file systems (no links there) and for a missing ``loc``.
+    """
+    if not loc.local:
+        return []
+    found: list[tuple[str, str]] = []
+    pending = [""]
+    while pending and len(found) < limit:
+        rel_dir = pending.pop()
+        try:
+            entries = list(os.scandir(os.path.join(loc.path, rel_dir) if rel_dir else loc.path))
+        except FileNotFoundError:
+            continue
+        except NotADirectoryError:
+            return []
+        except OSError as exc:
+            raise UserError(f"cannot list {loc.url}/{rel_dir}: {os_reason(exc)}") from None
+        for entry in sorted(entries, key=lambda e: e.name):
+            rel = f"{rel_dir}/{entry.name}" if rel_dir else entry.name
+            try:
+                mode = entry.stat(follow_symlinks=False).st_mode
+            except FileNotFoundError:
+                continue
+            if stat.S_ISDIR(mode):
+                pending.append(rel)
+            elif stat.S_ISLNK(mode):
+                with contextlib.suppress(OSError):
+                    found.append((rel, f"a symbolic link to {os.readlink(entry.path)}"))
+            elif not stat.S_ISREG(mode):
+                found.append((rel, file_kind(mode)))
+    return found[:limit]

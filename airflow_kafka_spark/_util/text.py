@@ -1,0 +1,39 @@
+"""Times and one-line messages, in the formats the product writes.
+
+Each timestamp format below is written somewhere a reader depends on (manifests, lifecycle records,
+audit reports, stop markers), so each keeps its exact shape; the names say which is which.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime
+
+
+def now_ms() -> int:
+    """Wall-clock epoch milliseconds (what every record and event stores)."""
+    return int(time.time() * 1000)
+
+
+def iso_seconds(ms: int | None = None) -> str:
+    """``2026-11-23T23:08:11Z``: lifecycle events and messages, stop markers (now when ``ms`` is None)."""
+    ms = now_ms() if ms is None else ms
+    return datetime.fromtimestamp(ms / 1000, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def iso_millis(ms: int) -> str:
+    """``2026-11-23T23:08:11.123Z``: backup manifests (two backups a second apart must differ)."""
+    return datetime.fromtimestamp(ms / 1000, tz=UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+
+
+def utc_display(ms: int | None) -> str:
+    """``2026-11-23 23:08:11 UTC`` for reports a person reads; ``-`` when unknown."""
+    if ms is None:
+        return "-"
+    return datetime.fromtimestamp(ms / 1000, tz=UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def one_line(exc: BaseException, limit: int = 200) -> str:
+    """An exception's message on one line, at most ``limit`` characters (its type if it has none)."""
+    text = " ".join(str(exc).split())
+    return (text[:limit] + "…") if len(text) > limit else text or type(exc).__name__
