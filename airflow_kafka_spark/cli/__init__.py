@@ -16,7 +16,7 @@ Why it looks like this:
       def _lag(args):
           from airflow_kafka_spark.watch.lag import ...   # heavy imports here, not at the top
           ...
-          return report.EXIT_OK
+          return ExitCode.OK
 
       register("lag", "lag of a checkpoint against Kafka", _lag_arguments, _lag)
 
@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from airflow_kafka_spark.cli import output as report
-from airflow_kafka_spark.errors import UserError
+from airflow_kafka_spark.errors import ExitCode, UserError
 
 PROG = "aks"
 
@@ -242,7 +242,7 @@ def _validate_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _validate(args: argparse.Namespace) -> int:
-    from airflow_kafka_spark.verdict.alignment import DeployOptions
+    from airflow_kafka_spark.verdict.options import DeployOptions
     from airflow_kafka_spark.verdict.validate import validate
 
     config = kafka_config_from_args(args)
@@ -303,7 +303,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(argv)
         if getattr(args, "_run", None) is None:
             parser.print_help()
-            return report.EXIT_USER_ERROR
+            return ExitCode.USER_ERROR
         return args._run(args)
 
     return report.guarded(parse_and_run, json_errors=wants_json)

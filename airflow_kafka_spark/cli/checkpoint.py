@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from airflow_kafka_spark.cli import output as report
+from airflow_kafka_spark.errors import ExitCode
 
 Register = Callable[[str, str, Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int]], None]
 
@@ -69,12 +70,12 @@ def _blocked(exc: Exception, args: argparse.Namespace, render: Callable[[dict], 
     """Print what blocked (plan/verdict) and the one error line; exit 3."""
     details = getattr(exc, "details", {}) or {}
     if args.json:
-        report.emit(report.dump_json({"error": str(exc), "exit_code": 3, "code": getattr(exc, "code", None),
+        report.emit(report.dump_json({"error": str(exc), "exit_code": ExitCode.BLOCKED, "code": getattr(exc, "code", None),
                                       **details}))
     elif render is not None and details:
         report.emit(render(details))
     report.emit(report.error_line(str(exc)), sys.stderr)
-    return 3
+    return ExitCode.BLOCKED
 
 
 # --------------------------------------------------------------------------------------------------
@@ -95,8 +96,8 @@ def _backup_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _backup(args: argparse.Namespace) -> int:
+    from airflow_kafka_spark.errors import OperationBlocked
     from airflow_kafka_spark.ops.backup import backup_checkpoint, parse_duration
-    from airflow_kafka_spark.ops.plan import OperationBlocked
 
     try:
         result = backup_checkpoint(
@@ -109,7 +110,7 @@ def _backup(args: argparse.Namespace) -> int:
         return _blocked(exc, args)
     if args.json:
         report.emit(report.dump_json(result.to_dict()))
-        return report.EXIT_OK
+        return ExitCode.OK
     m = result.manifest
     lines = [f"backup {m.backup_id} of job {m.job} published (verified)",
              f"  query {m.query_id}, last committed batch {report.fmt(m.last_committed_batch)}"
@@ -124,7 +125,7 @@ def _backup(args: argparse.Namespace) -> int:
     if result.pruned:
         lines.append(f"  pruned: {', '.join(result.pruned)}")
     report.emit("\n".join(lines))
-    return report.EXIT_OK
+    return ExitCode.OK
 
 
 def _backups_arguments(p: argparse.ArgumentParser) -> None:
@@ -166,7 +167,7 @@ def _backups(args: argparse.Namespace) -> int:
     out["catalog"] = catalog.to_dict()
     if args.json:
         report.emit(report.dump_json(out))
-        return report.EXIT_OK
+        return ExitCode.OK
     lines = []
     if "prune" in out:
         pr = out["prune"]
@@ -185,7 +186,7 @@ def _backups(args: argparse.Namespace) -> int:
     for name, why in catalog.invalid:
         lines.append(f"INVALID {name}: {why}")
     report.emit("\n".join(lines))
-    return report.EXIT_OK
+    return ExitCode.OK
 
 
 # --------------------------------------------------------------------------------------------------
@@ -206,7 +207,7 @@ def _restore_arguments(p: argparse.ArgumentParser) -> None:
 def _render_plan_doc(doc: dict) -> str:
     """Human layout of a plan dict (``Plan.to_dict()``, possibly nested under ``plan``)."""
     from airflow_kafka_spark.ops.plan import PartitionMove, Plan
-    from airflow_kafka_spark.verdict.alignment import Finding, Severity
+    from airflow_kafka_spark.verdict.findings import Finding, Severity
 
     d = doc.get("plan", doc)
     plan = Plan(kind=d.get("kind", "plan"), subject=d.get("subject", ""), actions=list(d.get("actions") or []))
@@ -222,9 +223,8 @@ def _render_plan_doc(doc: dict) -> str:
 
 
 def _restore(args: argparse.Namespace) -> int:
-    from airflow_kafka_spark.errors import UserError
+    from airflow_kafka_spark.errors import OperationBlocked, UserError
     from airflow_kafka_spark.ops.backup import list_backups
-    from airflow_kafka_spark.ops.plan import OperationBlocked
     from airflow_kafka_spark.ops.restore import restore_checkpoint
 
     config = _cli().kafka_config_from_args(args)
@@ -262,7 +262,7 @@ def _restore(args: argparse.Namespace) -> int:
             lines.append(f"dry run: nothing changed; restoring {result.backup.backup_id} would re-read "
                          f"{result.records_to_replay:,} records")
         report.emit("\n".join(lines))
-    return 3 if result.plan.blocked else report.EXIT_OK
+    return ExitCode.BLOCKED if result.plan.blocked else ExitCode.OK
 
 
 # --------------------------------------------------------------------------------------------------
@@ -296,7 +296,7 @@ def _reset_arguments(p: argparse.ArgumentParser) -> None:
 def _reset(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from airflow_kafka_spark.ops.plan import OperationBlocked
+    from airflow_kafka_spark.errors import OperationBlocked
     from airflow_kafka_spark.ops.reset import ResetRequest, parse_datetime, parse_to_offsets, reset_checkpoint
 
     config = _cli().kafka_config_from_args(args)
@@ -337,4 +337,4 @@ def _reset(args: argparse.Namespace) -> int:
                       *([f"  sink log moved to {result.sink_aside_location}"] if result.sink_aside_location else []),
                       f"  next run starts at (lifecycle record next_starting_offsets): {result.starting_offsets}"]
         report.emit("\n".join(lines))
-    return 3 if result.dry_run and result.plan.blocked else report.EXIT_OK
+    return ExitCode.BLOCKED if result.dry_run and result.plan.blocked else ExitCode.OK

@@ -13,14 +13,11 @@ import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import IO, TYPE_CHECKING, Any
 
-from airflow_kafka_spark.errors import UserError
+from airflow_kafka_spark.errors import ExitCode, UserError
 
 if TYPE_CHECKING:
-    from airflow_kafka_spark.verdict.alignment import Finding, Verdict
+    from airflow_kafka_spark.verdict.findings import Finding, Verdict
 
-EXIT_OK = 0
-EXIT_USER_ERROR = 2
-EXIT_INTERRUPTED = 130
 
 
 # --------------------------------------------------------------------------------------------------
@@ -101,7 +98,7 @@ def guarded(run: Callable[[], int], *, json_errors: bool = False) -> int:
         return exc.exit_code
     except KeyboardInterrupt:
         emit(error_line("interrupted"), sys.stderr)
-        return EXIT_INTERRUPTED
+        return ExitCode.INTERRUPTED
 
 
 # --------------------------------------------------------------------------------------------------

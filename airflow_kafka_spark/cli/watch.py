@@ -23,6 +23,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from airflow_kafka_spark.cli import output as report
+from airflow_kafka_spark.errors import ExitCode
 
 if TYPE_CHECKING:
     from airflow_kafka_spark.registry.model import JobSpec
@@ -180,7 +181,7 @@ def _lag(args: argparse.Namespace) -> int:
 
     samples: list = []
     done = 0
-    code = report.EXIT_OK
+    code = ExitCode.OK
     with KafkaView(config, timeout=args.timeout) as view:
         try:
             while True:
@@ -191,11 +192,11 @@ def _lag(args: argparse.Namespace) -> int:
                               max_offsets_per_trigger=spec.max_offsets_per_trigger if spec else None)
                 samples = keep_recent(samples, obs.sample)
                 alerts = obs.alerts(min_headroom_s=min_headroom)
-                code = report.EXIT_OK
+                code = ExitCode.OK
                 if args.check:
                     limits = (thresholds.max_lag_records, thresholds.max_lag_seconds)
                     within = obs.lag_within(*limits)[0] if any(v is not None for v in limits) else True
-                    code = 3 if alerts or not within else report.EXIT_OK
+                    code = ExitCode.BLOCKED if alerts or not within else ExitCode.OK
                 if args.json:
                     doc = {**obs.to_dict(), "alerts": [a.to_dict() for a in alerts]}
                     report.emit(report.dump_json(doc, compact=bool(args.watch)))
@@ -250,7 +251,7 @@ def _mirror(args: argparse.Namespace) -> int:
                                timeout=args.timeout)
     if args.json:
         report.emit(report.dump_json(result.to_dict()))
-        return report.EXIT_OK
+        return ExitCode.OK
     verb = "would commit" if args.dry_run else "committed"
     lines = [f"{verb} batch {report.fmt(result.batch_id)} to shadow group {result.group}:"]
     rows = [[str(tp), result.previous.get(tp), off] for tp, off in sorted(result.offsets.items())]
@@ -260,7 +261,7 @@ def _mirror(args: argparse.Namespace) -> int:
     if result.moved_back:
         lines.append(f"note: moved back on {', '.join(map(str, result.moved_back))} (checkpoint reset or restore)")
     report.emit("\n".join(lines))
-    return report.EXIT_OK
+    return ExitCode.OK
 
 
 # --------------------------------------------------------------------------------------------------
@@ -299,4 +300,4 @@ def _audit(args: argparse.Namespace) -> int:
                                      right=(3, 4, 5)),
                  f"report: {result.paths.get('markdown')}", f"chart: {result.paths.get('png')}"]
         report.emit("\n".join(lines))
-    return 3 if result.failed else report.EXIT_OK
+    return ExitCode.BLOCKED if result.failed else ExitCode.OK

@@ -152,7 +152,7 @@ def refuse_if_interrupted(checkpoint_location: str, storage_options: dict | None
     ck = open_location(checkpoint_location, storage_options, what="checkpoint location")
     journal = Journal.load(ck)
     if journal is not None:
-        from airflow_kafka_spark.ops.plan import OperationBlocked
+        from airflow_kafka_spark.errors import OperationBlocked
 
         raise OperationBlocked(f"an interrupted {journal.op} ({journal.operation_id}) of {ck.url} is recorded in "
                                f"{journal.location.url}; re-run aks {journal.op} on this checkpoint to finish it "
@@ -221,9 +221,9 @@ def refuse_stale_roll_forward(journal: Journal, checkpoint: Location) -> None:
     written. If a job was deployed since — it holds the lease, or it wrote batches — finishing the
     plan would pull the live checkpoint from under it and restart from old offsets (a replay).
     """
+    from airflow_kafka_spark.errors import OperationBlocked
     from airflow_kafka_spark.lifecycle.record import LifecycleRecord
     from airflow_kafka_spark.ops.backup import running_reason
-    from airflow_kafka_spark.ops.plan import OperationBlocked
 
     head = (f"the interrupted {journal.op} {journal.operation_id} recorded in {journal.location.url} was not "
             "finished and nothing was changed")
@@ -253,7 +253,7 @@ def interrupted_finding(checkpoint_location: str, storage_options: dict | None =
     validate, the audit and the UI all read it through the verdict, so a killed reset/restore is
     never reported as PASS. An unreadable journal is a BLOCK too: it still records an interruption.
     """
-    from airflow_kafka_spark.verdict.alignment import BLOCK, Finding
+    from airflow_kafka_spark.verdict.findings import BLOCK, Finding
 
     ck = open_location(checkpoint_location, storage_options, what="checkpoint location")
     loc = journal_location(ck)

@@ -24,31 +24,12 @@ Counting rules per partition (offsets are "next to read", as everywhere in this 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from airflow_kafka_spark.errors import UserError
+from airflow_kafka_spark.errors import ExitCode
 from airflow_kafka_spark.kafka.offsets import PartitionOffsets, TopicPartition, to_offsets_json
-from airflow_kafka_spark.verdict.alignment import BLOCK, INFO, PASS, WARN, Finding, Severity, verdict_severity
-
-EXIT_OK = 0
-EXIT_BLOCKED = 3
-
-
-class OperationBlocked(UserError):
-    """The operation was refused because doing it would lose data, break a run, or half-finish.
-
-    Exit code 3 (as a BLOCK verdict), not 2: the input was fine, the situation is not. ``details``
-    carries the plan or verdict for ``--json`` output.
-    """
-
-    exit_code = EXIT_BLOCKED
-
-    def __init__(self, message: str, *, code: str = "BLOCKED", details: dict[str, Any] | None = None) -> None:
-        super().__init__(message)
-        self.code = code
-        self.details = details or {}
+from airflow_kafka_spark.verdict.findings import BLOCK, INFO, PASS, WARN, Finding, Severity, verdict_severity
 
 
 @dataclass(frozen=True)
@@ -174,7 +155,7 @@ class Plan:
     def to_dict(self) -> dict[str, Any]:
         return {"kind": self.kind, "subject": self.subject, "verdict": str(self.severity),
                 "headline": self.headline,
-                "exit_code": EXIT_BLOCKED if self.blocked else EXIT_OK,
+                "exit_code": ExitCode.BLOCKED if self.blocked else ExitCode.OK,
                 "totals": {"partitions": len(self.moves), "skipped": self.skipped, "replayed": self.replayed,
                            "pending_replay": self.pending_replay, "backlog": self.backlog},
                 "starting_offsets": self.starting_offsets_json if self.moves else None,
@@ -211,9 +192,4 @@ def _n(v: int | None) -> str:
     return "-" if v is None else f"{v:,}"
 
 
-__all__ = ["BLOCK", "EXIT_BLOCKED", "EXIT_OK", "INFO", "PASS", "WARN", "OperationBlocked", "PartitionMove",
-           "Plan", "Severity"]
-
-
-def moves_by_tp(moves: Iterable[PartitionMove]) -> dict[TopicPartition, PartitionMove]:
-    return {m.tp: m for m in moves}
+__all__ = ["BLOCK", "INFO", "PASS", "WARN", "PartitionMove", "Plan", "Severity"]

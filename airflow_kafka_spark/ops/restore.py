@@ -5,7 +5,7 @@ Order of work, and why:
 1. The manifest's seal is checked (a tampered manifest is a one-line error) and every file of the
    backup is copied into ``<checkpoint>.staging-<id>`` beside the checkpoint, each checked against
    its sha256 while it is copied. Nothing of the user's has changed yet.
-2. The pre-deploy verdict (:func:`airflow_kafka_spark.verdict.alignment.evaluate`) runs on that staged copy,
+2. The pre-deploy verdict (:func:`airflow_kafka_spark.verdict.evaluate.evaluate`) runs on that staged copy,
    against the cluster as it is now and the job's lifecycle record, plus what only a rollback has:
    how many records the restored query reads again (per partition, current position minus the
    backup's), and whether a file sink already holds batch ids the restored query would re-run
@@ -20,8 +20,8 @@ Order of work, and why:
    A stale ``next_starting_offsets`` (from an earlier reset) is cleared: a checkpoint with batches
    ignores startingOffsets, and leaving it would mislead the next validation.
 
-Only one restore or reset runs per location (``<checkpoint>.operation.lock``; a second one is
-refused at once, never queued), and re-running a restore whose backup is already in place (the
+Only one restore or reset runs per location (``<checkpoint>.operation.lock``, taken by
+``ops.commands.restore_checkpoint``; a second one is refused at once, never queued), and re-running a restore whose backup is already in place (the
 lifecycle record's last restore names it and the checkpoint holds exactly its files) is a no-op
 that says so. The staged copy is checked against the manifest just before the commit point, and
 roll-forward refuses to record a restore whose staged copy vanished.
@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import re
 import uuid
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -47,30 +46,23 @@ from airflow_kafka_spark._util.fs import (
     remove_tree,
     siblings_with_prefix,
 )
-from airflow_kafka_spark._util.lock import LockFile
 from airflow_kafka_spark.checkpoint.reader import CheckpointState, read_checkpoint
-from airflow_kafka_spark.errors import UserError
+from airflow_kafka_spark.errors import OperationBlocked, UserError
 from airflow_kafka_spark.kafka.view import KafkaView
+from airflow_kafka_spark.lifecycle.journal import Journal, Operation, is_operation_id, new_operation_id
 from airflow_kafka_spark.lifecycle.record import LifecycleRecord
+from airflow_kafka_spark.names import validate_job_name
 from airflow_kafka_spark.ops import seal
-from airflow_kafka_spark.ops.backup import (
-    Manifest,
-    backup_checkpoint,
-    check_locations,
-    load_backup,
-    materialize,
-    open_backup_root,
-    running_reason,
-    validate_job_name,
-)
-from airflow_kafka_spark.ops.journal import (
-    Journal,
-    finish_interrupted,
-    new_operation_id,
-)
-from airflow_kafka_spark.ops.plan import BLOCK, INFO, WARN, OperationBlocked, PartitionMove, Plan
-from airflow_kafka_spark.ops.reset import old_positions
-from airflow_kafka_spark.verdict.alignment import DeployOptions, Verdict, evaluate, identity_probes
+from airflow_kafka_spark.ops.backup.manifest import Manifest, load_backup, open_backup_root
+from airflow_kafka_spark.ops.backup.store import materialize
+from airflow_kafka_spark.ops.backup.take import take_backup
+from airflow_kafka_spark.ops.guards import check_locations, running_reason
+from airflow_kafka_spark.ops.plan import BLOCK, INFO, WARN, PartitionMove, Plan
+from airflow_kafka_spark.ops.reset import read_sink_info
+from airflow_kafka_spark.ops.reset_plan import old_positions
+from airflow_kafka_spark.verdict.evaluate import evaluate, identity_probes
+from airflow_kafka_spark.verdict.findings import Verdict
+from airflow_kafka_spark.verdict.options import DeployOptions
 
 
 @dataclass
@@ -100,20 +92,27 @@ class RestoreResult:
                 "plan": self.plan.to_dict(), "verdict": self.verdict.to_dict()}
 
 
-def restore_checkpoint(checkpoint_location: str, backup_root: str, backup_id: str, kafka_config: dict, *,
-                       job: str | None = None, dry_run: bool = False, idempotent_sink: bool | None = None,
-                       sink_output: str | None = None, actor: str | None = None,
-                       storage_options: dict | None = None, backup_storage_options: dict | None = None,
-                       kafka_timeout: float = 10.0, backup_settle_s: float = 2.0,
-                       seal_key: bytes | None = None) -> RestoreResult:
-    """Roll ``checkpoint_location`` back to backup ``backup_id``; see the module doc for the order of work.
+@dataclass(frozen=True)
+class RestoreTarget:
+    """A restore's inputs, checked: the checkpoint, the backup root, the manifest (seal checked), the job."""
+
+    ck: Location
+    root: Location
+    manifest: Manifest
+    record: LifecycleRecord | None
+    job: str
+    seal_key: bytes | None
+
+
+def open_restore(checkpoint_location: str, backup_root: str, backup_id: str, *, job: str | None,
+                 storage_options: dict | None, backup_storage_options: dict | None,
+                 seal_key: bytes | None) -> RestoreTarget:
+    """Check everything a restore needs before it takes the lock; changes nothing.
 
     ``job`` defaults to the lifecycle record's job name (a backup of another job is refused).
-    ``sink_output`` lets a file sink's ``_spark_metadata`` be compared with the backup (S19).
-    Raises :class:`OperationBlocked` (exit 3) when the verdict blocks, :class:`UserError` (exit 2)
-    for bad input (unknown or tampered backup, wrong job, another operation holding the location);
-    in both cases nothing was changed. ``seal_key`` (default: ``$AKS_SEAL_KEY_FILE``'s) requires
-    the keyed seal on the manifest.
+    Raises :class:`OperationBlocked` (exit 3) while the job runs, :class:`UserError` (exit 2) for
+    bad input (unknown or tampered backup, wrong job). ``seal_key`` (default:
+    ``$AKS_SEAL_KEY_FILE``'s) requires the keyed seal on the manifest.
     """
     seal_key = seal.resolve_key(seal_key)
     ck = open_location(checkpoint_location, storage_options, what="checkpoint location")
@@ -133,28 +132,11 @@ def restore_checkpoint(checkpoint_location: str, backup_root: str, backup_id: st
     if running:
         raise OperationBlocked(f"job {job} is running ({running}): stop it on a batch boundary before restoring its "
                                "checkpoint", code="QUERY_RUNNING")
-    kw = dict(job=job, idempotent_sink=idempotent_sink, sink_output=sink_output, actor=actor,
-              storage_options=storage_options, backup_storage_options=backup_storage_options,
-              kafka_timeout=kafka_timeout, backup_settle_s=backup_settle_s, seal_key=seal_key)
-    if dry_run:
-        return _restore(ck, root, manifest, record, kafka_config, dry_run=True, **kw)
-    # Not queued behind another restore/reset (timeout 0): two restores started together must not
-    # both run one after the other; the second is told who holds the location.
-    with LockFile(ck.sibling(".operation.lock"), what=f"checkpoint {ck.url} (another restore or reset)",
-                         timeout=0.0):
-        done = finish_interrupted(checkpoint_location, storage_options=storage_options)
-        if done is not None and done.get("op") == "restore" and done["payload"].get("backup_id") == backup_id:
-            return _resumed(done, manifest)
-        if done is not None:
-            record = LifecycleRecord.load(checkpoint_location)
-        already = _already_restored(ck, manifest, record)
-        if already is not None:
-            return already
-        return _restore(ck, root, manifest, record, kafka_config, dry_run=False, **kw)
+    return RestoreTarget(ck=ck, root=root, manifest=manifest, record=record, job=job, seal_key=seal_key)
 
 
-def _restore(ck: Location, root: Location, manifest: Manifest, record: LifecycleRecord | None, kafka_config: dict, *,
-             job: str, dry_run: bool, idempotent_sink: bool | None, sink_output: str | None, actor: str | None,
+def run_restore(ck: Location, root: Location, manifest: Manifest, record: LifecycleRecord | None, kafka_config: dict,
+                *, job: str, dry_run: bool, idempotent_sink: bool | None, sink_output: str | None, actor: str | None,
              storage_options: dict | None, backup_storage_options: dict | None, kafka_timeout: float,
              backup_settle_s: float, seal_key: bytes | None) -> RestoreResult:
     checkpoint_location, backup_root, backup_id = ck.url, root.url, manifest.backup_id
@@ -199,7 +181,7 @@ def _restore(ck: Location, root: Location, manifest: Manifest, record: Lifecycle
                                details=result.to_dict())
     try:
         if current.exists and (current.offset_batch_ids or current.commit_batch_ids):
-            pre = backup_checkpoint(checkpoint_location, backup_root, job=job,
+            pre = take_backup(checkpoint_location, backup_root, job=job,
                                     reason=f"before restore of {backup_id} ({op_id})",
                                     storage_options=storage_options, backup_storage_options=backup_storage_options,
                                     settle_s=backup_settle_s, seal_key=seal_key)
@@ -214,7 +196,7 @@ def _restore(ck: Location, root: Location, manifest: Manifest, record: Lifecycle
             raise UserError(f"the staged copy of backup {backup_id} at {staging.url} vanished or changed before the "
                             f"restore's commit point; the checkpoint {checkpoint_location} was not changed: re-run "
                             "the restore (and check what deletes folders beside the checkpoint)")
-        journal = Journal.begin(ck, "restore", op_id, {
+        journal = Journal.begin(ck, Operation.RESTORE, op_id, {
             "job": job, "actor": actor, "backup_root": backup_root, "backup_id": backup_id,
             "staging": staging.url, "aside": aside.url if aside else None,
             "pre_restore_backup_id": result.pre_restore_backup_id,
@@ -288,15 +270,12 @@ def roll_forward(journal: Journal, ck: Location, *, storage_options: dict | None
     return {"op": "restore", "operation_id": journal.operation_id, "payload": pl}
 
 
-_OPERATION_ID = re.compile(r"^[0-9]{8}T[0-9]{6}Z-[0-9a-f]{6}$")
-
-
 def _journal_path(journal: Journal, ck: Location, key: str, infix: str, storage_options: dict | None) -> Location:
     """The journal's ``staging``/``aside`` path, accepted only if it is ``<checkpoint><infix><op id>``."""
     op_id = journal.operation_id
     expected = ck.sibling(f"{infix}{op_id}")
     given = journal.payload.get(key)
-    ok = bool(_OPERATION_ID.match(op_id)) and isinstance(given, str) and "::" not in given
+    ok = is_operation_id(op_id) and isinstance(given, str) and "::" not in given
     if ok:
         try:
             ok = comparable(open_location(given, storage_options)) == comparable(expected)
@@ -329,13 +308,13 @@ def remove_stale_staging(ck: Location) -> int:
     removed = 0
     for loc in siblings_with_prefix(ck, ".staging-"):
         op_id = loc.path.rstrip("/").rsplit(".staging-", 1)[-1]
-        if _OPERATION_ID.match(op_id) and loc.path == ck.sibling(f".staging-{op_id}").path:
+        if is_operation_id(op_id) and loc.path == ck.sibling(f".staging-{op_id}").path:
             remove_tree(loc)
             removed += 1
     return removed
 
 
-def _already_restored(ck: Location, manifest: Manifest, record: LifecycleRecord | None) -> RestoreResult | None:
+def already_restored(ck: Location, manifest: Manifest, record: LifecycleRecord | None) -> RestoreResult | None:
     """A no-op result when ``manifest`` is in place already: the record's last restore names it and
     the checkpoint holds exactly its files (a run since then adds files, and restoring again is real)."""
     if record is None:
@@ -354,7 +333,7 @@ def _already_restored(ck: Location, manifest: Manifest, record: LifecycleRecord 
                          notes=[f"backup {manifest.backup_id} is already in place (restore {op}); nothing was done"])
 
 
-def _resumed(done: dict[str, Any], manifest: Manifest) -> RestoreResult:
+def resumed_result(done: dict[str, Any], manifest: Manifest) -> RestoreResult:
     pl = done["payload"]
     plan = Plan(kind="restore", subject=done["payload"].get("staging", ""))
     doc = pl.get("plan") or {}
@@ -448,8 +427,6 @@ def _judge(manifest: Manifest, current: CheckpointState, staged: CheckpointState
                  f"{(manifest.problems or ['state files missing'])[0]}",
                  "restore an older backup whose state is complete, or reset instead")
     if sink_output:
-        from airflow_kafka_spark.ops.reset import read_sink_info
-
         sink = read_sink_info(sink_output, storage_options)
         last_batch = manifest.pending_batch if manifest.pending_batch is not None else manifest.last_committed_batch
         ahead = sink.latest_batch_id is not None and (last_batch is None or sink.latest_batch_id > last_batch)

@@ -19,11 +19,10 @@ from pathlib import Path
 import pytest
 
 from airflow_kafka_spark.checkpoint.reader import read_checkpoint
-from airflow_kafka_spark.errors import UserError
+from airflow_kafka_spark.errors import OperationBlocked, UserError
 from airflow_kafka_spark.kafka.offsets import TopicPartition, parse_offsets_json
 from airflow_kafka_spark.lifecycle.record import LifecycleRecord
 from airflow_kafka_spark.ops.backup import backup_checkpoint, list_backups, verify_backup
-from airflow_kafka_spark.ops.plan import OperationBlocked
 from airflow_kafka_spark.ops.reset import ResetRequest, reset_checkpoint
 from airflow_kafka_spark.ops.restore import restore_checkpoint
 from devstack import oracle, topics

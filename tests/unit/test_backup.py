@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from airflow_kafka_spark.errors import UserError
+from airflow_kafka_spark.errors import OperationBlocked, UserError
 from airflow_kafka_spark.kafka.offsets import TopicPartition
 from airflow_kafka_spark.lifecycle.record import LifecycleRecord
 from airflow_kafka_spark.ops.backup import (
@@ -33,7 +33,6 @@ from airflow_kafka_spark.ops.backup import (
     state_chain_problems,
     verify_backup,
 )
-from airflow_kafka_spark.ops.plan import OperationBlocked
 from tests.support.checkpoint_factory import commit_file, offsets_file, write_checkpoint
 
 JOB = "orders"

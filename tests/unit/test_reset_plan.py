@@ -6,9 +6,8 @@ import json
 
 import pytest
 
-from airflow_kafka_spark.errors import UserError
+from airflow_kafka_spark.errors import ExitCode, UserError
 from airflow_kafka_spark.kafka.offsets import TopicPartition, parse_offsets_json
-from airflow_kafka_spark.ops.plan import EXIT_BLOCKED
 from airflow_kafka_spark.ops.reset import ResetRequest, SinkInfo, build_reset_plan, parse_datetime, parse_to_offsets
 from tests.support.verdict_states import broker, checkpoint, record
 
@@ -169,7 +168,7 @@ def test_plan_output_is_complete_and_machine_readable():
     text = plan.render()
     assert "OLD(C)" in text and "startingOffsets:" in text
     blocked = plan_for("latest")
-    assert blocked.to_dict()["exit_code"] == EXIT_BLOCKED
+    assert blocked.to_dict()["exit_code"] == ExitCode.BLOCKED
 
 
 @pytest.mark.parametrize("kwargs,needle", [

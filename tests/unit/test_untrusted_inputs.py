@@ -20,7 +20,7 @@ import pytest
 from airflow_kafka_spark._util.fs import open_location, refuse_chained_url
 from airflow_kafka_spark._util.jsonfile import UntrustedJSONError, load_json
 from airflow_kafka_spark.checkpoint.reader import read_checkpoint
-from airflow_kafka_spark.errors import UserError
+from airflow_kafka_spark.errors import OperationBlocked, UserError
 from airflow_kafka_spark.lifecycle.record import LifecycleRecord
 from airflow_kafka_spark.ops.backup import (
     backup_checkpoint,
@@ -29,8 +29,9 @@ from airflow_kafka_spark.ops.backup import (
     validate_job_name,
 )
 from airflow_kafka_spark.ops.journal import Journal, finish_interrupted, interrupted_finding
-from airflow_kafka_spark.ops.plan import OperationBlocked
-from airflow_kafka_spark.verdict.alignment import BLOCK, PASS, DeployOptions, evaluate
+from airflow_kafka_spark.verdict.evaluate import evaluate
+from airflow_kafka_spark.verdict.findings import BLOCK, PASS
+from airflow_kafka_spark.verdict.options import DeployOptions
 from tests.support import verdict_states as vs
 from tests.support.checkpoint_factory import commit_file, offsets_file, write_checkpoint
 
