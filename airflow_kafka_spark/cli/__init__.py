@@ -35,6 +35,7 @@ from typing import Any, NoReturn
 
 from airflow_kafka_spark.cli import output as report
 from airflow_kafka_spark.errors import ExitCode, UserError
+from airflow_kafka_spark.registry.model import SINK_CHOICES, Sink
 
 PROG = "aks"
 
@@ -221,8 +222,9 @@ def _validate_arguments(p: argparse.ArgumentParser) -> None:
                         "pins")
     d.add_argument("--new-checkpoint", action="store_true", help="the deploy starts a new query on purpose")
     d.add_argument("--spark-version", metavar="X.Y.Z", help="Spark version the deploy runs")
-    d.add_argument("--sink", choices=("idempotent", "non-idempotent"),
-                   help="whether a replayed batch duplicates output")
+    d.add_argument("--sink", choices=SINK_CHOICES,
+                   help="the job's sink, which decides whether a replayed batch duplicates output "
+                        "(non-idempotent = append)")
     d.add_argument("--max-offsets-per-trigger", metavar="N", type=positive_int,
                    help="the deploy's rate limit")
     d.add_argument("--clock-skew-ms", metavar="MS", type=int, default=1000,
@@ -251,7 +253,7 @@ def _validate(args: argparse.Namespace) -> int:
         fail_on_data_loss=args.fail_on_data_loss, starting_offsets=args.starting_offsets,
         conf=dict(args.conf), expect_new_checkpoint=args.new_checkpoint,
         target_spark_version=args.spark_version,
-        idempotent_sink=None if args.sink is None else args.sink == "idempotent",
+        idempotent_sink=None if args.sink is None else Sink.named(args.sink).replay_is_idempotent,
         strict=args.strict, max_offsets_per_trigger=args.max_offsets_per_trigger,
         clock_skew_ms=args.clock_skew_ms, owner=args.owner)
     verdict = validate(checkpoint_location=args.checkpoint, group_id=args.group, kafka_config=config,
@@ -307,4 +309,3 @@ def main(argv: Sequence[str] | None = None) -> int:
         return args._run(args)
 
     return report.guarded(parse_and_run, json_errors=wants_json)
-

@@ -17,6 +17,7 @@ from typing import Any
 
 from airflow_kafka_spark.cli import output as report
 from airflow_kafka_spark.errors import ExitCode
+from airflow_kafka_spark.registry.model import SINK_CHOICES, Sink
 
 Register = Callable[[str, str, Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int]], None]
 
@@ -197,7 +198,8 @@ def _restore_arguments(p: argparse.ArgumentParser) -> None:
     _storage_arguments(p)
     p.add_argument("--backup", metavar="ID", required=True, help="backup id to restore ('latest': the newest)")
     _cli().add_kafka_arguments(p)
-    p.add_argument("--sink", choices=("idempotent", "non-idempotent"), help="whether a replay duplicates output")
+    p.add_argument("--sink", choices=SINK_CHOICES,
+                   help="the job's sink, which decides whether a replay duplicates output (non-idempotent = append)")
     p.add_argument("--sink-output", metavar="PATH", help="the job's output path (a file sink's log is compared)")
     p.add_argument("--dry-run", action="store_true", help="judge the restore, change nothing")
     p.add_argument("--settle", metavar="SECONDS", type=float, default=2.0, help=argparse.SUPPRESS)
@@ -241,7 +243,8 @@ def _restore(args: argparse.Namespace) -> int:
     try:
         result = restore_checkpoint(
             args.checkpoint, args.backup_root, backup_id, config, job=args.job, dry_run=args.dry_run,
-            idempotent_sink=None if args.sink is None else args.sink == "idempotent", sink_output=args.sink_output,
+            idempotent_sink=None if args.sink is None else Sink.named(args.sink).replay_is_idempotent,
+            sink_output=args.sink_output,
             storage_options=_opts(args.storage_option), backup_storage_options=_opts(args.backup_storage_option),
             kafka_timeout=args.timeout, backup_settle_s=args.settle, seal_key=key)
     except OperationBlocked as exc:

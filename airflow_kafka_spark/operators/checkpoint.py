@@ -26,7 +26,8 @@ from airflow_kafka_spark.operators._common import StreamingJobOperator
 from airflow_kafka_spark.ops.backup import backup_checkpoint, validate_backup_id
 from airflow_kafka_spark.registry.model import JobSpec
 from airflow_kafka_spark.runtime.submit import last_good_app
-from airflow_kafka_spark.verdict.alignment import BLOCK, DeployOptions
+from airflow_kafka_spark.verdict.findings import BLOCK
+from airflow_kafka_spark.verdict.options import DeployOptions
 from airflow_kafka_spark.verdict.validate import validate
 
 
@@ -101,13 +102,7 @@ class ValidateCheckpointOperator(StreamingJobOperator):
             expect_new = not state.exists and last_good_app(record) is None
         else:
             expect_new = flag(self.expect_new_checkpoint, name="expect_new_checkpoint")
-        options = DeployOptions(
-            topics=spec.topics, fail_on_data_loss=spec.fail_on_data_loss,
-            # startingOffsets only matter to a new query; on an existing checkpoint the option would
-            # only add a "will be ignored" warning to every restart.
-            starting_offsets=None if state.exists else spec.starting_offsets_default,
-            conf=spec.spark_conf, expect_new_checkpoint=expect_new, idempotent_sink=spec.sink == "idempotent",
-            max_offsets_per_trigger=spec.max_offsets_per_trigger)
+        options = DeployOptions.for_job(spec, new_query=not state.exists, expect_new_checkpoint=expect_new)
         verdict = validate(checkpoint_location=spec.checkpoint, kafka_config=config, options=options,
                            timeout=self.kafka_timeout_s, record_identity=not dry_run, job_name=spec.name)
         result = {"job": spec.name, **verdict.to_dict(), "position": position(spec),
@@ -201,8 +196,8 @@ class RestoreCheckpointOperator(StreamingJobOperator):
         validate_backup_id(backup_id)
         result = restore_checkpoint(
             spec.checkpoint, spec.backup_root, backup_id, kafka_config(spec), job=spec.name,
-            dry_run=flag(self.dry_run, name="dry_run"), idempotent_sink=spec.sink == "idempotent",
-            sink_output=spec.output if spec.sink == "parquet" else None, actor=actor(context),
+            dry_run=flag(self.dry_run, name="dry_run"), idempotent_sink=spec.replay_is_idempotent,
+            sink_output=spec.sink_output, actor=actor(context),
             seal_key=seal_key_from_connection(self.seal_key_conn_id))
         self.log.info("job %s: %s", spec.name, result.plan.headline)
         self.log.info("%s", result.plan.render())
@@ -260,7 +255,7 @@ class ResetCheckpointOperator(StreamingJobOperator):
         request = ResetRequest(
             mode=mode, to_datetime_ms=parse_datetime(when) if when else None, shift_by=shift_by,
             to_offsets=parse_offsets_json(offsets, what="to_offsets") if offsets else None, topics=spec.topics,
-            sink_output=spec.output if spec.sink == "parquet" else None, sink_log=self.sink_log,
+            sink_output=spec.sink_output, sink_log=self.sink_log,
             accept_data_loss=flag(self.accept_data_loss, name="accept_data_loss"))
         result = reset_checkpoint(spec.checkpoint, spec.backup_root, kafka_config(spec), request, job=spec.name,
                                   dry_run=flag(self.dry_run, name="dry_run"), actor=actor(context))

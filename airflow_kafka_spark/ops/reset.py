@@ -621,7 +621,7 @@ def roll_forward(journal: Journal, ck: Location, *, storage_options: dict | None
 
 def _resumed_result(done: dict[str, Any], request: ResetRequest) -> ResetResult:
     pl = done["payload"]
-    from airflow_kafka_spark.verdict.alignment import Finding
+    from airflow_kafka_spark.verdict.findings import Finding
 
     plan = Plan(kind=done["op"], subject=str(pl.get("aside") or ""))
     doc = pl.get("plan") or {}
@@ -649,5 +649,3 @@ def _resumed_result(done: dict[str, Any], request: ResetRequest) -> ResetResult:
 
 def _short(text: str, limit: int = 120) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
-
-

@@ -56,6 +56,11 @@ class Sink(StrEnum):
     APPEND = "append"
     PARQUET = "parquet"
 
+    @classmethod
+    def named(cls, name: str) -> Sink:
+        """The sink for a ``--sink`` value of the CLI (see :data:`SINK_CHOICES`)."""
+        return cls.APPEND if name == "non-idempotent" else cls(name)
+
     @property
     def replay_is_idempotent(self) -> bool:
         """True when re-running a batch under the same id in the same checkpoint duplicates nothing."""
@@ -65,6 +70,10 @@ class Sink(StrEnum):
     def keeps_batch_log(self) -> bool:
         """True for Spark's file sink, whose ``<output>/_spark_metadata`` log records committed batch ids."""
         return self is Sink.PARQUET
+
+
+#: What ``aks validate|restore --sink`` accepts: a registry sink, or ``non-idempotent`` (= ``append``).
+SINK_CHOICES = ("idempotent", "non-idempotent", *(s.value for s in Sink if s is not Sink.IDEMPOTENT))
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """The validate flow: read the checkpoint, Kafka and the lifecycle record, then ask :mod:`verdict`.
 
-Why a separate module: :func:`airflow_kafka_spark.verdict.alignment.evaluate` is pure so it can be tested
+Why a separate module: :func:`airflow_kafka_spark.verdict.evaluate.evaluate` is pure so it can be tested
 without a broker; this is the thin I/O shell around it that the CLI, the Airflow operator and the
 safe-restart DAG share. Everything a user can get wrong here (a path that does not exist, a
 file instead of a folder, an unreachable broker, a corrupt record) ends as one
@@ -26,19 +26,12 @@ from airflow_kafka_spark.kafka.offsets import TopicPartition
 from airflow_kafka_spark.kafka.view import BrokerState, KafkaView
 from airflow_kafka_spark.lifecycle.record import LifecycleRecord, record_location
 from airflow_kafka_spark.ops.journal import interrupted_finding
-from airflow_kafka_spark.verdict.alignment import (
-    BLOCK,
-    INFO,
-    DeployOptions,
-    Finding,
-    RecordProbe,
-    Verdict,
-    evaluate,
-    evaluate_group,
-    identity_probes,
-    resume_offsets,
-    subscribed_topics,
-)
+from airflow_kafka_spark.verdict.alignment import RecordProbe
+from airflow_kafka_spark.verdict.evaluate import evaluate, identity_probes, subscribed_topics
+from airflow_kafka_spark.verdict.findings import BLOCK, INFO, Finding, Verdict
+from airflow_kafka_spark.verdict.group import evaluate_group
+from airflow_kafka_spark.verdict.options import DeployOptions
+from airflow_kafka_spark.verdict.position import resume_offsets
 
 log = logging.getLogger(__name__)
 

@@ -176,12 +176,10 @@ def scan_checkpoint(location: str, *, now_ms: int, storage_options: dict | None 
 
 def _checkpoint_verdict(spec: JobSpec, view: KafkaView, storage_options: dict | None) -> dict[str, Any]:
     """The pre-deploy verdict for restarting this job now, read-only (the lifecycle record is not written)."""
-    from airflow_kafka_spark.verdict.alignment import DeployOptions
+    from airflow_kafka_spark.verdict.options import DeployOptions
     from airflow_kafka_spark.verdict.validate import validate
 
-    options = DeployOptions(topics=spec.topics, fail_on_data_loss=spec.fail_on_data_loss,
-                            max_offsets_per_trigger=spec.max_offsets_per_trigger,
-                            idempotent_sink=spec.sink != "append", conf=dict(spec.spark_conf))
+    options = DeployOptions.for_job(spec)
     verdict = validate(checkpoint_location=spec.checkpoint, view=view, options=options,
                        storage_options=storage_options, record_identity=False, job_name=spec.name,
                        probe_budget_s=5.0)

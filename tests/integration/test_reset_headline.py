@@ -39,7 +39,7 @@ from confluent_kafka import Producer as KafkaProducer
 from airflow_kafka_spark.checkpoint.reader import read_checkpoint
 from airflow_kafka_spark.kafka.offsets import TopicPartition, parse_offsets_json
 from airflow_kafka_spark.lifecycle.record import LifecycleRecord
-from airflow_kafka_spark.verdict.alignment import DeployOptions
+from airflow_kafka_spark.verdict.options import DeployOptions
 from airflow_kafka_spark.verdict.validate import validate
 from devstack import oracle, spark, topics
 from devstack.produce import ProducedRecord, produce

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from airflow_kafka_spark.verdict.alignment import DeployOptions
+from airflow_kafka_spark.verdict.options import DeployOptions
 from airflow_kafka_spark.verdict.validate import validate
 from devstack import oracle, topics
 from devstack.broker import LocalBroker

@@ -20,7 +20,7 @@ from confluent_kafka import Consumer
 from confluent_kafka import TopicPartition as KTP
 
 from airflow_kafka_spark.lifecycle.record import LifecycleRecord
-from airflow_kafka_spark.verdict.alignment import DeployOptions
+from airflow_kafka_spark.verdict.options import DeployOptions
 from airflow_kafka_spark.verdict.validate import validate
 from devstack import topics
 from devstack.produce import produce

@@ -1,4 +1,4 @@
-"""Hand-built inputs for :func:`airflow_kafka_spark.verdict.alignment.evaluate`: checkpoints, brokers, records.
+"""Hand-built inputs for :func:`airflow_kafka_spark.verdict.evaluate.evaluate`: checkpoints, brokers, records.
 
 The verdict is a pure function of dataclasses, so its tests build those dataclasses directly (no
 files, no broker). Offsets are given as ``{(topic, partition): offset}`` to keep tests short.

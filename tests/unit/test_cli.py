@@ -19,7 +19,7 @@ import pytest
 from airflow_kafka_spark import cli
 from airflow_kafka_spark.cli import output as report
 from airflow_kafka_spark.errors import UserError
-from airflow_kafka_spark.verdict.alignment import BLOCK, INFO, PASS, WARN, Finding, Verdict
+from airflow_kafka_spark.verdict.findings import BLOCK, INFO, PASS, WARN, Finding, Verdict
 
 AKS = Path(sys.executable).with_name("aks")
 

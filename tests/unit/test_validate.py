@@ -14,7 +14,7 @@ import pytest
 from airflow_kafka_spark.errors import UserError
 from airflow_kafka_spark.kafka.offsets import TopicPartition
 from airflow_kafka_spark.lifecycle.record import LifecycleRecord
-from airflow_kafka_spark.verdict.alignment import DeployOptions
+from airflow_kafka_spark.verdict.options import DeployOptions
 from airflow_kafka_spark.verdict.validate import validate
 from tests.support.checkpoint_factory import write_checkpoint
 from tests.support.verdict_states import broker

@@ -17,23 +17,21 @@ import pytest
 from airflow_kafka_spark.errors import UserError
 from airflow_kafka_spark.kafka.offsets import TopicPartition
 from airflow_kafka_spark.lifecycle.model import Lease
-from airflow_kafka_spark.verdict.alignment import (
+from airflow_kafka_spark.verdict.evaluate import evaluate, identity_probes, subscribed_topics
+from airflow_kafka_spark.verdict.findings import (
     BLOCK,
     CODES,
     INFO,
     PASS,
     WARN,
-    DeployOptions,
     Finding,
     Severity,
     Verdict,
-    evaluate,
-    evaluate_group,
-    identity_probes,
-    resume_offsets,
-    subscribed_topics,
     verdict_severity,
 )
+from airflow_kafka_spark.verdict.group import evaluate_group
+from airflow_kafka_spark.verdict.options import DeployOptions
+from airflow_kafka_spark.verdict.position import resume_offsets
 from tests.support.verdict_states import BATCH_TS, NOW_MS, batch, broker, checkpoint, problem, record, tps
 
 T0, T1 = TopicPartition("t", 0), TopicPartition("t", 1)

@@ -11,7 +11,7 @@ from airflow_kafka_spark.ops.backup import backup_checkpoint
 from airflow_kafka_spark.ops.journal import Journal
 from airflow_kafka_spark.ops.plan import PartitionMove, Plan
 from airflow_kafka_spark.ops.reset import ResetRequest, parse_to_offsets
-from airflow_kafka_spark.verdict.alignment import WARN
+from airflow_kafka_spark.verdict.findings import WARN
 from tests.support.checkpoint_factory import commit_file, offsets_file, write_checkpoint
 
 out = Path(sys.argv[1])

@@ -1,0 +1,101 @@
+"""The pre-deploy verdict: a pure function of what the checkpoint, Kafka and the lifecycle record say.
+
+Why a pure function: the same judgement serves the CLI, the Airflow operator, the sensor and the
+audit DAG, and it has to be tested against hundreds of generated states without a broker. So
+:func:`evaluate` does no I/O at all; :mod:`airflow_kafka_spark.verdict.validate` gathers the inputs
+(checkpoint files, broker offsets, record timestamps, the lifecycle record) and calls it. The checks
+themselves are in :mod:`~.query_checks`, :mod:`~.versions`, :mod:`~.alignment` and :mod:`~.new_query`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from airflow_kafka_spark.kafka.offsets import TopicPartition, parse_offsets_json
+from airflow_kafka_spark.verdict.alignment import RecordProbe, alignment_findings
+from airflow_kafka_spark.verdict.findings import Finding, Verdict
+from airflow_kafka_spark.verdict.new_query import new_query_findings
+from airflow_kafka_spark.verdict.options import DeployOptions
+from airflow_kafka_spark.verdict.position import position_of
+from airflow_kafka_spark.verdict.query_checks import (
+    apply_strict,
+    cluster_mismatch,
+    empty_kafka_findings,
+    existing_checkpoint_option_findings,
+    fail_on_data_loss_finding,
+    lease_findings,
+    problem_findings,
+    recorded_topic_id,
+)
+from airflow_kafka_spark.verdict.versions import runtime_findings
+
+if TYPE_CHECKING:  # types only: the verdict stays free of Kafka client and fsspec imports
+    from airflow_kafka_spark.checkpoint.reader import CheckpointState
+    from airflow_kafka_spark.kafka.model import BrokerState
+    from airflow_kafka_spark.lifecycle.record import LifecycleRecord
+
+
+def subscribed_topics(checkpoint: CheckpointState, record: LifecycleRecord | None,
+                      options: DeployOptions) -> list[str]:
+    """Every topic the verdict needs from the broker: the checkpoint's, the deploy's, a reset's."""
+    names: dict[str, None] = {}
+    pos = position_of(checkpoint)
+    if pos is not None:
+        names.update(dict.fromkeys(sorted({tp.topic for tp in (*pos.start, *pos.pending)})))
+    names.update(dict.fromkeys(options.topics or ()))
+    for tp in (options.explicit_starting_offsets or {}):
+        names[tp.topic] = None
+    nso = getattr(record, "next_starting_offsets", None)
+    if nso:
+        names.update(dict.fromkeys(sorted({tp.topic for tp in parse_offsets_json(nso)})))
+    return list(names)
+
+
+def identity_probes(checkpoint: CheckpointState, broker: BrokerState, record: LifecycleRecord | None,
+                    options: DeployOptions) -> dict[TopicPartition, int]:
+    """Partitions whose identity must be checked by record timestamps, and the offset ``C`` to probe
+    below: only where the lifecycle record cannot settle it (no record, or no topic id for that topic)
+    and where a record below ``C`` can exist (``LS < C ≤ LE``). :func:`evaluate` expects the probes'
+    answers in ``timestamps``."""
+    pos = position_of(checkpoint)
+    if pos is None or not pos.known or pos.reference_ts is None or cluster_mismatch(record, broker):
+        return {}
+    out: dict[TopicPartition, int] = {}
+    for tp, c in sorted(pos.start.items()):
+        info = broker.topics.get(tp.topic)
+        if info is None or tp.partition >= info.partitions or recorded_topic_id(record, tp.topic, info):
+            continue
+        ls, le = broker.earliest.get(tp), broker.latest.get(tp)
+        if ls is not None and le is not None and ls < c <= le:
+            out[tp] = c
+    return out
+
+
+def evaluate(checkpoint: CheckpointState, broker: BrokerState, record: LifecycleRecord | None,
+             options: DeployOptions, timestamps: Mapping[TopicPartition, RecordProbe] | None = None
+             ) -> Verdict:
+    """Judge whether starting the deploy on this checkpoint against this cluster is safe.
+
+    ``timestamps`` holds the answers to :func:`identity_probes` (missing entries are simply not
+    evidence). Never raises for a bad state: every problem becomes a finding.
+    """
+    findings: list[Finding] = []
+    now = options.now_ms if options.now_ms is not None else broker.sampled_at_ms
+    findings += lease_findings(record, options, now)
+    mismatch = cluster_mismatch(record, broker)
+    if mismatch:
+        findings.append(mismatch)
+    findings += problem_findings(checkpoint)
+    findings += runtime_findings(checkpoint, record, options.target_spark_version)
+    findings += empty_kafka_findings(checkpoint)
+    pos = position_of(checkpoint)
+    if pos is None:
+        findings += new_query_findings(checkpoint, broker, record, options)
+    else:
+        findings += existing_checkpoint_option_findings(checkpoint, pos, record, options)
+        if pos.known:
+            findings += alignment_findings(pos, broker, record, options, timestamps or {}, bool(mismatch))
+    if not options.fail_on_data_loss:
+        findings.append(fail_on_data_loss_finding(findings))
+    return Verdict.of(apply_strict(findings, options), source="checkpoint", subject=checkpoint.location)

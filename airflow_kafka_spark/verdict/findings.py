@@ -1,0 +1,253 @@
+"""Findings and verdicts: what the pre-deploy check says, with a stable code, a severity and numbers.
+
+Vocabulary (failure-scenarios.md §0): every :class:`Finding` has a severity PASS < INFO < WARN <
+BLOCK. The :class:`Verdict` is the worst one, except that INFO never raises a verdict above PASS
+(INFO is "worth knowing", not "worth a warning"). Exit codes: 0 for PASS/WARN, 3 for BLOCK.
+:data:`CODES` lists every code with its usual severity; the codes are part of the JSON output and
+must not change.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from airflow_kafka_spark.errors import ExitCode
+from airflow_kafka_spark.kafka.offsets import TopicPartition
+
+_RANK = {"PASS": 0, "INFO": 1, "WARN": 2, "BLOCK": 3}
+
+
+class Severity(StrEnum):
+    """PASS < INFO < WARN < BLOCK. A ``str`` so that ``verdict.severity == "BLOCK"`` reads naturally
+    and JSON needs no conversion; ordering is by gravity, not alphabet."""
+
+    PASS = "PASS"
+    INFO = "INFO"
+    WARN = "WARN"
+    BLOCK = "BLOCK"
+
+    @property
+    def rank(self) -> int:
+        return _RANK[self.value]
+
+    def _other(self, other: object) -> int:
+        if isinstance(other, str) and other in _RANK:
+            return _RANK[other]
+        raise TypeError(f"cannot compare Severity with {other!r}")
+
+    def __lt__(self, other: object) -> bool:
+        return self.rank < self._other(other)
+
+    def __le__(self, other: object) -> bool:
+        return self.rank <= self._other(other)
+
+    def __gt__(self, other: object) -> bool:
+        return self.rank > self._other(other)
+
+    def __ge__(self, other: object) -> bool:
+        return self.rank >= self._other(other)
+
+
+PASS, INFO, WARN, BLOCK = Severity.PASS, Severity.INFO, Severity.WARN, Severity.BLOCK
+
+
+#: Every finding code this module emits: default severity and what it means. The default is the
+#: usual severity; some codes vary with context (see each entry).
+CODES: dict[str, tuple[Severity, str]] = {
+    "OK": (PASS, "partition aligned: log start ≤ checkpoint offset ≤ log end"),
+    "OFFSET_BELOW_LOG_START": (BLOCK, "records the query has not read were deleted (retention, "
+                                      "delete-records) (S01)"),
+    "OFFSET_AHEAD_OF_LOG_END": (BLOCK, "the checkpoint is past the log end: topic recreated/truncated or "
+                                       "another cluster (S02)"),
+    "TOPIC_RESET": (BLOCK, "the topic was deleted and recreated: offsets point into another log (S03); "
+                           "via topic id, or inferred from record timestamps without a lifecycle record"),
+    "PARTITIONS_GONE": (BLOCK, "checkpoint partitions that no longer exist or are no longer subscribed "
+                               "(S05, S13)"),
+    "OFFSETS_UNAVAILABLE": (BLOCK, "the broker returned no offsets for a partition: nothing can be verified"),
+    "NEW_PARTITION": (INFO, "a partition unknown to the checkpoint, read from offset 0 (S04); WARN for a "
+                            "consumer group whose reset policy skips its records"),
+    "NEW_PARTITION_TRUNCATED": (BLOCK, "a new partition whose log no longer starts at 0: Spark fails or "
+                                       "skips its first records (S04)"),
+    "NEW_TOPIC_FROM_EARLIEST": (WARN, "a newly subscribed topic is read from earliest (S13)"),
+    "TOPIC_NOT_FOUND": (WARN, "a subscribed topic does not exist on the cluster"),
+    "CLUSTER_MISMATCH": (BLOCK, "the Kafka cluster id differs from the lifecycle record (S06)"),
+    "PENDING_BATCH_REPLAY": (WARN, "a planned, uncommitted batch is re-run with its recorded range (S07); "
+                                   "INFO for an idempotent sink; BLOCK if the range is no longer readable"),
+    "CHECKPOINT_CORRUPT": (BLOCK, "a checkpoint file Spark reads is damaged, or the logs contradict "
+                                  "(S08, S09)"),
+    "MISSING_QUERY_ID": (BLOCK, "metadata (query id) missing while batches exist (S10)"),
+    "UNSUPPORTED_LOG_VERSION": (BLOCK, "a log file in a format newer than understood (S27)"),
+    "STRAY_TEMP_FILE": (WARN, "leftover temp file of an interrupted write; Spark ignores it (S08)"),
+    "LOG_GAP": (WARN, "a hole in retained history Spark does not need (history/backups affected)"),
+    "INITIAL_OFFSETS_UNREADABLE": (WARN, "sources/<n>/0 damaged; only matters if offsets/ is wiped"),
+    "CONF_PINNED_BY_CHECKPOINT": (WARN, "a deploy conf the checkpoint pins; Spark silently keeps the old "
+                                        "value (S11)"),
+    "STARTING_OFFSETS_IGNORED": (WARN, "startingOffsets only apply to a new query; the checkpoint wins "
+                                       "(S22)"),
+    "STARTING_OFFSETS_INCOMPLETE": (BLOCK, "explicit startingOffsets must list exactly the subscribed "
+                                           "partitions"),
+    "FAIL_ON_DATA_LOSS_DISABLED": (WARN, "failOnDataLoss=false turns data loss into silent skips (S31)"),
+    "BACKLOG": (INFO, "records waiting to be read; WARN when one unlimited first batch would be huge (S28)"),
+    "NO_CHECKPOINT": (INFO, "a new query: startingOffsets (or a reset's carried-over offsets) apply (S21); "
+                            "WARN when the deploy did not say it expects a new checkpoint"),
+    "CHECKPOINT_NOT_EMPTY": (BLOCK, "the deploy expects a new checkpoint but this one has batches "
+                                    "(S21, S29); WARN for state files without batches"),
+    "TRANSIENT_REGRESSION": (WARN, "the broker reported a regressed log end that healed on re-sampling "
+                                   "(S26)"),
+    "CHECKPOINT_NEWER_THAN_RUNTIME": (BLOCK, "the checkpoint was written by a newer Spark than the deploy "
+                                             "runs (S27); inferred from log versions or the lifecycle "
+                                             "record"),
+    "SPARK_UPGRADE": (WARN, "the deploy runs a newer Spark than last wrote the checkpoint: back up "
+                            "first (S27)"),
+    "ALREADY_RUNNING": (BLOCK, "another run holds a live lease on this job (S16)"),
+    "NO_GROUP_OFFSETS": (INFO, "the consumer group has no committed offsets: auto.offset.reset decides"),
+    "GROUP_COMMIT_TRAILS_ONE_BATCH": (WARN, "commitAsync commits one batch late: the last processed batch "
+                                            "replays (user story 1)"),
+    # added by the I/O flow (validate.py), not by evaluate():
+    "IDENTITY_UNVERIFIED": (INFO, "partitions whose topic identity could not be checked (no lifecycle "
+                                  "record and no readable record below the checkpoint, or time budget)"),
+    "RECORD_NOT_WRITTEN": (INFO, "the cluster/topic identity could not be saved to the lifecycle record"),
+}
+
+Number = int | float | str | None
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One observation: a stable ``code``, its ``severity``, where (``topic``/``partition``, None for
+    query-level findings), the ``numbers`` behind it, one ``message`` line and one ``fix`` line.
+
+    ``inferred`` marks findings that rest on a heuristic or on version facts not confirmed against
+    Spark (record timestamps, log-version support tables): still acted on, but said so.
+    """
+
+    code: str
+    severity: Severity
+    topic: str | None = None
+    partition: int | None = None
+    numbers: Mapping[str, Number] = field(default_factory=dict)
+    message: str = ""
+    fix: str = ""
+    inferred: bool = False
+
+    @property
+    def tp(self) -> TopicPartition | None:
+        if self.topic is None or self.partition is None:
+            return None
+        return TopicPartition(self.topic, self.partition)
+
+    @property
+    def where(self) -> str:
+        """``t-0``, ``t`` or ``-`` (query level): how tables and messages name the place."""
+        if self.topic is None:
+            return "-"
+        return self.topic if self.partition is None else f"{self.topic}-{self.partition}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"code": self.code, "severity": str(self.severity), "topic": self.topic,
+                "partition": self.partition, "numbers": dict(self.numbers), "message": self.message,
+                "fix": self.fix, "inferred": self.inferred}
+
+
+def verdict_severity(findings: Iterable[Finding]) -> Severity:
+    """The worst severity, with INFO folded into PASS (a verdict is PASS, WARN or BLOCK)."""
+    worst = max((f.severity for f in findings), default=PASS)
+    return PASS if worst == INFO else worst
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """All findings and their worst severity; ``exit_code`` is what a command line returns."""
+
+    severity: Severity
+    findings: tuple[Finding, ...]
+    source: str = "checkpoint"          # "checkpoint" or "group"
+    subject: str | None = None          # checkpoint location or group id
+    summary: Mapping[str, int] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, findings: Iterable[Finding], *, source: str = "checkpoint",
+           subject: str | None = None) -> Verdict:
+        ordered = _ordered(findings)
+        counts = {s.value: 0 for s in Severity}
+        for f in ordered:
+            counts[f.severity.value] += 1
+        summary: dict[str, int] = dict(counts)
+        summary["partitions"] = len({f.tp for f in ordered if f.tp is not None})
+        for key in ("records_lost", "records_to_replay"):
+            summary[key] = sum(count_of(f.numbers.get(key)) for f in ordered)
+        summary["backlog"] = sum(count_of(f.numbers.get("backlog")) for f in ordered if f.code == "BACKLOG")
+        return cls(severity=verdict_severity(ordered), findings=ordered, source=source, subject=subject,
+                   summary=summary)
+
+    @property
+    def exit_code(self) -> int:
+        return ExitCode.BLOCKED if self.severity == BLOCK else ExitCode.OK
+
+    @property
+    def codes(self) -> set[str]:
+        return {f.code for f in self.findings}
+
+    def by_code(self, code: str) -> list[Finding]:
+        return [f for f in self.findings if f.code == code]
+
+    @property
+    def worst(self) -> list[Finding]:
+        """The findings that decide the verdict (all BLOCKs, or all WARNs, or nothing for PASS)."""
+        if self.severity == PASS:
+            return []
+        return [f for f in self.findings if f.severity == self.severity]
+
+    @property
+    def fix(self) -> str:
+        """The one fix to print last: the first deciding finding's (others are in the table)."""
+        worst = self.worst
+        return worst[0].fix if worst else ""
+
+    @property
+    def headline(self) -> str:
+        """One line: verdict, the deciding codes with places, and the totals that matter."""
+        worst = self.worst
+        parts = [f"verdict: {self.severity}"]
+        if worst:
+            seen: dict[str, list[str]] = {}
+            for f in worst:
+                seen.setdefault(f.code, [])
+                if f.topic is not None:
+                    seen[f.code].append(f.where)
+            items = []
+            for code, places in seen.items():
+                shown = ", ".join(places[:3]) + (f" +{len(places) - 3}" if len(places) > 3 else "")
+                items.append(f"{code} ({shown})" if places else code)
+            parts.append("; ".join(items))
+        totals = [f"{k.replace('_', ' ')} {self.summary.get(k, 0):,}"
+                  for k in ("records_lost", "records_to_replay", "backlog") if self.summary.get(k)]
+        if totals:
+            parts.append(", ".join(totals))
+        return " — ".join(parts)
+
+    def with_findings(self, extra: Iterable[Finding]) -> Verdict:
+        """A new verdict with ``extra`` findings added (e.g. the flow could not write the record)."""
+        return Verdict.of([*self.findings, *extra], source=self.source, subject=self.subject)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"verdict": str(self.severity), "exit_code": self.exit_code, "source": self.source,
+                "subject": self.subject, "summary": dict(self.summary), "headline": self.headline,
+                "fix": self.fix, "findings": [f.to_dict() for f in self.findings]}
+
+
+def _ordered(findings: Iterable[Finding]) -> tuple[Finding, ...]:
+    """Query-level findings first (worst first, else as emitted), then partitions in order."""
+    items = list(findings)
+    query = [f for f in items if f.topic is None]
+    placed = [f for f in items if f.topic is not None]
+    query.sort(key=lambda f: -f.severity.rank)
+    placed.sort(key=lambda f: (f.topic or "", -1 if f.partition is None else f.partition, -f.severity.rank))
+    return tuple(query + placed)
+
+
+def count_of(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0

@@ -1,0 +1,108 @@
+"""The verdict for a consumer group's committed offsets (DStream direct-API jobs that ``commitAsync``):
+the same per-partition alignment, judged by the consumer's reset policy instead of Spark's rules.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+from airflow_kafka_spark.kafka.offsets import PartitionOffsets, TopicPartition
+from airflow_kafka_spark.verdict.alignment import backlog_finding, check_start, place, topic_not_found
+from airflow_kafka_spark.verdict.findings import INFO, WARN, Finding, Number, Verdict
+from airflow_kafka_spark.verdict.options import DeployOptions
+from airflow_kafka_spark.verdict.position import Position
+from airflow_kafka_spark.verdict.query_checks import apply_strict
+
+if TYPE_CHECKING:  # types only: the verdict stays free of Kafka client and fsspec imports
+    from airflow_kafka_spark.kafka.model import BrokerState
+
+
+def evaluate_group(group_offsets: PartitionOffsets, broker: BrokerState, options: DeployOptions,
+                   batch_trail_note: bool = True, *, group_id: str | None = None) -> Verdict:
+    """The same alignment checks for a consumer group's committed offsets (DStream direct-API jobs
+    that ``commitAsync``), plus the one-batch trail of ``commitAsync`` (user-stories.md story 1).
+
+    For such a job the reset policy of the consumer (``auto.offset.reset``, given here as
+    ``options.starting_offsets``; Kafka's default is ``latest``) decides where partitions without a
+    committed offset start, so those are judged by that policy rather than by Spark's rules.
+    """
+    topics = options.topics
+    start = {tp: o for tp, o in group_offsets.items() if topics is None or tp.topic in topics}
+    deploy_topics = tuple(topics) if topics else tuple(sorted({tp.topic for tp in start}))
+    policy = options.starting_offsets if options.starting_offsets in ("earliest", "latest") else "latest"
+    findings: list[Finding] = []
+    label = f"group {group_id}" if group_id else "the consumer group"
+    pos = Position(start=start, label=f"{label}'s committed offsets", known=True)
+    per_partition, backlog = check_start(pos, broker, None, options, {}, deploy_topics, True, group=True)
+    findings += per_partition
+    new, new_backlog = _group_new_partitions(start, broker, deploy_topics, policy, label)
+    findings += new
+    backlog += new_backlog
+    if not start:
+        findings.append(_no_group_offsets(label, broker, deploy_topics, policy, options))
+    elif batch_trail_note:
+        findings.append(Finding(
+            "GROUP_COMMIT_TRAILS_ONE_BATCH", WARN,
+            numbers={"backlog": backlog, "partitions": len(start)},
+            message=(f"{label} is committed by commitAsync, which only queues offsets and commits them "
+                     f"during the next batch: the last batch processed before the stop was never "
+                     f"committed and will be read again on restart (at most the {backlog:,} records "
+                     f"between the group's offsets and the log end; exactly the last batch's range)"),
+            fix=("make the output idempotent or store offsets with the output; for a clean stop let one "
+                 "more (empty) batch run after the last data so the queued commit drains")))
+    if backlog:
+        findings.append(backlog_finding(backlog, options))
+    return Verdict.of(apply_strict(findings, options), source="group", subject=group_id)
+
+
+def _group_new_partitions(start: PartitionOffsets, broker: BrokerState, deploy_topics: Iterable[str],
+                          policy: str, label: str) -> tuple[list[Finding], int]:
+    if not start:
+        return [], 0
+    out: list[Finding] = []
+    backlog = 0
+    for topic in deploy_topics:
+        info = broker.topics.get(topic)
+        if info is None:
+            if not any(tp.topic == topic for tp in start):
+                out.append(Finding("TOPIC_NOT_FOUND", WARN, topic=topic,
+                                   message=topic_not_found(topic, broker),
+                                   fix="check the topic name, or create the topic before deploying"))
+            continue
+        for p in range(info.partitions):
+            tp = TopicPartition(topic, p)
+            if tp in start:
+                continue
+            ls, le = broker.earliest.get(tp), broker.latest.get(tp)
+            if ls is None or le is None:
+                continue
+            nums: dict[str, Number] = {"checkpoint_offset": None, "log_start": ls, "log_end": le,
+                                       "records": le - ls}
+            if policy == "earliest":
+                backlog += le - ls
+                out.append(Finding("NEW_PARTITION", INFO, **place(tp), numbers={**nums, "backlog": le - ls},
+                                   message=(f"{label} has no committed offset for {tp}: auto.offset.reset="
+                                            f"earliest reads its {le - ls:,} records from {ls:,}"), fix=""))
+            else:
+                out.append(Finding(
+                    "NEW_PARTITION", WARN if le > ls else INFO, **place(tp),
+                    numbers={**nums, "records_skipped": le - ls},
+                    message=(f"{label} has no committed offset for {tp}: auto.offset.reset=latest skips its "
+                             f"{le - ls:,} records"),
+                    fix="commit a starting offset for it, or run with auto.offset.reset=earliest"))
+    return out, backlog
+
+
+def _no_group_offsets(label: str, broker: BrokerState, topics: Iterable[str], policy: str,
+                      options: DeployOptions) -> Finding:
+    total = sum(broker.latest.get(tp, 0) - broker.earliest.get(tp, 0)
+                for tp in broker.latest if tp.topic in set(topics))
+    skip = policy != "earliest"
+    return Finding(
+        "NO_GROUP_OFFSETS", WARN if skip and total and not options.expect_new_checkpoint else INFO,
+        numbers={"records_skipped" if skip else "records_to_read": total},
+        message=(f"{label} has no committed offsets for {', '.join(topics) or 'the topics'}: the job starts "
+                 f"from auto.offset.reset={policy} and " + (f"skips the {total:,} records now there" if skip
+                                                            else f"reads the {total:,} records now there")),
+        fix="" if not skip else "commit the intended starting offsets to the group before the first start")
