@@ -26,8 +26,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from airflow_kafka_spark.checkpoint.reader import read_checkpoint  # noqa: E402
+from airflow_kafka_spark.kafka.model import BrokerState, TopicInfo  # noqa: E402
 from airflow_kafka_spark.kafka.offsets import TopicPartition  # noqa: E402
-from airflow_kafka_spark.kafka.view import BrokerState, TopicInfo  # noqa: E402
 from airflow_kafka_spark.verdict.evaluate import evaluate  # noqa: E402
 from airflow_kafka_spark.verdict.options import DeployOptions  # noqa: E402
 from tests.support.checkpoint_factory import write_checkpoint  # noqa: E402

@@ -13,7 +13,7 @@ password and its extra *as one JSON string* only, so a lone ``sasl.password`` va
 prints in an error would reach the task log unmasked. :meth:`StreamingKafkaHook.kafka_config`
 therefore registers every secret value with Airflow's masker, and everything that is logged,
 returned to XCom or rendered must go through :func:`log_safe_config` / :func:`scrub_text` (the
-core's :func:`~airflow_kafka_spark.kafka.view.redact` / ``scrub``, so the CLI and the Airflow layer
+core's :func:`~airflow_kafka_spark.kafka.secrets.redact` / ``scrub``, so the CLI and the Airflow layer
 agree on what a secret is). Never return :meth:`kafka_config` from ``execute()``: that is XCom.
 """
 
@@ -27,7 +27,8 @@ from airflow.sdk.exceptions import AirflowNotFoundException
 from airflow.sdk.log import mask_secret
 
 from airflow_kafka_spark.errors import UserError
-from airflow_kafka_spark.kafka.view import KafkaView, bootstrap_servers_of, redact, scrub, secret_values
+from airflow_kafka_spark.kafka.secrets import bootstrap_servers_of, redact, scrub, secret_values
+from airflow_kafka_spark.kafka.view import KafkaView
 
 DEFAULT_KAFKA_CONN_ID = "kafka_default"
 

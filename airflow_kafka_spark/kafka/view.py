@@ -1,14 +1,15 @@
 """What Kafka says now, through confluent-kafka's AdminClient: a :class:`BrokerState`.
 
-Field names of :class:`TopicInfo` and :class:`BrokerState` are the contract used by verdict.py,
-lag.py, backup.py and the Airflow layer; extend, do not rename.
+The values it returns are in :mod:`~airflow_kafka_spark.kafka.model`; the transport (deadlines,
+one-line errors) is :mod:`~airflow_kafka_spark.kafka.client`, consumer groups
+:mod:`~airflow_kafka_spark.kafka.groups`, single records :mod:`~airflow_kafka_spark.kafka.records`.
 
 Design notes (why it looks the way it does):
 
 * ``config`` is the librdkafka dict of the Airflow Kafka connection, passed to the clients as is, so
   whatever the connection needs (SASL, SSL, OAuth callbacks) works here too. Because that dict holds
   secrets, nothing in this module puts a config value in a message or a log line without going
-  through :func:`redact` / :func:`scrub`.
+  through :func:`~airflow_kafka_spark.kafka.secrets.redact` / ``scrub``.
 * Every request carries a deadline. An unreachable cluster is the most common user error, and it
   must end as one :class:`UserError` line naming the servers within ``timeout`` seconds, not as a
   librdkafka stack of retries.
@@ -27,18 +28,13 @@ Design notes (why it looks the way it does):
 from __future__ import annotations
 
 import concurrent.futures
-import contextlib
 import dataclasses
 import logging
-import re
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterable
 from typing import Any
 
 from confluent_kafka import (
-    Consumer,
-    ConsumerGroupTopicPartitions,
     IsolationLevel,
     KafkaError,
     KafkaException,
@@ -46,240 +42,22 @@ from confluent_kafka import (
 )
 from confluent_kafka import TopicPartition as KTP
 from confluent_kafka.admin import (
-    AdminClient,
     ConfigResource,
     OffsetSpec,
     ResourceType,
 )
 
 from airflow_kafka_spark.errors import UserError
+from airflow_kafka_spark.kafka.client import RETRIABLE_CODES, ConfigValue, err_of, int_or_none
+from airflow_kafka_spark.kafka.groups import GroupOffsets
+from airflow_kafka_spark.kafka.model import BrokerState, TopicInfo
 from airflow_kafka_spark.kafka.offsets import PartitionOffsets, TopicPartition
+from airflow_kafka_spark.kafka.records import RecordProbe
 
 log = logging.getLogger(__name__)
 
-REDACTED = "***"
 
-# Key fragments that mark a secret in a librdkafka dict or in Spark source options (``kafka.``
-# prefixed). Over-redacting a harmless value costs a little diagnosability; leaking a password in
-# an Airflow task log costs a credential rotation, so the list errs on the wide side.
-_SECRET_KEY_PARTS = (
-    "password", "secret", "jaas", "sasl.oauthbearer", "token", "credential", "key.pem",
-    "private", "api.key", "apikey", "user.info", "auth.info",
-)
-_JAAS_PASSWORD = re.compile(r"""password\s*=\s*"([^"]*)"|password\s*=\s*'([^']*)'""", re.IGNORECASE)
-
-# librdkafka error codes that mean "could not talk to the cluster at all" rather than "the cluster
-# answered no". They become the single unreachable-cluster message.
-_CONNECTIVITY_CODES = {
-    KafkaError._TIMED_OUT, KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN,
-    KafkaError._RESOLVE, KafkaError._SSL, KafkaError._AUTHENTICATION, KafkaError._WAIT_COORD,
-}
-# Per-partition answers worth a retry within the deadline (fresh topic, leader election).
-_RETRIABLE_CODES = {
-    KafkaError.LEADER_NOT_AVAILABLE, KafkaError.NOT_LEADER_FOR_PARTITION,
-    KafkaError.REPLICA_NOT_AVAILABLE, KafkaError.UNKNOWN_LEADER_EPOCH,
-    KafkaError.FENCED_LEADER_EPOCH, KafkaError.OFFSET_NOT_AVAILABLE,
-    KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
-    KafkaError.COORDINATOR_NOT_AVAILABLE, KafkaError.REQUEST_TIMED_OUT,
-}
-_PROBE_GROUP_ID = "airflow-kafka-spark-probe"
-_FIX_CONNECTION = ("check bootstrap.servers in the Kafka connection, that the brokers are up and "
-                   "reachable from this host, and the security.protocol/SASL/SSL settings")
-
-
-# --------------------------------------------------------------------------------------------------
-# secrets
-# --------------------------------------------------------------------------------------------------
-
-def is_secret_key(key: str) -> bool:
-    """True for keys whose values must never be shown (``sasl.password``, ``kafka.sasl.jaas.config``...)."""
-    k = str(key).lower()
-    return any(part in k for part in _SECRET_KEY_PARTS)
-
-
-def redact(config: Mapping[str, Any] | None) -> dict[str, Any]:
-    """A copy of ``config`` that is safe to log, print or store: secret values become ``***``.
-
-    Callables (``oauth_cb``, ``error_cb``) are shown by name only; they are not data and may close
-    over credentials.
-    """
-    out: dict[str, Any] = {}
-    for key, value in (config or {}).items():
-        if callable(value) and not isinstance(value, str):
-            out[key] = f"<{getattr(value, '__name__', type(value).__name__)}>"
-        elif is_secret_key(key) and value not in (None, ""):
-            out[key] = REDACTED
-        else:
-            out[key] = value
-    return out
-
-
-def secret_values(config: Mapping[str, Any] | None) -> list[str]:
-    """Every secret string in ``config``, longest first (so a password inside a JAAS line is caught)."""
-    found: set[str] = set()
-    for key, value in (config or {}).items():
-        if not is_secret_key(key) or not isinstance(value, str | bytes) or not value:
-            continue
-        text = value.decode(errors="replace") if isinstance(value, bytes) else value
-        found.add(text)
-        for m in _JAAS_PASSWORD.finditer(text):
-            inner = m.group(1) or m.group(2)
-            if inner:
-                found.add(inner)
-    return sorted(found, key=len, reverse=True)
-
-
-def scrub(text: str, config: Mapping[str, Any] | None) -> str:
-    """``text`` with every secret value of ``config`` replaced by ``***`` (for third-party messages)."""
-    for secret in secret_values(config):
-        text = text.replace(secret, REDACTED)
-    return text
-
-
-def bootstrap_servers_of(config: Mapping[str, Any]) -> str:
-    return str(config.get("bootstrap.servers") or config.get("metadata.broker.list") or "")
-
-
-# --------------------------------------------------------------------------------------------------
-# results
-# --------------------------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class TopicInfo:
-    name: str
-    topic_id: str | None          # Kafka topic id (changes when a topic is deleted and recreated)
-    partitions: int
-    retention_ms: int | None      # -1 = infinite
-    retention_bytes: int | None   # -1 = infinite
-    cleanup_policy: str           # "delete", "compact", "compact,delete"; "unknown" without DESCRIBE_CONFIGS
-
-
-@dataclass(frozen=True)
-class BrokerState:
-    bootstrap_servers: str
-    cluster_id: str | None
-    topics: dict[str, TopicInfo]                 # only the topics asked for that exist
-    missing_topics: list[str]                    # asked for, but not in the cluster
-    earliest: PartitionOffsets                   # log-start offset per partition
-    latest: PartitionOffsets                     # log-end (high watermark) per partition
-    sampled_at_ms: int
-    resampled: list[TopicPartition] = field(default_factory=list)  # partitions re-read after a regression
-    # For each re-sampled partition, every latest offset read, first (regressed) sample first. Lets
-    # the verdict say "healed after 2 samples" (WARN) versus "regressed in all 4 samples" (BLOCK).
-    latest_samples: dict[TopicPartition, tuple[int, ...]] = field(default_factory=dict)
-
-    @property
-    def partitions(self) -> list[TopicPartition]:
-        """All partitions of the existing topics asked for, sorted."""
-        return sorted(TopicPartition(t.name, p) for t in self.topics.values() for p in range(t.partitions))
-
-    def still_regressed(self, reference: PartitionOffsets) -> list[TopicPartition]:
-        """Partitions whose (confirmed) latest offset is still below ``reference`` (e.g. a checkpoint's)."""
-        return sorted(tp for tp, ref in reference.items()
-                      if ref >= 0 and tp in self.latest and self.latest[tp] < ref)
-
-
-@dataclass(frozen=True)
-class GroupInfo:
-    """A consumer group as the coordinator sees it (S24: who else uses this group id)."""
-
-    group_id: str
-    state: str                    # "STABLE", "EMPTY", "DEAD" (= does not exist), ...
-    type: str                     # "CLASSIC" or "CONSUMER" (KIP-848)
-    members: list[str]            # "client_id@host" per live member
-
-    @property
-    def exists(self) -> bool:
-        return self.state not in ("DEAD", "UNKNOWN")
-
-
-# --------------------------------------------------------------------------------------------------
-# librdkafka plumbing
-# --------------------------------------------------------------------------------------------------
-
-class _RdkafkaLog:
-    """Receives librdkafka's log lines (``logger=`` of the clients) and keeps them quiet.
-
-    Without it librdkafka writes every refused connection to stderr, about ten lines a second for
-    an unreachable cluster; the user gets one :class:`UserError` line instead. Each distinct line is
-    logged once at INFO (if it was a warning or worse), repeats and chatter at DEBUG, secrets
-    scrubbed.
-    """
-
-    def __init__(self, config: Mapping[str, Any]) -> None:
-        self._config = config
-        self._seen: set[str] = set()
-        self._log = logging.getLogger(f"{__name__}.librdkafka")
-
-    def log(self, level: int, fmt: str, *args: Any) -> None:
-        try:
-            text = scrub(fmt % args if args else fmt, self._config)
-        except Exception:  # never let logging break a client callback
-            return
-        key = re.sub(r"\d+", "#", text)
-        loud = level >= logging.WARNING and "CONFWARN" not in text and key not in self._seen
-        if len(self._seen) < 1000:
-            self._seen.add(key)
-        self._log.log(logging.INFO if loud else logging.DEBUG, "%s", text)
-
-
-class _Errors:
-    """Collects client-level errors (``error_cb``): the reason to give when a request times out."""
-
-    def __init__(self, config: Mapping[str, Any], user_cb: Callable[[KafkaError], None] | None) -> None:
-        self._config = config
-        self._user_cb = user_cb
-        self.items: list[tuple[float, KafkaError]] = []
-
-    def __call__(self, err: KafkaError) -> None:
-        self.items.append((time.monotonic(), err))
-        del self.items[:-50]
-        if self._user_cb is not None:
-            self._user_cb(err)
-
-    def since(self, t0: float) -> list[KafkaError]:
-        return [e for t, e in self.items if t >= t0]
-
-    def reason(self, t0: float) -> str:
-        """The most telling error since ``t0``: a transport error beats "all brokers down"."""
-        errs = self.since(t0)
-        for wanted in (KafkaError._AUTHENTICATION, KafkaError._SSL, KafkaError._RESOLVE,
-                       KafkaError._TRANSPORT):
-            for e in reversed(errs):
-                if e.code() == wanted:
-                    return _clean(e.str(), self._config)
-        return _clean(errs[-1].str(), self._config) if errs else ""
-
-
-def _clean(text: str, config: Mapping[str, Any]) -> str:
-    """librdkafka text → one scrubbed line without the ``host:port/bootstrap:`` prefix noise."""
-    text = scrub(" ".join(str(text).split()), config)
-    return re.sub(r"^\S+/(bootstrap|\d+): ", "", text)
-
-
-@dataclass(frozen=True)
-class _Value:
-    value: str
-
-
-def _err_of(exc: BaseException) -> KafkaError | None:
-    if isinstance(exc, KafkaException) and exc.args and isinstance(exc.args[0], KafkaError):
-        return exc.args[0]
-    return None
-
-
-def _int_or_none(value: Any) -> int | None:
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        return None
-
-
-# --------------------------------------------------------------------------------------------------
-# the view
-# --------------------------------------------------------------------------------------------------
-
-class KafkaView:
+class KafkaView(GroupOffsets, RecordProbe):
     """Reads cluster metadata and offsets. ``config`` is a librdkafka dict (the Kafka provider's
     ``kafka`` connection extra), passed through unchanged, so SASL/SSL work.
 
@@ -287,38 +65,6 @@ class KafkaView:
     created lazily and reused; use the view as a context manager or call :meth:`close`. Consumers
     (only for reading single records) are created per call and always closed.
     """
-
-    def __init__(self, config: dict, *, timeout: float = 10.0) -> None:
-        if not isinstance(config, Mapping):
-            raise UserError("Kafka config must be a dict of librdkafka settings, "
-                            f"got {type(config).__name__}")
-        self.config: dict[str, Any] = dict(config)
-        self.timeout = float(timeout)
-        self.bootstrap_servers = bootstrap_servers_of(self.config)
-        if not self.bootstrap_servers:
-            raise UserError("Kafka config has no bootstrap.servers; set it in the Kafka connection extra, "
-                            "e.g. {\"bootstrap.servers\": \"broker1:9092\"}")
-        self._errors = _Errors(self.config, self.config.get("error_cb"))
-        self._logger = self.config.get("logger") or _RdkafkaLog(self.config)
-        self._admin: AdminClient | None = None
-
-    # -- lifecycle ---------------------------------------------------------------------------------
-
-    def __enter__(self) -> KafkaView:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def close(self) -> None:
-        """Drop the AdminClient (confluent-kafka has no explicit close; destruction frees it)."""
-        if self._admin is not None:
-            with contextlib.suppress(Exception):  # best effort: serve pending log lines
-                self._admin.poll(0)
-            self._admin = None
-
-    def __repr__(self) -> str:
-        return f"KafkaView({redact(self.config)!r}, timeout={self.timeout})"
 
     # -- public API --------------------------------------------------------------------------------
 
@@ -366,7 +112,7 @@ class KafkaView:
             try:
                 entries = self._result(fut, f"describe configs of topic {name}", deadline, raw=True)
             except KafkaException as exc:
-                err = _err_of(exc)
+                err = err_of(exc)
                 if err is not None and err.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
                     gone.add(name)
                     continue
@@ -375,14 +121,14 @@ class KafkaView:
                     # Retention only feeds warnings (headroom); offsets and identity still decide
                     # the verdict, so a principal without DESCRIBE_CONFIGS gets "unknown".
                     log.warning("no DESCRIBE_CONFIGS permission on topic %s: retention unknown", name)
-                    entries = {"cleanup.policy": _Value("unknown")}
+                    entries = {"cleanup.policy": ConfigValue("unknown")}
                 else:
                     raise self._user_error(exc, f"describe configs of topic {name}") from None
             topic_id, count = descriptions[name]
             infos[name] = TopicInfo(
                 name=name, topic_id=topic_id, partitions=count,
-                retention_ms=_int_or_none(getattr(entries.get("retention.ms"), "value", None)),
-                retention_bytes=_int_or_none(getattr(entries.get("retention.bytes"), "value", None)),
+                retention_ms=int_or_none(getattr(entries.get("retention.ms"), "value", None)),
+                retention_bytes=int_or_none(getattr(entries.get("retention.bytes"), "value", None)),
                 cleanup_policy=str(getattr(entries.get("cleanup.policy"), "value", None) or "delete"),
             )
         for name in gone:  # deleted between the describe and the offsets: report as missing
@@ -477,244 +223,6 @@ class KafkaView:
                                             exist=True))
         return found
 
-    def describe_group(self, group_id: str) -> GroupInfo:
-        """State and live members of a consumer group; a group that never existed is ``DEAD``."""
-        deadline = self._deadline()
-        futs = self._call(f"describe group {group_id}",
-                          lambda a, rt: a.describe_consumer_groups([group_id], request_timeout=rt), deadline)
-        desc = self._result(futs[group_id], f"describe consumer group {group_id}", deadline)
-        members = [f"{m.client_id}@{m.host}" for m in (desc.members or [])]
-        return GroupInfo(group_id=group_id, state=getattr(desc.state, "name", str(desc.state)),
-                         type=getattr(getattr(desc, "type", None), "name", "CLASSIC"), members=members)
-
-    def group_offsets(self, group_id: str, topics: Iterable[str] | None = None) -> PartitionOffsets:
-        """Committed offsets of a consumer group (the *next* offset to read, like a checkpoint's).
-
-        For DStream-style jobs that ``commitAsync`` (Structured Streaming never commits, S23).
-        Partitions without a committed offset are left out; an unknown group gives ``{}``.
-
-        The group is described first: librdkafka's admin client crashes the whole process (a
-        segfault, no exception) when an OffsetFetch is answered NOT_COORDINATOR —
-        ``rd_kafka_handle_OffsetFetch`` re-queries the coordinator through a consumer-group handle
-        that an admin client does not have (librdkafka #5040, seen here with 2.16 against a fresh
-        broker). A group that was never used is exactly when that answer comes (its coordinator is
-        still being set up). DescribeGroups does not have the bug, and a group that does not exist
-        has no offsets to fetch. A coordinator moving between brokers can still provoke it, which is
-        why the listener inside a Spark job never fetches offsets at all.
-        """
-        if not self.describe_group(group_id).exists:
-            return {}
-        wanted = set(topics) if topics is not None else None
-        deadline = self._deadline()
-        what = f"committed offsets of group {group_id}"
-        futs = self._call(what, lambda a, rt: a.list_consumer_group_offsets(
-            [ConsumerGroupTopicPartitions(group_id)], request_timeout=rt), deadline)
-        result = self._result(futs[group_id], what, deadline)
-        out: PartitionOffsets = {}
-        for ktp in result.topic_partitions or []:
-            if wanted is not None and ktp.topic not in wanted:
-                continue
-            if ktp.error is not None:
-                raise UserError(f"{what}: {ktp.topic}-{ktp.partition}: "
-                                f"{_clean(ktp.error.str(), self.config)}")
-            if ktp.offset >= 0:
-                out[TopicPartition(ktp.topic, ktp.partition)] = ktp.offset
-        return out
-
-    def commit_group_offsets(self, group_id: str, offsets: PartitionOffsets) -> None:
-        """Set a consumer group's committed offsets (e.g. a shadow group mirroring a checkpoint).
-
-        Refuses while the group has live members: Kafka would reject the commit anyway
-        (``UNKNOWN_MEMBER_ID``), and silently moving a running consumer's position is exactly the
-        kind of surprise this product exists to prevent.
-        """
-        if not offsets:
-            return
-        bad = {tp: o for tp, o in offsets.items() if o < 0}
-        if bad:
-            raise UserError(f"cannot commit negative offsets to group {group_id}: "
-                            + ", ".join(f"{tp}={o}" for tp, o in sorted(bad.items()))
-                            + "; resolve earliest/latest to real offsets first")
-        info = self.describe_group(group_id)
-        if info.members:
-            raise UserError(f"consumer group {group_id} has {len(info.members)} active member(s) "
-                            f"({', '.join(info.members[:3])}); stop those consumers before moving "
-                            "its offsets")
-        deadline = self._deadline()
-        what = f"commit offsets of group {group_id}"
-        request = [ConsumerGroupTopicPartitions(
-            group_id, [KTP(tp.topic, tp.partition, int(o)) for tp, o in sorted(offsets.items())])]
-        futs = self._call(what, lambda a, rt: a.alter_consumer_group_offsets(request, request_timeout=rt),
-                          deadline)
-        result = self._result(futs[group_id], what, deadline)
-        errors = [(k, k.error) for k in (result.topic_partitions or []) if k.error is not None]
-        if errors:
-            ktp, err = errors[0]
-            if err.code() in (KafkaError.UNKNOWN_MEMBER_ID, KafkaError.REBALANCE_IN_PROGRESS):
-                raise UserError(f"consumer group {group_id} became active while committing; stop its "
-                                "consumers and retry")
-            raise UserError(f"{what}: {ktp.topic}-{ktp.partition}: {_clean(err.str(), self.config)}"
-                            + (f" (and {len(errors) - 1} more partitions)" if len(errors) > 1 else ""))
-
-    def record_timestamp(self, tp: TopicPartition, offset: int) -> int | None:
-        """Timestamp (ms) of the record stored at exactly ``offset``; None if there is none.
-
-        None means: below log start, at/after log end, or a gap (transaction marker, compacted
-        away). The §1.3 identity heuristic needs the *physical* record, so this reads with
-        ``read_uncommitted`` and never commits.
-        """
-        found = self._first_at_or_after(TopicPartition(*tp), int(offset), exact=True)
-        return found[1] if found is not None and found[0] == offset else None
-
-    def first_record_at_or_after(self, tp: TopicPartition, offset: int) -> tuple[int, int | None] | None:
-        """``(offset, timestamp_ms)`` of the first readable record at or after ``offset``.
-
-        Offsets below the log start begin at the log start. None when nothing is readable up to the
-        log end (only markers left, or ``offset`` ≥ log end).
-        """
-        return self._first_at_or_after(TopicPartition(*tp), int(offset), exact=False)
-
-    def _first_at_or_after(self, tp: TopicPartition, offset: int, *, exact: bool
-                           ) -> tuple[int, int | None] | None:
-        bounds = self._bounds(tp)
-        if bounds is None:
-            return None
-        earliest, latest = bounds
-        if offset >= latest or (exact and offset < earliest):
-            return None
-        start = max(offset, earliest)
-        with self._probe() as read:
-            for off, ts in read(tp, start):
-                return off, ts
-        return None
-
-    def last_record_before(self, tp: TopicPartition, offset: int) -> tuple[int, int | None] | None:
-        """``(offset, timestamp_ms)`` of the last readable record with an offset below ``offset``.
-
-        This is "the record at C-1" made robust for S25: after a transaction the checkpoint's C is
-        one past a commit marker, so C-1 is not a record. Reads a window before ``offset`` that
-        grows (16, 128, 1024, ... records) until a record is found or the log start is reached.
-        """
-        tp = TopicPartition(*tp)
-        bounds = self._bounds(tp)
-        if bounds is None:
-            return None
-        earliest, latest = bounds
-        end = min(int(offset), latest)
-        if end <= earliest:
-            return None
-        window = 16
-        with self._probe() as read:
-            while True:
-                start = max(earliest, end - window)
-                best: tuple[int, int | None] | None = None
-                for off, ts in read(tp, start, stop=end):
-                    if off >= end:
-                        break
-                    best = (off, ts)
-                if best is not None:
-                    return best
-                if start <= earliest:
-                    return None
-                window *= 8
-
-    # -- internals: admin requests -----------------------------------------------------------------
-
-    def _deadline(self) -> float:
-        return time.monotonic() + self.timeout
-
-    def _admin_client(self) -> AdminClient:
-        if self._admin is None:
-            conf = dict(self.config)
-            conf["error_cb"] = self._errors
-            conf["logger"] = self._logger
-            self._admin = self._construct(AdminClient, conf, "Kafka admin client")
-        return self._admin
-
-    def _construct(self, cls: Any, conf: dict[str, Any], what: str) -> Any:
-        try:
-            return cls(conf)
-        except (KafkaException, ValueError, TypeError) as exc:
-            err = _err_of(exc)
-            text = err.str() if err is not None else str(exc)
-            raise UserError(f"invalid Kafka client configuration for {self.bootstrap_servers} ({what}): "
-                            f"{_clean(text, self.config)}; fix the Kafka connection extra") from None
-
-    def _call(self, what: str, submit: Callable[[AdminClient, float], Any], deadline: float) -> Any:
-        """Submit one admin request with the time left as librdkafka's ``request_timeout``."""
-        remaining = max(deadline - time.monotonic(), 0.2)
-        try:
-            return submit(self._admin_client(), remaining)
-        except KafkaException as exc:
-            raise self._user_error(exc, what) from None
-
-    def _wait(self, futures: Iterable[concurrent.futures.Future], deadline: float, what: str) -> None:
-        """Wait for futures while serving the client's callbacks (logs, errors).
-
-        librdkafka times requests out itself (``request_timeout``); the extra second here only
-        guards against a future that never resolves. Authentication failures end the wait at once:
-        retrying cannot fix a wrong password.
-        """
-        pending = set(futures)
-        t0 = deadline - self.timeout
-        while pending:
-            admin = self._admin
-            if admin is not None:
-                admin.poll(0)
-            for err in self._errors.since(t0):
-                if err.code() == KafkaError._AUTHENTICATION:
-                    raise self._auth_error(err, what)
-            remaining = deadline - time.monotonic()
-            if remaining < -1.0:
-                raise self._unreachable(what, t0)
-            _, pending = concurrent.futures.wait(pending, timeout=min(0.05, max(remaining + 1.0, 0.01)))
-        if self._admin is not None:
-            self._admin.poll(0)
-
-    def _result(self, fut: concurrent.futures.Future, what: str, deadline: float, *,
-                raw: bool = False) -> Any:
-        """The future's value; connectivity failures become the unreachable :class:`UserError`.
-
-        With ``raw`` other Kafka errors are re-raised as ``KafkaException`` for the caller to
-        interpret (e.g. unknown topic = missing, not failure).
-        """
-        self._wait([fut], deadline, what)
-        try:
-            return fut.result(0)
-        except KafkaException as exc:
-            err = _err_of(exc)
-            if err is not None and err.code() in _CONNECTIVITY_CODES:
-                raise self._user_error(exc, what) from None
-            if raw:
-                raise
-            raise self._user_error(exc, what) from None
-
-    def _user_error(self, exc: BaseException, what: str) -> UserError:
-        err = _err_of(exc)
-        t0 = time.monotonic() - self.timeout - 2
-        if err is not None and err.code() in _CONNECTIVITY_CODES:
-            if err.code() == KafkaError._AUTHENTICATION:
-                return self._auth_error(err, what)
-            return self._unreachable(what, t0, _clean(err.str(), self.config))
-        text = _clean(err.str() if err is not None else str(exc), self.config)
-        if err is not None and err.code() in (KafkaError.TOPIC_AUTHORIZATION_FAILED,
-                                              KafkaError.GROUP_AUTHORIZATION_FAILED,
-                                              KafkaError.CLUSTER_AUTHORIZATION_FAILED):
-            return UserError(f"Kafka at {self.bootstrap_servers} refused to {what}: {text}; grant the "
-                             "connection's principal DESCRIBE (and READ for groups) on the resource")
-        return UserError(f"Kafka at {self.bootstrap_servers} could not {what}: {text}")
-
-    def _auth_error(self, err: KafkaError, what: str) -> UserError:
-        """Fail fast: retrying cannot fix a wrong password or a SASL client on a plaintext listener."""
-        return UserError(f"Kafka at {self.bootstrap_servers} rejected the connection's authentication "
-                         f"({what}): {_clean(err.str(), self.config)}; check security.protocol, "
-                         "sasl.mechanism, sasl.username and the password in the Kafka connection")
-
-    def _unreachable(self, what: str, t0: float, fallback: str = "") -> UserError:
-        reason = self._errors.reason(t0) or fallback or "no answer"
-        return UserError(f"Kafka at {self.bootstrap_servers} is not reachable ({what} got no answer within "
-                         f"{self.timeout:g}s: {reason}); {_FIX_CONNECTION}")
-
     def _describe_topics(self, names: list[str], deadline: float, *,
                          before: concurrent.futures.Future | None = None
                          ) -> tuple[dict[str, tuple[str | None, int]], list[str]]:
@@ -739,7 +247,7 @@ class KafkaView:
             try:
                 desc = self._result(futs[name], f"describe topic {name}", deadline, raw=True)
             except KafkaException as exc:
-                err = _err_of(exc)
+                err = err_of(exc)
                 if err is not None and err.code() in (KafkaError.UNKNOWN_TOPIC_OR_PART,
                                                       KafkaError.UNKNOWN_TOPIC_ID):
                     missing.append(name)
@@ -776,13 +284,13 @@ class KafkaView:
             try:
                 out[tp] = self._result(fut, what, deadline, raw=True).offset
             except KafkaException as exc:
-                err = _err_of(exc)
+                err = err_of(exc)
                 code = err.code() if err is not None else None
                 if code in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError.UNKNOWN_TOPIC_ID):
                     gone.add(tp)
                 elif code in (KafkaError._NOENT, KafkaError._UNKNOWN_PARTITION):
                     (retry.append(tp) if exist else gone.add(tp))
-                elif code in _RETRIABLE_CODES:
+                elif code in RETRIABLE_CODES:
                     retry.append(tp)
                 else:
                     return out, retry, gone, exc
@@ -877,63 +385,3 @@ class KafkaView:
                 {tp: tuple(s) for tp, s in samples.items()})
 
     # -- internals: single-record probes -----------------------------------------------------------
-
-    @contextlib.contextmanager
-    def _probe(self) -> Iterator[Callable[[TopicPartition, int], Iterator[tuple[int, int | None]]]]:
-        """A throwaway consumer positioned by ``assign`` (no subscribe, no group join, no commits).
-
-        Yields ``read(tp, start, stop=None)``: an iterator over ``(offset, timestamp)`` from
-        ``start`` to the log end (``enable.partition.eof`` ends it without waiting) or to the record
-        at ``stop - 1``. The consumer is always closed.
-        """
-        conf = dict(self.config)
-        conf.setdefault("group.id", _PROBE_GROUP_ID)  # librdkafka requires one; nothing is committed
-        conf.update({
-            "enable.auto.commit": False, "enable.auto.offset.store": False,
-            "enable.partition.eof": True, "auto.offset.reset": "error",
-            "isolation.level": "read_uncommitted",
-            # At the log end a fetch parks for fetch.wait.max.ms (500 ms default) before EOF is
-            # reported; a probe wants the answer "nothing there" now.
-            "fetch.wait.max.ms": 20,
-            "error_cb": self._errors, "logger": self._logger,
-        })
-        consumer = self._construct(Consumer, conf, "Kafka consumer")
-        deadline = self._deadline()
-
-        def read(tp: TopicPartition, start: int, stop: int | None = None) -> Iterator[tuple[int, int | None]]:
-            consumer.assign([KTP(tp.topic, tp.partition, int(start))])
-            t0 = time.monotonic()
-            while True:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise self._unreachable(f"read {tp} at offset {start}", t0)
-                msg = consumer.poll(min(remaining, 0.5))
-                if msg is None:
-                    continue
-                err = msg.error()
-                if err is None:
-                    if msg.offset() < start:  # left over from a previous assignment
-                        continue
-                    kind, ts = msg.timestamp()
-                    yield msg.offset(), (ts if kind != 0 and ts >= 0 else None)
-                    if stop is not None and msg.offset() >= stop - 1:
-                        return
-                    continue
-                if err.code() == KafkaError._PARTITION_EOF:
-                    if msg.offset() is not None and msg.offset() < start:
-                        continue
-                    return
-                if err.code() in (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE):
-                    return
-                if err.fatal() or err.code() == KafkaError._AUTHENTICATION:
-                    raise UserError(f"Kafka at {self.bootstrap_servers} failed to read {tp}: "
-                                    f"{_clean(err.str(), self.config)}")
-                # transport hiccups: librdkafka retries, we keep waiting until the deadline
-
-        try:
-            yield read
-        finally:
-            try:
-                consumer.close()
-            except Exception as exc:  # closing must not hide the real result
-                log.debug("closing probe consumer: %s", scrub(str(exc), self.config))

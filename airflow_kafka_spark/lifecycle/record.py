@@ -38,7 +38,7 @@ from airflow_kafka_spark._util.lock import LockFile
 from airflow_kafka_spark._util.text import iso_seconds, now_ms
 from airflow_kafka_spark.errors import UserError
 from airflow_kafka_spark.kafka.offsets import PartitionOffsets, parse_offsets_json, to_offsets_json
-from airflow_kafka_spark.kafka.view import redact
+from airflow_kafka_spark.kafka.secrets import redact
 from airflow_kafka_spark.lifecycle.events import DriverKind, LifecycleEvent
 from airflow_kafka_spark.lifecycle.model import (
     RECORD_SUFFIX,

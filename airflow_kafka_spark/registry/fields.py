@@ -15,7 +15,7 @@ import re
 from typing import Any
 
 from airflow_kafka_spark._util.jsonfile import load_json
-from airflow_kafka_spark.kafka.view import is_secret_key
+from airflow_kafka_spark.kafka.secrets import is_secret_key
 from airflow_kafka_spark.registry.context import Context, kind, show
 from airflow_kafka_spark.registry.model import BackupRetention, HealthGate
 

@@ -54,7 +54,7 @@ from airflow_kafka_spark.watch.lag import FirstUnread, OffsetSample, OffsetTimeC
 
 if TYPE_CHECKING:
     from airflow_kafka_spark.checkpoint.reader import BatchOffsets
-    from airflow_kafka_spark.kafka.view import BrokerState, TopicInfo
+    from airflow_kafka_spark.kafka.model import BrokerState, TopicInfo
 
 TimeBasis = Literal["segment-max-ts", "first-unread-record", "interpolated", "nothing-unread", "already-lost"]
 SizeBasis = Literal["unread-bytes", "nothing-unread", "already-lost"]

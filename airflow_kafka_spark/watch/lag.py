@@ -36,7 +36,7 @@ from airflow_kafka_spark.kafka.offsets import EARLIEST, LATEST, PartitionOffsets
 
 if TYPE_CHECKING:  # only attribute access at run time: keeps this module free of I/O imports
     from airflow_kafka_spark.checkpoint.reader import BatchOffsets
-    from airflow_kafka_spark.kafka.view import BrokerState
+    from airflow_kafka_spark.kafka.model import BrokerState
 
 LagMethod = Literal["record-timestamp", "interpolated"]
 Basis = Literal["committed", "planned"]

@@ -38,8 +38,9 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from airflow_kafka_spark.checkpoint.reader import BatchOffsets, CheckpointState, read_checkpoint
 from airflow_kafka_spark.errors import UserError
+from airflow_kafka_spark.kafka.model import BrokerState
 from airflow_kafka_spark.kafka.offsets import PartitionOffsets, TopicPartition
-from airflow_kafka_spark.kafka.view import BrokerState, KafkaView
+from airflow_kafka_spark.kafka.view import KafkaView
 from airflow_kafka_spark.watch.headroom import CatchUpEstimate, JobHeadroom, compute_headroom, estimate_catch_up
 from airflow_kafka_spark.watch.lag import FirstUnread, JobLag, OffsetSample, compute_lag
 from airflow_kafka_spark.watch.status import JobStatus, Status, StatusThresholds, evaluate_status

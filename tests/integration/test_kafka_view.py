@@ -12,8 +12,10 @@ from confluent_kafka import Consumer
 from confluent_kafka import TopicPartition as KTP
 
 from airflow_kafka_spark.errors import UserError
+from airflow_kafka_spark.kafka.model import BrokerState
 from airflow_kafka_spark.kafka.offsets import TopicPartition
-from airflow_kafka_spark.kafka.view import BrokerState, KafkaView, redact, scrub
+from airflow_kafka_spark.kafka.secrets import redact, scrub
+from airflow_kafka_spark.kafka.view import KafkaView
 from devstack.broker import free_port
 from devstack.produce import produce
 from devstack.topics import add_partitions, create_topic, delete_records, delete_topic

@@ -17,8 +17,8 @@ import pytest
 
 from airflow_kafka_spark.checkpoint.reader import BatchOffsets
 from airflow_kafka_spark.errors import UserError
+from airflow_kafka_spark.kafka.model import BrokerState, TopicInfo
 from airflow_kafka_spark.kafka.offsets import TopicPartition
-from airflow_kafka_spark.kafka.view import BrokerState, TopicInfo
 from airflow_kafka_spark.watch.lag import compute_lag
 from airflow_kafka_spark.watch.status import (
     JobStatus,
