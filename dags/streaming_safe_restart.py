@@ -37,6 +37,7 @@ from pathlib import Path
 
 from airflow.sdk import DAG, Param, TriggerRule, chain
 
+from airflow_kafka_spark.names import BACKUP_ID_PATTERN
 from airflow_kafka_spark.operators.checkpoint import (
     BackupCheckpointOperator,
     ResetCheckpointOperator,
@@ -52,7 +53,6 @@ from airflow_kafka_spark.operators.safe_restart import (
     RESET,
     RESTORE,
     ROLLBACK,
-    SAFE_RESTART_MODES,
     STOP,
     SUBMIT,
     VALIDATE_AFTER,
@@ -64,15 +64,15 @@ from airflow_kafka_spark.operators.safe_restart import (
 from airflow_kafka_spark.operators.streaming import StopStreamingJobOperator, SubmitStreamingJobOperator
 from airflow_kafka_spark.registry.loader import default_registry_path, load_registry
 from airflow_kafka_spark.registry.model import NAME_PATTERN
+from airflow_kafka_spark.runtime.safe_restart import RestartMode
 from airflow_kafka_spark.sensors.health import StreamingHealthSensor
 
 DAG_ID = "streaming_safe_restart"
 # How often the health gate looks at the job. Seconds; the default suits production, tests and the
 # demo set a short one.
 HEALTH_POLL_S = float(os.environ.get("AKS_HEALTH_GATE_POLL_S", "15"))
-# The shape of a backup id (airflow_kafka_spark.ops.backup checks it again before any use): rejecting a
+# The shape of a backup id (airflow_kafka_spark.names, checked again before any use): rejecting a
 # malformed id in the form means no run is created for it.
-BACKUP_ID_PATTERN = r"^[0-9]{8}T[0-9]{9}Z-[A-Za-z0-9._-]{1,40}$"
 
 
 def _job_param() -> Param:
@@ -97,7 +97,7 @@ def _job_param() -> Param:
 
 PARAMS = {
     "job": _job_param(),
-    "mode": Param("auto", type="string", enum=list(SAFE_RESTART_MODES), title="Mode", values_display={
+    "mode": Param("auto", type="string", enum=[str(m) for m in RestartMode], title="Mode", values_display={
         "auto": "auto: reset (preserve) only if compatibility_version changed, else keep",
         "keep": "keep: restart on the existing checkpoint",
         "reset-preserve": "reset, continue where the last committed batch ended",

@@ -21,9 +21,11 @@ from airflow_kafka_spark.checkpoint.reader import read_checkpoint
 from airflow_kafka_spark.errors import UserError
 from airflow_kafka_spark.hooks.jobs import actor, fail, flag, kafka_config, optional_text
 from airflow_kafka_spark.kafka.offsets import to_offsets_json
+from airflow_kafka_spark.lifecycle.events import LifecycleEvent
 from airflow_kafka_spark.lifecycle.record import LifecycleRecord
+from airflow_kafka_spark.names import validate_backup_id
 from airflow_kafka_spark.operators._common import StreamingJobOperator
-from airflow_kafka_spark.ops.backup import backup_checkpoint, validate_backup_id
+from airflow_kafka_spark.ops.commands import backup_checkpoint
 from airflow_kafka_spark.registry.model import JobSpec
 from airflow_kafka_spark.runtime.submit import last_good_app
 from airflow_kafka_spark.verdict.findings import BLOCK
@@ -120,8 +122,8 @@ class ValidateCheckpointOperator(StreamingJobOperator):
             self.log.warning("BLOCK verdict overridden (%s): %s", ", ".join(codes), self.reason or "no reason given")
             if not dry_run:
                 rec = LifecycleRecord.load_or_create(spec.name, spec.checkpoint)
-                rec.add_event("verdict_overridden", actor=actor(context), codes=codes, headline=verdict.headline,
-                              reason=optional_text(self.reason))
+                rec.add_event(LifecycleEvent.VERDICT_OVERRIDDEN, actor=actor(context), codes=codes,
+                              headline=verdict.headline, reason=optional_text(self.reason))
                 rec.save()
         return result
 
@@ -187,7 +189,7 @@ class RestoreCheckpointOperator(StreamingJobOperator):
         self.seal_key_conn_id = seal_key_conn_id
 
     def run(self, context: Any) -> dict[str, Any]:
-        from airflow_kafka_spark.ops.restore import restore_checkpoint
+        from airflow_kafka_spark.ops.commands import restore_checkpoint
 
         backup_id = optional_text(self.backup_id)
         if backup_id is None:
@@ -202,9 +204,6 @@ class RestoreCheckpointOperator(StreamingJobOperator):
         self.log.info("job %s: %s", spec.name, result.plan.headline)
         self.log.info("%s", result.plan.render())
         return {"job": spec.name, **result.to_dict()}
-
-
-RESET_MODES = ("preserve", "earliest", "latest", "to-datetime", "shift-by", "to-offsets")
 
 
 class ResetCheckpointOperator(StreamingJobOperator):
@@ -237,13 +236,15 @@ class ResetCheckpointOperator(StreamingJobOperator):
 
     def run(self, context: Any) -> dict[str, Any]:
         from airflow_kafka_spark.kafka.offsets import parse_offsets_json
-        from airflow_kafka_spark.ops.reset import ResetRequest, parse_datetime, reset_checkpoint
+        from airflow_kafka_spark.ops.commands import reset_checkpoint
+        from airflow_kafka_spark.ops.modes import ResetMode
+        from airflow_kafka_spark.ops.reset_plan import ResetRequest, parse_datetime
 
         mode = optional_text(self.mode)
         if mode is None:
             raise AirflowSkipException("no reset in this run")
-        if mode not in RESET_MODES:
-            raise UserError(f"reset mode {mode!r} is not one of {', '.join(RESET_MODES)}")
+        if mode not in tuple(ResetMode):
+            raise UserError(f"reset mode {mode!r} is not one of {', '.join(ResetMode)}")
         _, spec = self.load()
         when = optional_text(self.to_datetime)
         shift = optional_text(self.shift_by)

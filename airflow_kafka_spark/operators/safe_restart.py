@@ -41,19 +41,18 @@ from airflow_kafka_spark.hooks.jobs import (
     run_holder,
     who,
 )
+from airflow_kafka_spark.lifecycle.events import LifecycleEvent
 from airflow_kafka_spark.lifecycle.model import RECORD_SUFFIX
 from airflow_kafka_spark.lifecycle.record import LifecycleRecord
 from airflow_kafka_spark.operators._common import StreamingJobOperator
 from airflow_kafka_spark.operators.checkpoint import position
 from airflow_kafka_spark.operators.streaming import driver_alive, stop_job, submit_job
-from airflow_kafka_spark.ops.backup import load_backup, validate_backup_id
+from airflow_kafka_spark.ops.backup.manifest import load_backup
+from airflow_kafka_spark.ops.commands import restore_checkpoint
 from airflow_kafka_spark.registry.model import JobSpec
+from airflow_kafka_spark.runtime import safe_restart
 from airflow_kafka_spark.runtime.submit import last_good_app
 
-SAFE_RESTART_MODES = ("auto", "keep", "reset-preserve", "reset-earliest", "reset-latest", "reset-to-datetime",
-                      "restore")
-RESET_MODE_OF = {"reset-preserve": "preserve", "reset-earliest": "earliest", "reset-latest": "latest",
-                 "reset-to-datetime": "to-datetime"}
 RUN_LEASE_SUFFIX = ".safe-restart" + RECORD_SUFFIX
 # Task ids of the DAG, shared by the DAG file and these operators.
 PLAN, VALIDATE_BEFORE, STOP, BACKUP, RESET, RESTORE, VALIDATE_AFTER, SUBMIT, HEALTH_GATE, ROLLBACK, FINISH = (
@@ -65,47 +64,9 @@ CHANGE_STEPS = (STOP, BACKUP, RESET, RESTORE, VALIDATE_AFTER, SUBMIT, HEALTH_GAT
 
 def decide(mode: str, *, registry_compat: str, recorded_compat: str | None, backup_id: str | None = None,
            when: str | None = None) -> dict[str, Any]:
-    """What a safe-restart ``mode`` means for this job now (pure: the rules, testable alone).
-
-    Returns ``action`` (keep | reset | restore), ``reset_mode``, ``restore_backup_id``,
-    ``to_datetime`` and ``why``, one line for the audit entry.
-    """
-    if mode not in SAFE_RESTART_MODES:
-        raise UserError(f"mode {mode!r} is not one of {', '.join(SAFE_RESTART_MODES)}")
-    out: dict[str, Any] = {"action": "keep", "reset_mode": None, "restore_backup_id": None, "to_datetime": None}
-    if mode == "auto":
-        if recorded_compat is None:
-            out["why"] = ("auto: no application of this job has passed a health gate yet, nothing to compare with: "
-                          "keep the checkpoint")
-        elif recorded_compat != registry_compat:
-            out.update(action="reset", reset_mode="preserve",
-                       why=(f"auto: compatibility_version changed from {recorded_compat!r} to {registry_compat!r} "
-                            "(checkpoint-breaking): reset with preserve, the new query continues where the old "
-                            "one committed"))
-        else:
-            out["why"] = f"auto: compatibility_version {registry_compat!r} unchanged: keep the checkpoint"
-    elif mode == "keep":
-        out["why"] = "keep: restart on the existing checkpoint"
-    elif mode == "restore":
-        if backup_id is None:
-            raise UserError("mode restore needs backup_id: the id of one of the job's backups (see the backup task "
-                            "of an earlier run, or `aks backups --job <job>`)")
-        out.update(action="restore", restore_backup_id=validate_backup_id(backup_id),
-                   why=f"restore: roll the checkpoint back to backup {backup_id}")
-    else:
-        reset_mode = RESET_MODE_OF[mode]
-        if reset_mode == "to-datetime":
-            if when is None:
-                raise UserError("mode reset-to-datetime needs datetime, e.g. 2026-01-31T12:00:00Z")
-            from airflow_kafka_spark.ops.reset import parse_datetime
-
-            parse_datetime(when)    # bad input fails here, before anything is touched
-            out["to_datetime"] = when
-        out.update(action="reset", reset_mode=reset_mode, why=f"{mode}: reset the checkpoint ({reset_mode})")
-    # A BLOCK verdict on the current checkpoint cannot stop a run that replaces that checkpoint:
-    # the reset plan and the restore judge their own result (and refuse data loss unless accepted).
-    out["tolerate_block"] = out["action"] in ("reset", "restore")
-    return out
+    """The plan's JSON for ``mode``: :func:`airflow_kafka_spark.runtime.safe_restart.decide` as XCom carries it."""
+    return safe_restart.decide(mode, registry_compat=registry_compat, recorded_compat=recorded_compat,
+                               backup_id=backup_id, when=when).to_dict()
 
 
 def run_lease_record(spec: JobSpec) -> LifecycleRecord:
@@ -115,8 +76,8 @@ def run_lease_record(spec: JobSpec) -> LifecycleRecord:
 
 
 def run_lease_ttl_s(spec: JobSpec) -> float:
-    """Long enough for a whole run: two stops, the health gate, and time for backups and Spark starts."""
-    return 2 * spec.stop_timeout_s + spec.health_gate.timeout_s + 1800.0
+    """Long enough for a whole run (see :func:`airflow_kafka_spark.runtime.safe_restart.run_lease_ttl_s`)."""
+    return safe_restart.run_lease_ttl_s(spec.stop_timeout_s, spec.health_gate.timeout_s)
 
 
 class SafeRestartPlanOperator(StreamingJobOperator):
@@ -143,10 +104,10 @@ class SafeRestartPlanOperator(StreamingJobOperator):
         record = LifecycleRecord.load(spec.checkpoint)
         good = last_good_app(record)
         recorded = (good or {}).get("compatibility_version") or (record.compatibility_version if record else None)
-        decision = decide(mode, registry_compat=spec.compatibility_version, recorded_compat=recorded,
-                          backup_id=optional_text(self.backup_id), when=optional_text(self.datetime))
+        decision = safe_restart.decide(mode, registry_compat=spec.compatibility_version, recorded_compat=recorded,
+                                       backup_id=optional_text(self.backup_id), when=optional_text(self.datetime))
         alive = driver_alive(spec, record)
-        plan = {"job": spec.name, "mode": mode, **decision, "dry_run": dry_run,
+        plan = {"job": spec.name, "mode": mode, **decision.to_dict(), "dry_run": dry_run,
                 "accept_data_loss": flag(self.accept_data_loss, name="accept_data_loss"),
                 "reason": optional_text(self.reason), "who": who(context), "run": run_holder(context),
                 "registry_compatibility_version": spec.compatibility_version,
@@ -154,7 +115,7 @@ class SafeRestartPlanOperator(StreamingJobOperator):
                 "driver_before": None if record is None or record.driver is None else
                 {"kind": record.driver.kind, "id": record.driver.id, "alive": alive},
                 "position_before": position(spec), "run_lease": None}
-        self.log.info("safe restart of %s by %s: %s%s", spec.name, plan["who"], decision["why"],
+        self.log.info("safe restart of %s by %s: %s%s", spec.name, plan["who"], decision.why,
                       " (dry run: nothing will be changed)" if dry_run else "")
         if not dry_run:
             lease_record = run_lease_record(spec)
@@ -212,18 +173,16 @@ class SafeRestartRollbackOperator(StreamingJobOperator):
             manifest = load_backup(spec.backup_root, spec.name, backup_id)
             now = position(spec)
             record = LifecycleRecord.load(spec.checkpoint)
-            unchanged = (now["query_id"] == manifest.query_id
-                         and now["last_committed_batch"] == manifest.last_committed_batch
-                         and now["last_planned_batch"] in (manifest.last_committed_batch, manifest.pending_batch)
-                         and not (record and record.next_starting_offsets))
+            unchanged = safe_restart.unchanged_since_backup(
+                now, query_id=manifest.query_id, last_committed_batch=manifest.last_committed_batch,
+                pending_batch=manifest.pending_batch,
+                next_starting_offsets=bool(record and record.next_starting_offsets))
             if unchanged:
                 out["notes"].append(f"checkpoint unchanged since backup {backup_id}: not restored")
             else:
-                from airflow_kafka_spark.ops.restore import restore_checkpoint
-
                 res = restore_checkpoint(spec.checkpoint, spec.backup_root, backup_id, kafka_config(spec),
-                                         job=spec.name, idempotent_sink=spec.sink == "idempotent",
-                                         sink_output=spec.output if spec.sink == "parquet" else None,
+                                         job=spec.name, idempotent_sink=spec.replay_is_idempotent,
+                                         sink_output=spec.sink_output,
                                          actor=actor(context))
                 out["restored_backup_id"] = backup_id
                 out["restore"] = {"records_to_replay": res.records_to_replay,
@@ -239,7 +198,7 @@ class SafeRestartRollbackOperator(StreamingJobOperator):
         else:
             out["resubmitted"] = submit_job(spec, context=context, log=self.log, previous=True)
         record = LifecycleRecord.load_or_create(spec.name, spec.checkpoint)
-        record.add_event("safe_restart_rolled_back", actor=actor(context), failed_steps=failed,
+        record.add_event(LifecycleEvent.SAFE_RESTART_ROLLED_BACK, actor=actor(context), failed_steps=failed,
                          restored_backup_id=out["restored_backup_id"],
                          resubmitted_driver=(out["resubmitted"] or {}).get("driver"), notes=out["notes"])
         record.save()
@@ -305,7 +264,7 @@ class SafeRestartFinishOperator(StreamingJobOperator):
             dry_run = plan.get("dry_run") if plan else flag(params.get("dry_run", False), name="dry_run")
             if not dry_run:    # a refused run is audited too: who tried, and why it was refused
                 record = LifecycleRecord.load_or_create(spec.name, spec.checkpoint)
-                record.add_event("safe_restart", actor=audit["who"], **{k: v for k, v in audit.items()
+                record.add_event(LifecycleEvent.SAFE_RESTART, actor=audit["who"], **{k: v for k, v in audit.items()
                                                                          if k not in ("task_states", "who")})
                 record.save()
             if plan and plan.get("run_lease"):

@@ -8,10 +8,11 @@ same checkpoint (S16): the record's *lease*, taken for the critical section of a
 concurrent submits cannot both pass, and the *liveness* of the recorded driver, checked by every
 submit, so a retry after the lease expired still refuses while the first driver runs.
 
-Every driver kind sits behind one interface: :class:`DriverKind` names it (the value is what the
-lifecycle record stores), :func:`control` gives its ``(is_alive, kill)`` as a :class:`DriverControl`
-— a local process by pid on this host, a cluster driver through its cluster manager (a YARN
-driver can be reached through :mod:`airflow_kafka_spark.runtime.yarn` the same way).
+Every driver kind sits behind one interface: a
+:class:`~airflow_kafka_spark.lifecycle.events.DriverKind` names it (the value is what the lifecycle
+record stores), :func:`control` gives its ``(is_alive, kill)`` as a :class:`DriverControl`: a local
+process by pid on this host, a cluster driver through its cluster manager (a YARN driver can be
+reached through :mod:`airflow_kafka_spark.runtime.yarn` the same way).
 
 Stopping writes the job's stop marker and waits for the driver to exit on its own; only after the
 timeout does it fall back to a kill, and then it reports ``STOPPED_MID_BATCH`` with the batch that
@@ -28,7 +29,6 @@ import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from enum import StrEnum
 from pathlib import Path
 
 import fsspec
@@ -36,18 +36,9 @@ import fsspec
 from airflow_kafka_spark._util.proc import pid_alive
 from airflow_kafka_spark.checkpoint.reader import read_checkpoint
 from airflow_kafka_spark.errors import UserError
+from airflow_kafka_spark.lifecycle.events import DriverKind
 from airflow_kafka_spark.lifecycle.model import DriverInfo
 from airflow_kafka_spark.runtime import submit
-
-
-class DriverKind(StrEnum):
-    """What ran a driver; the value is what the lifecycle record stores (``DriverInfo.kind``)."""
-
-    LOCAL = "local-pid"
-    YARN = "yarn"
-    K8S = "k8s"
-    STANDALONE = "standalone"
-
 
 LOCAL = DriverKind.LOCAL
 

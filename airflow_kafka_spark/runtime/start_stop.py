@@ -20,7 +20,8 @@ from typing import Any
 
 from airflow_kafka_spark.checkpoint.reader import read_checkpoint
 from airflow_kafka_spark.errors import UserError
-from airflow_kafka_spark.kafka.view import bootstrap_servers_of, scrub
+from airflow_kafka_spark.kafka.secrets import bootstrap_servers_of, scrub
+from airflow_kafka_spark.lifecycle.events import LifecycleEvent
 from airflow_kafka_spark.lifecycle.model import DriverInfo
 from airflow_kafka_spark.lifecycle.record import LifecycleRecord
 from airflow_kafka_spark.registry.model import JobSpec
@@ -165,7 +166,7 @@ def stop_job(spec: JobSpec, *, target: Callable[[], SparkTarget], actor: str, lo
         record = LifecycleRecord.load_or_create(spec.name, spec.checkpoint)
         if record.driver is not None and record.driver.id == drv.id:
             record.driver = None
-        record.add_event("driver_stopped", actor=actor, driver_kind=drv.kind, driver_id=drv.id,
+        record.add_event(LifecycleEvent.DRIVER_STOPPED, actor=actor, driver_kind=drv.kind, driver_id=drv.id,
                          outcome=result.outcome, graceful=result.graceful, killed=result.killed,
                          last_committed=result.last_committed, replay_batch=result.replay_batch)
         record.save()

@@ -58,7 +58,8 @@ from pathlib import Path
 from typing import Any
 
 from airflow_kafka_spark.errors import UserError
-from airflow_kafka_spark.kafka.view import is_secret_key, scrub
+from airflow_kafka_spark.kafka.secrets import is_secret_key, scrub
+from airflow_kafka_spark.lifecycle.events import LifecycleEvent
 from airflow_kafka_spark.lifecycle.model import DriverInfo
 from airflow_kafka_spark.lifecycle.record import LifecycleRecord
 from airflow_kafka_spark.registry.model import JobSpec
@@ -196,7 +197,7 @@ def record_submit(record: LifecycleRecord, *, app: Mapping[str, Any], driver: Dr
              "log_path": log_path, "starting_offsets_file": starting_offsets_file,
              "submitted_at_ms": int(time.time() * 1000), "actor": actor, "rollback": rollback}
     record.extra[SUBMITTED_KEY] = entry
-    record.add_event("driver_submitted", actor=actor, driver_kind=driver.kind, driver_id=driver.id,
+    record.add_event(LifecycleEvent.DRIVER_SUBMITTED, actor=actor, driver_kind=driver.kind, driver_id=driver.id,
                      application=app.get("application"), application_args=list(app.get("application_args") or []),
                      compatibility_version=app.get("compatibility_version"), master=master, detach=mode,
                      committed_before=committed_before, rollback=rollback)
@@ -212,7 +213,7 @@ def promote_submitted(record: LifecycleRecord, *, actor: str | None) -> dict[str
     good = {**app, "driver_id": (sub.get("driver") or {}).get("id"), "promoted_at_ms": int(time.time() * 1000)}
     record.extra[LAST_GOOD_KEY] = good
     record.compatibility_version = app.get("compatibility_version")
-    record.add_event("application_promoted", actor=actor, application=app.get("application"),
+    record.add_event(LifecycleEvent.APPLICATION_PROMOTED, actor=actor, application=app.get("application"),
                      application_args=list(app.get("application_args") or []),
                      compatibility_version=app.get("compatibility_version"))
     return good

@@ -41,17 +41,12 @@ from airflow_kafka_spark.hooks.jobs import (
     push_failure,
     run_reporting_failure,
 )
+from airflow_kafka_spark.lifecycle.events import DriverKind, LifecycleEvent
 from airflow_kafka_spark.lifecycle.record import LifecycleRecord
 from airflow_kafka_spark.registry.model import JobSpec
 from airflow_kafka_spark.runtime import submit
-from airflow_kafka_spark.triggers.health import (
-    FAILED,
-    HEALTHY,
-    HealthProbe,
-    StreamingHealthTrigger,
-    make_liveness,
-    probe_health,
-)
+from airflow_kafka_spark.runtime.health import FAILED, HEALTHY, HealthProbe, make_liveness, probe_health
+from airflow_kafka_spark.triggers.health import StreamingHealthTrigger
 
 
 class StreamingHealthSensor(BaseSensorOperator):
@@ -108,7 +103,7 @@ class StreamingHealthSensor(BaseSensorOperator):
             raise UserError(f"min_batches must be at least 1, got {min_batches}")
         self.timeout = float(self.gate_timeout_s or spec.health_gate.timeout_s)
         master = spark_binary = None
-        if sub["driver"]["kind"] != "local-pid":
+        if sub["driver"]["kind"] != DriverKind.LOCAL:
             master, spark_binary = cluster_endpoint(spec, sub)
         gate = {"checkpoint": spec.checkpoint, "topics": list(spec.topics), "kafka_conn_id": spec.kafka_conn_id,
                 "min_batches": min_batches, "baseline_batch": sub.get("committed_before"),
@@ -199,7 +194,7 @@ class StreamingHealthSensor(BaseSensorOperator):
             with contextlib.suppress(OSError):
                 os.unlink(submit.starting_offsets_path(spec))
         good = submit.promote_submitted(record, actor=actor(context)) if self.promote else None
-        record.add_event("health_gate_passed", actor=actor(context), new_batches=result.get("new_batches"),
+        record.add_event(LifecycleEvent.HEALTH_GATE_PASSED, actor=actor(context), new_batches=result.get("new_batches"),
                          last_committed=result.get("last_committed"), lag_records=result.get("lag_records"),
                          status=result.get("status"), idle=bool(result.get("idle")), promoted=bool(good))
         record.save()

@@ -14,6 +14,7 @@ from typing import Any
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_kafka_spark.errors import UserError
+from airflow_kafka_spark.runtime import submit
 from airflow_kafka_spark.runtime.health import FAILED, HEALTHY, WAITING, HealthProbe, make_liveness, probe_health
 
 
@@ -58,7 +59,6 @@ class StreamingHealthTrigger(BaseTrigger):
 
     def _probe(self, samples: list[list[Any]]) -> HealthProbe:
         from airflow_kafka_spark.hooks.streaming import StreamingKafkaHook
-        from airflow_kafka_spark.runtime import submit
 
         config_cache: dict[str, Any] = {}
 

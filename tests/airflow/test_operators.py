@@ -477,7 +477,7 @@ def test_kafka_options_for_the_job_never_carry_secrets():
 # --------------------------------------------------------------------------------------------------
 
 def test_health_probe_waits_passes_and_fails(env):
-    from airflow_kafka_spark.triggers.health import FAILED, HEALTHY, WAITING, probe_health
+    from airflow_kafka_spark.runtime.health import FAILED, HEALTHY, WAITING, probe_health
 
     ck = fake_checkpoint(env, "delta", batches=4, rpb=10)
     from airflow_kafka_spark.checkpoint.reader import read_checkpoint
@@ -503,7 +503,7 @@ def test_health_probe_passes_a_quiet_caught_up_job_as_idle_only_after_the_idle_w
     """Spark plans no batch on a quiet topic: once the driver has lived ``idle_pass_s`` with its position at
     the log end and no batch in flight, the gate passes as idle (and says the new code is unproven)."""
     from airflow_kafka_spark.checkpoint.reader import read_checkpoint
-    from airflow_kafka_spark.triggers.health import HEALTHY, WAITING, probe_health
+    from airflow_kafka_spark.runtime.health import HEALTHY, WAITING, probe_health
     from tests.support.kafka import end_offsets
 
     ck = fake_checkpoint(env, "idle-probe", batches=2, rpb=5)
