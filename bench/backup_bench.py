@@ -28,7 +28,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from airflow_kafka_spark._util.fs import open_location  # noqa: E402
-from airflow_kafka_spark.ops.backup import backup_checkpoint, materialize, verify_backup  # noqa: E402
+from airflow_kafka_spark.ops.backup.store import materialize, verify_backup  # noqa: E402
+from airflow_kafka_spark.ops.commands import backup_checkpoint  # noqa: E402
 
 
 def du(path: Path) -> tuple[int, int]:

@@ -17,6 +17,7 @@ from typing import Any
 
 from airflow_kafka_spark.cli import output as report
 from airflow_kafka_spark.errors import ExitCode
+from airflow_kafka_spark.ops.modes import ResetMode, SinkLogPolicy
 from airflow_kafka_spark.registry.model import SINK_CHOICES, Sink
 
 Register = Callable[[str, str, Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int]], None]
@@ -71,8 +72,8 @@ def _blocked(exc: Exception, args: argparse.Namespace, render: Callable[[dict], 
     """Print what blocked (plan/verdict) and the one error line; exit 3."""
     details = getattr(exc, "details", {}) or {}
     if args.json:
-        report.emit(report.dump_json({"error": str(exc), "exit_code": ExitCode.BLOCKED, "code": getattr(exc, "code", None),
-                                      **details}))
+        report.emit(report.dump_json({"error": str(exc), "exit_code": ExitCode.BLOCKED,
+                                      "code": getattr(exc, "code", None), **details}))
     elif render is not None and details:
         report.emit(render(details))
     report.emit(report.error_line(str(exc)), sys.stderr)
@@ -98,7 +99,8 @@ def _backup_arguments(p: argparse.ArgumentParser) -> None:
 
 def _backup(args: argparse.Namespace) -> int:
     from airflow_kafka_spark.errors import OperationBlocked
-    from airflow_kafka_spark.ops.backup import backup_checkpoint, parse_duration
+    from airflow_kafka_spark.ops.backup.prune import parse_duration
+    from airflow_kafka_spark.ops.commands import backup_checkpoint
 
     try:
         result = backup_checkpoint(
@@ -141,7 +143,10 @@ def _backups_arguments(p: argparse.ArgumentParser) -> None:
 
 def _backups(args: argparse.Namespace) -> int:
     from airflow_kafka_spark.errors import UserError
-    from airflow_kafka_spark.ops.backup import list_backups, parse_duration, prune_backups, verify_backup
+    from airflow_kafka_spark.ops.backup.manifest import list_backups
+    from airflow_kafka_spark.ops.backup.prune import parse_duration
+    from airflow_kafka_spark.ops.backup.store import verify_backup
+    from airflow_kafka_spark.ops.commands import prune_backups
 
     if not args.job:
         raise UserError("backups are listed per job: pass --job NAME")
@@ -226,8 +231,8 @@ def _render_plan_doc(doc: dict) -> str:
 
 def _restore(args: argparse.Namespace) -> int:
     from airflow_kafka_spark.errors import OperationBlocked, UserError
-    from airflow_kafka_spark.ops.backup import list_backups
-    from airflow_kafka_spark.ops.restore import restore_checkpoint
+    from airflow_kafka_spark.ops.backup.manifest import list_backups
+    from airflow_kafka_spark.ops.commands import restore_checkpoint
 
     config = _cli().kafka_config_from_args(args)
     key = _seal_key(args)
@@ -277,7 +282,7 @@ def _reset_arguments(p: argparse.ArgumentParser) -> None:
     _cli().add_kafka_arguments(p)
     m = p.add_argument_group("the new position")
     m.add_argument("--mode", required=True,
-                   choices=("preserve", "earliest", "latest", "to-datetime", "shift-by", "to-offsets"),
+                   choices=tuple(ResetMode),
                    help="preserve = carry the last committed offsets over (the safe default for a code change)")
     m.add_argument("--to-datetime", metavar="TIME", help="for to-datetime: ISO-8601 or epoch ms")
     m.add_argument("--shift-by", metavar="N", type=int, help="for shift-by: records (negative = read again)")
@@ -285,7 +290,7 @@ def _reset_arguments(p: argparse.ArgumentParser) -> None:
     m.add_argument("--topics", metavar="A,B", help="the new run's subscription (default: the checkpoint's topics)")
     s = p.add_argument_group("sink and safety")
     s.add_argument("--sink-output", metavar="PATH", help="the job's output path, to check a file sink's log (S20)")
-    s.add_argument("--sink-log", choices=("refuse", "move-aside"), default="refuse",
+    s.add_argument("--sink-log", choices=tuple(SinkLogPolicy), default=SinkLogPolicy.REFUSE.value,
                    help="what to do with a file sink's _spark_metadata (default: refuse)")
     s.add_argument("--accept-data-loss", action="store_true", help="allow a plan that skips records (audited)")
     s.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
@@ -300,7 +305,8 @@ def _reset(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from airflow_kafka_spark.errors import OperationBlocked
-    from airflow_kafka_spark.ops.reset import ResetRequest, parse_datetime, parse_to_offsets, reset_checkpoint
+    from airflow_kafka_spark.ops.commands import reset_checkpoint
+    from airflow_kafka_spark.ops.reset_plan import ResetRequest, parse_datetime, parse_to_offsets
 
     config = _cli().kafka_config_from_args(args)
     if args.seal_key_file:

@@ -21,10 +21,11 @@ Order of work, and why:
    ignores startingOffsets, and leaving it would mislead the next validation.
 
 Only one restore or reset runs per location (``<checkpoint>.operation.lock``, taken by
-``ops.commands.restore_checkpoint``; a second one is refused at once, never queued), and re-running a restore whose backup is already in place (the
-lifecycle record's last restore names it and the checkpoint holds exactly its files) is a no-op
-that says so. The staged copy is checked against the manifest just before the commit point, and
-roll-forward refuses to record a restore whose staged copy vanished.
+``ops.commands.restore_checkpoint``; a second one is refused at once, never queued), and
+re-running a restore whose backup is already in place (the lifecycle record's last restore names
+it and the checkpoint holds exactly its files) is a no-op that says so. The staged copy is checked
+against the manifest just before the commit point, and roll-forward refuses to record a restore
+whose staged copy vanished.
 """
 
 from __future__ import annotations

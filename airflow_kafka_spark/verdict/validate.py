@@ -22,14 +22,17 @@ from typing import Any
 
 from airflow_kafka_spark.checkpoint.reader import CheckpointState, read_checkpoint
 from airflow_kafka_spark.errors import UserError
+from airflow_kafka_spark.kafka.model import BrokerState
 from airflow_kafka_spark.kafka.offsets import TopicPartition
-from airflow_kafka_spark.kafka.view import BrokerState, KafkaView
-from airflow_kafka_spark.lifecycle.record import LifecycleRecord, record_location
-from airflow_kafka_spark.ops.journal import interrupted_finding
+from airflow_kafka_spark.kafka.view import KafkaView
+from airflow_kafka_spark.lifecycle.model import record_location
+from airflow_kafka_spark.lifecycle.record import LifecycleRecord
+from airflow_kafka_spark.names import default_job_name, validate_job_name
 from airflow_kafka_spark.verdict.alignment import RecordProbe
 from airflow_kafka_spark.verdict.evaluate import evaluate, identity_probes, subscribed_topics
 from airflow_kafka_spark.verdict.findings import BLOCK, INFO, Finding, Verdict
 from airflow_kafka_spark.verdict.group import evaluate_group
+from airflow_kafka_spark.verdict.interrupted import interrupted_finding
 from airflow_kafka_spark.verdict.options import DeployOptions
 from airflow_kafka_spark.verdict.position import resume_offsets
 
@@ -55,8 +58,6 @@ def validate(checkpoint_location: str | None = None, group_id: str | None = None
         raise UserError("no Kafka configuration: give at least bootstrap.servers")
     options = options or DeployOptions()
     if job_name is not None:
-        from airflow_kafka_spark.ops.backup import validate_job_name
-
         validate_job_name(job_name)   # the one job-name rule: "../../etc" never reaches the record
     own_view = view is None
     kafka = view or KafkaView(dict(kafka_config or {}), timeout=timeout)
@@ -180,6 +181,4 @@ def _record_place(location: str) -> str | None:
 
 def _default_job_name(location: str) -> str:
     """A job name for a record created by validation alone: the checkpoint folder's name."""
-    from airflow_kafka_spark.ops.backup import default_job_name
-
-    return default_job_name(location, None)   # cleaned to the one job-name rule
+    return default_job_name(location)   # cleaned to the one job-name rule

@@ -190,7 +190,7 @@ def _checkpoint_verdict(spec: JobSpec, view: KafkaView, storage_options: dict | 
 
 
 def _backup_info(spec: JobSpec, now_ms: int, storage_options: dict | None) -> dict[str, Any]:
-    from airflow_kafka_spark.ops.backup import list_backups
+    from airflow_kafka_spark.ops.backup.manifest import list_backups
 
     catalog = list_backups(spec.backup_root, spec.name, storage_options=storage_options)
     newest = catalog.newest

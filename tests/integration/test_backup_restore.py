@@ -22,9 +22,10 @@ from airflow_kafka_spark.checkpoint.reader import read_checkpoint
 from airflow_kafka_spark.errors import OperationBlocked, UserError
 from airflow_kafka_spark.kafka.offsets import TopicPartition, parse_offsets_json
 from airflow_kafka_spark.lifecycle.record import LifecycleRecord
-from airflow_kafka_spark.ops.backup import backup_checkpoint, list_backups, verify_backup
-from airflow_kafka_spark.ops.reset import ResetRequest, reset_checkpoint
-from airflow_kafka_spark.ops.restore import restore_checkpoint
+from airflow_kafka_spark.ops.backup.manifest import list_backups
+from airflow_kafka_spark.ops.backup.store import verify_backup
+from airflow_kafka_spark.ops.commands import backup_checkpoint, reset_checkpoint, restore_checkpoint
+from airflow_kafka_spark.ops.reset_plan import ResetRequest
 from devstack import oracle, topics
 from devstack.produce import produce
 from tests.support import spark_session

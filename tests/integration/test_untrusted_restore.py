@@ -24,8 +24,7 @@ import pytest
 from airflow_kafka_spark._util import faults
 from airflow_kafka_spark.errors import UserError
 from airflow_kafka_spark.lifecycle.record import LifecycleRecord
-from airflow_kafka_spark.ops.backup import backup_checkpoint
-from airflow_kafka_spark.ops.restore import restore_checkpoint
+from airflow_kafka_spark.ops.commands import backup_checkpoint, restore_checkpoint
 from devstack import topics
 from devstack.produce import produce
 from tests.support.checkpoint_factory import commit_file, offsets_file, write_checkpoint

@@ -23,16 +23,10 @@ import pytest
 from airflow_kafka_spark.errors import OperationBlocked, UserError
 from airflow_kafka_spark.kafka.offsets import TopicPartition
 from airflow_kafka_spark.lifecycle.record import LifecycleRecord
-from airflow_kafka_spark.ops.backup import (
-    Manifest,
-    backup_checkpoint,
-    list_backups,
-    load_backup,
-    prune_backups,
-    select_files,
-    state_chain_problems,
-    verify_backup,
-)
+from airflow_kafka_spark.ops.backup.manifest import Manifest, list_backups, load_backup
+from airflow_kafka_spark.ops.backup.selection import select_files, state_chain_problems
+from airflow_kafka_spark.ops.backup.store import verify_backup
+from airflow_kafka_spark.ops.commands import backup_checkpoint, prune_backups
 from tests.support.checkpoint_factory import commit_file, offsets_file, write_checkpoint
 
 JOB = "orders"
@@ -390,7 +384,7 @@ def test_backup_to_an_object_store_and_back(ck, tmp_path):
     import fsspec
 
     from airflow_kafka_spark._util.fs import move_dir, open_location
-    from airflow_kafka_spark.ops.backup import materialize
+    from airflow_kafka_spark.ops.backup.store import materialize
 
     root = "memory://aks-bench/backups"
     try:
@@ -416,8 +410,9 @@ def test_backup_to_an_object_store_and_back(ck, tmp_path):
 
 def test_one_operation_at_a_time_per_checkpoint(ck, tmp_path):
     from airflow_kafka_spark._util.fs import open_location
-    from airflow_kafka_spark.ops.journal import operation_lock
-    from airflow_kafka_spark.ops.reset import ResetRequest, reset_checkpoint
+    from airflow_kafka_spark.ops.commands import reset_checkpoint
+    from airflow_kafka_spark.ops.guards import operation_lock
+    from airflow_kafka_spark.ops.reset_plan import ResetRequest
 
     with operation_lock(open_location(ck.location)), pytest.raises(UserError, match="is locked by pid"):
         reset_checkpoint(ck.location, str(tmp_path / "b"), {"bootstrap.servers": "127.0.0.1:1"},
@@ -427,7 +422,7 @@ def test_one_operation_at_a_time_per_checkpoint(ck, tmp_path):
 
 def test_backup_refuses_over_an_interrupted_operation(ck, tmp_path):
     from airflow_kafka_spark._util.fs import open_location
-    from airflow_kafka_spark.ops.journal import Journal
+    from airflow_kafka_spark.lifecycle.journal import Journal
 
     Journal.begin(open_location(ck.location), "reset", "op-1", {"aside": "x"})
     with pytest.raises(OperationBlocked, match="interrupted reset"):
@@ -435,8 +430,8 @@ def test_backup_refuses_over_an_interrupted_operation(ck, tmp_path):
 
 
 def test_reset_and_restore_refuse_a_running_job_before_touching_anything(ck, tmp_path):
-    from airflow_kafka_spark.ops.reset import ResetRequest, reset_checkpoint
-    from airflow_kafka_spark.ops.restore import restore_checkpoint
+    from airflow_kafka_spark.ops.commands import reset_checkpoint, restore_checkpoint
+    from airflow_kafka_spark.ops.reset_plan import ResetRequest
 
     root = str(tmp_path / "b")
     backup_id = backup_checkpoint(ck.location, root, job=JOB, settle_s=0).backup_id

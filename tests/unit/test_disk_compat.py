@@ -17,9 +17,13 @@ from pathlib import Path
 import pytest
 
 from airflow_kafka_spark._util.fs import open_location
+from airflow_kafka_spark.lifecycle.journal import Journal
 from airflow_kafka_spark.lifecycle.record import LifecycleRecord
-from airflow_kafka_spark.ops.backup import list_backups, load_backup, materialize, prune_backups, verify_backup
-from airflow_kafka_spark.ops.journal import Journal, finish_interrupted, interrupted_finding
+from airflow_kafka_spark.ops.backup.manifest import list_backups, load_backup
+from airflow_kafka_spark.ops.backup.store import materialize, verify_backup
+from airflow_kafka_spark.ops.commands import prune_backups
+from airflow_kafka_spark.ops.recover import finish_interrupted
+from airflow_kafka_spark.verdict.interrupted import interrupted_finding
 
 DATA = Path(__file__).parent / "data" / "compat"
 JOB = "orders"

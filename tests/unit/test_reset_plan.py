@@ -8,7 +8,13 @@ import pytest
 
 from airflow_kafka_spark.errors import ExitCode, UserError
 from airflow_kafka_spark.kafka.offsets import TopicPartition, parse_offsets_json
-from airflow_kafka_spark.ops.reset import ResetRequest, SinkInfo, build_reset_plan, parse_datetime, parse_to_offsets
+from airflow_kafka_spark.ops.reset_plan import (
+    ResetRequest,
+    SinkInfo,
+    build_reset_plan,
+    parse_datetime,
+    parse_to_offsets,
+)
 from tests.support.verdict_states import broker, checkpoint, record
 
 T = "orders"

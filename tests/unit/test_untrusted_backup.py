@@ -23,14 +23,9 @@ from airflow_kafka_spark._util.fs import open_location, read_bytes
 from airflow_kafka_spark._util.paths import check_relative, safe_child
 from airflow_kafka_spark.errors import UserError
 from airflow_kafka_spark.ops import seal
-from airflow_kafka_spark.ops.backup import (
-    FileEntry,
-    Manifest,
-    backup_checkpoint,
-    list_backups,
-    materialize,
-    prune_backups,
-)
+from airflow_kafka_spark.ops.backup.manifest import FileEntry, Manifest, list_backups
+from airflow_kafka_spark.ops.backup.store import materialize
+from airflow_kafka_spark.ops.commands import backup_checkpoint, prune_backups
 from tests.support.checkpoint_factory import write_checkpoint
 
 JOB = "orders"
@@ -191,7 +186,7 @@ def test_keyed_seal_refuses_resealed_and_unkeyed_manifests(tmp_path):
     assert catalog.backups == [] and len(catalog.invalid) == 2
     # pruning with a key never collects the blobs of a still-kept unkeyed backup
     prune_backups(str(root), JOB, keep_last=5, seal_key=key.read_bytes())
-    from airflow_kafka_spark.ops.backup import verify_backup
+    from airflow_kafka_spark.ops.backup.store import verify_backup
     assert verify_backup(str(root), JOB, unkeyed.backup_id).backup_id == unkeyed.backup_id
 
 
@@ -335,7 +330,7 @@ def test_stale_staging_cleanup_never_touches_a_neighbours_folder(tmp_path):
 
 @pytest.mark.parametrize("key", ["staging", "aside"])
 def test_a_restore_journal_naming_a_foreign_folder_moves_nothing(tmp_path, key):
-    from airflow_kafka_spark.ops.journal import Journal, journal_location
+    from airflow_kafka_spark.lifecycle.journal import Journal, journal_location
     from airflow_kafka_spark.ops.restore import roll_forward
 
     ck = write_checkpoint(tmp_path / "ck", batches=2)

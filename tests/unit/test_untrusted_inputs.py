@@ -21,16 +21,15 @@ from airflow_kafka_spark._util.fs import open_location, refuse_chained_url
 from airflow_kafka_spark._util.jsonfile import UntrustedJSONError, load_json
 from airflow_kafka_spark.checkpoint.reader import read_checkpoint
 from airflow_kafka_spark.errors import OperationBlocked, UserError
+from airflow_kafka_spark.lifecycle.journal import Journal
 from airflow_kafka_spark.lifecycle.record import LifecycleRecord
-from airflow_kafka_spark.ops.backup import (
-    backup_checkpoint,
-    list_backups,
-    validate_backup_id,
-    validate_job_name,
-)
-from airflow_kafka_spark.ops.journal import Journal, finish_interrupted, interrupted_finding
+from airflow_kafka_spark.names import validate_backup_id, validate_job_name
+from airflow_kafka_spark.ops.backup.manifest import list_backups
+from airflow_kafka_spark.ops.commands import backup_checkpoint
+from airflow_kafka_spark.ops.recover import finish_interrupted
 from airflow_kafka_spark.verdict.evaluate import evaluate
 from airflow_kafka_spark.verdict.findings import BLOCK, PASS
+from airflow_kafka_spark.verdict.interrupted import interrupted_finding
 from airflow_kafka_spark.verdict.options import DeployOptions
 from tests.support import verdict_states as vs
 from tests.support.checkpoint_factory import commit_file, offsets_file, write_checkpoint
@@ -259,7 +258,7 @@ def test_journal_guard_is_cheap_on_large_state(tmp_path):
     """The guard lists offsets/ and commits/ only: it never walks state/."""
     ck = write_checkpoint(tmp_path / "ck", batches=3, state=True)
     marks = open_location(ck.location)
-    from airflow_kafka_spark.ops.journal import checkpoint_marks
+    from airflow_kafka_spark.lifecycle.journal import checkpoint_marks
 
     got = checkpoint_marks(marks)
     assert got["offsets"] == 2 and got["commits"] == 2 and got["metadata_sha256"]

@@ -1,0 +1,346 @@
+"""A backup's manifest and the catalog of published manifests: the on-disk format of a backup root.
+
+Layout under a backup root (any fsspec URL)::
+
+    <root>/<job>/blobs/<aa>/<sha256>       file bodies, named by their content (shared by all backups)
+    <root>/<job>/backups/<backup_id>.json  published manifests: the catalog; nothing else is trusted
+    <root>/<job>/staging/<backup_id>.json  manifests being verified (never listed, collected later)
+    <root>/<job>/.lock                     held by backup and prune, so GC never races a backup
+
+The manifest lists every file with size and sha256, the query id, the last committed batch and
+its offsets, Spark version and Kafka cluster id, reason and creation time; ``digest`` (sha256 over
+the canonical body) seals it, ``hmac`` too when a seal key is configured (``ops.seal``). Any file
+that does not parse, does not match its seal, or names an unsafe path is never used.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import posixpath
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from airflow_kafka_spark._util.fs import Location, info_or_none, list_files, open_location, read_bytes
+from airflow_kafka_spark._util.jsonfile import MANIFEST_MAX_BYTES, load_json
+from airflow_kafka_spark._util.paths import check_relative
+from airflow_kafka_spark._util.text import iso_millis
+from airflow_kafka_spark.errors import UserError
+from airflow_kafka_spark.kafka.offsets import PartitionOffsets, parse_offsets_json, to_offsets_json
+from airflow_kafka_spark.names import is_backup_id, is_job_name, validate_backup_id, validate_job_name
+from airflow_kafka_spark.ops import seal
+
+FORMAT_VERSION = 1
+KIND = "airflow-kafka-spark checkpoint backup"
+BLOBS_DIR = "blobs"
+BACKUPS_DIR = "backups"
+STAGING_DIR = "staging"
+TMP_DIR = ".tmp"
+LOCK_NAME = ".lock"
+
+
+@dataclass(frozen=True)
+class FileEntry:
+    """One checkpoint file in a backup: its path relative to the checkpoint, size and content hash."""
+
+    path: str
+    size: int
+    sha256: str
+    mtime: float | None = None   # of the source file; lets the next backup skip re-hashing it
+    ctime: float | None = None   # local disks: inode change time, which no one can set back (see _reusable)
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"path": self.path, "size": self.size, "sha256": self.sha256}
+        if self.mtime is not None:
+            d["mtime"] = self.mtime
+        if self.ctime is not None:
+            d["ctime"] = self.ctime
+        return d
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """What a backup holds and where it came from. ``digest`` seals everything else."""
+
+    backup_id: str
+    job: str
+    created_at_ms: int
+    reason: str
+    checkpoint_location: str
+    query_id: str | None
+    last_committed_batch: int | None
+    committed_offsets: PartitionOffsets | None
+    pending_batch: int | None
+    pending_offsets: PartitionOffsets | None
+    initial_offsets: PartitionOffsets | None
+    spark_version: str | None
+    kafka_cluster_id: str | None
+    topics: dict[str, dict[str, Any]]
+    forced: bool
+    running: bool
+    state: dict[str, Any]
+    problems: list[str]
+    files: tuple[FileEntry, ...]
+    stats: dict[str, Any] = field(default_factory=dict)
+    digest: str = ""
+    hmac: str = ""               # keyed seal (seal.py), empty when written without a key
+
+    @property
+    def created_at(self) -> str:
+        return iso_millis(self.created_at_ms)
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(f.size for f in self.files)
+
+    def body(self) -> dict[str, Any]:
+        return {
+            "format": FORMAT_VERSION, "kind": KIND, "backup_id": self.backup_id, "job": self.job,
+            "created_at": self.created_at, "created_at_ms": self.created_at_ms, "reason": self.reason,
+            "checkpoint_location": self.checkpoint_location, "query_id": self.query_id,
+            "last_committed_batch": self.last_committed_batch,
+            "committed_offsets": _offsets_doc(self.committed_offsets),
+            "pending_batch": self.pending_batch, "pending_offsets": _offsets_doc(self.pending_offsets),
+            "initial_offsets": _offsets_doc(self.initial_offsets),
+            "spark_version": self.spark_version, "kafka_cluster_id": self.kafka_cluster_id,
+            "topics": self.topics, "forced": self.forced, "running": self.running,
+            "state": self.state, "problems": list(self.problems),
+            "totals": {"files": len(self.files), "bytes": self.total_bytes},
+            "stats": self.stats,
+            "files": [f.to_dict() for f in self.files],
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**self.body(), "digest": self.digest, **({"hmac": self.hmac} if self.hmac else {})}
+
+    def summary(self) -> dict[str, Any]:
+        """The catalog line: everything but the file list."""
+        d = self.to_dict()
+        d.pop("files")
+        d.pop("hmac", None)
+        return d
+
+    def sealed(self, seal_key: bytes | None = None) -> Manifest:
+        """Both seals: the sha256 digest always, the HMAC when a key is given."""
+        body = self.body()
+        return replace(self, digest=_digest(body), hmac=seal.keyed(body, seal_key) if seal_key else "")
+
+    def to_json(self) -> bytes:
+        return (json.dumps(self.to_dict(), indent=1, sort_keys=False) + "\n").encode()
+
+    @classmethod
+    def from_json(cls, raw: bytes, *, where: str, seal_key: bytes | None = None) -> Manifest:
+        """Parse and check the seal(s) and every path; any problem is a one-line :class:`UserError`.
+
+        Every file path must pass :func:`check_relative` (no ``..``, absolute path, ``::``,
+        control character...) before anything uses it; with ``seal_key`` a valid HMAC is required.
+        """
+        try:
+            doc = load_json(raw, what="it", max_bytes=MANIFEST_MAX_BYTES)
+        except ValueError as exc:
+            raise _tampered(where, str(exc)) from None
+        if not isinstance(doc, dict) or doc.get("kind") != KIND:
+            raise _tampered(where, "not an airflow-kafka-spark backup manifest")
+        fmt = doc.get("format")
+        if isinstance(fmt, int) and fmt > FORMAT_VERSION:
+            raise UserError(f"backup manifest {where} has format {fmt}, newer than this airflow-kafka-spark "
+                            f"understands ({FORMAT_VERSION}); upgrade airflow-kafka-spark on this host")
+        digest = doc.pop("digest", None)
+        keyed = doc.pop("hmac", None)
+        try:
+            files = tuple(FileEntry(path=_s(f["path"]), size=_i(f["size"]), sha256=_sha(f["sha256"]),
+                                    mtime=_num(f.get("mtime")), ctime=_num(f.get("ctime"))) for f in doc["files"])
+            m = cls(
+                backup_id=_s(doc["backup_id"]), job=_s(doc["job"]), created_at_ms=_i(doc["created_at_ms"]),
+                reason=str(doc.get("reason") or ""), checkpoint_location=_s(doc["checkpoint_location"]),
+                query_id=doc.get("query_id"), last_committed_batch=doc.get("last_committed_batch"),
+                committed_offsets=_offsets_of(doc.get("committed_offsets")),
+                pending_batch=doc.get("pending_batch"), pending_offsets=_offsets_of(doc.get("pending_offsets")),
+                initial_offsets=_offsets_of(doc.get("initial_offsets")),
+                spark_version=doc.get("spark_version"), kafka_cluster_id=doc.get("kafka_cluster_id"),
+                topics=dict(doc.get("topics") or {}), forced=bool(doc.get("forced")),
+                running=bool(doc.get("running")), state=dict(doc.get("state") or {}),
+                problems=list(doc.get("problems") or []), files=files, stats=dict(doc.get("stats") or {}),
+                digest=str(digest or ""), hmac=keyed if isinstance(keyed, str) else "")
+        except (KeyError, TypeError, ValueError, AttributeError, UserError) as exc:
+            raise _tampered(where, f"missing or malformed field ({exc})") from None
+        body = m.body()
+        if not digest or _digest(body) != digest:
+            raise _tampered(where, "its digest does not match its content")
+        if seal_key is not None and not seal.keyed_ok(body, seal_key, keyed):
+            raise _tampered(where, "no valid keyed seal (HMAC) for the configured seal key"
+                            if keyed else "it has no keyed seal (HMAC) but a seal key is configured")
+        check_paths(m, where)
+        return m
+
+
+def check_paths(m: Manifest, where: str) -> None:
+    """Names used to build paths (job, backup id, every file path) proven safe, and no duplicates."""
+    if not is_job_name(m.job):
+        raise _tampered(where, f"job name {m.job!r} cannot name a backup folder")
+    if not is_backup_id(m.backup_id):
+        raise _tampered(where, f"backup id {m.backup_id!r} is malformed")
+    seen: set[str] = set()
+    for f in m.files:
+        try:
+            check_relative(f.path, what="file path")
+        except UserError as exc:
+            raise _tampered(where, str(exc).replace("; it was not opened", "")) from None
+        if f.path in seen:
+            raise _tampered(where, f"file path {f.path!r} is listed twice")
+        seen.add(f.path)
+
+
+def _tampered(where: str, why: str) -> UserError:
+    return UserError(f"backup manifest {where} is damaged or was modified after it was written ({why}); "
+                     "do not use this backup: pick another one (aks backups lists them)")
+
+
+def _digest(body: Mapping[str, Any]) -> str:
+    return seal.digest(body)
+
+
+def _num(v: Any) -> float | None:
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int | float):
+        raise ValueError(f"expected a number, got {v!r}")
+    return v
+
+
+def _offsets_doc(offsets: PartitionOffsets | None) -> Any:
+    return None if offsets is None else json.loads(to_offsets_json(offsets))
+
+
+def _offsets_of(doc: Any) -> PartitionOffsets | None:
+    return None if doc is None else parse_offsets_json(json.dumps(doc), what="manifest offsets")
+
+
+def _s(v: Any) -> str:
+    if not isinstance(v, str) or not v:
+        raise ValueError(f"expected a non-empty string, got {v!r}")
+    return v
+
+
+def _i(v: Any) -> int:
+    if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+        raise ValueError(f"expected a non-negative integer, got {v!r}")
+    return v
+
+
+def _sha(v: Any) -> str:
+    if not isinstance(v, str) or not re.fullmatch(r"[0-9a-f]{64}", v):
+        raise ValueError(f"expected a sha256 hex digest, got {v!r}")
+    return v
+
+
+def job_location(root: Location, job: str) -> Location:
+    return root.child(job)
+
+
+def blob_rel(sha: str) -> str:
+    return f"{BLOBS_DIR}/{sha[:2]}/{sha}"
+
+
+def open_backup_root(backup_root: str, storage_options: dict | None = None) -> Location:
+    root = open_location(backup_root, storage_options, what="backup root")
+    info = info_or_none(root)
+    if info is not None and info.get("type") != "directory":
+        raise UserError(f"backup root {backup_root} is a file, not a folder; pass a folder or bucket prefix")
+    return root
+
+
+@dataclass
+class Catalog:
+    """The published, intact backups of one job (newest first) and the manifests that are not."""
+
+    job: str
+    backups: list[Manifest]
+    invalid: list[tuple[str, str]] = field(default_factory=list)   # (file name, one-line reason)
+
+    @property
+    def newest(self) -> Manifest | None:
+        return self.backups[0] if self.backups else None
+
+    def get(self, backup_id: str) -> Manifest | None:
+        return next((b for b in self.backups if b.backup_id == backup_id), None)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"job": self.job, "backups": [b.summary() for b in self.backups],
+                "invalid": [{"manifest": n, "reason": r} for n, r in self.invalid]}
+
+
+def list_backups(backup_root: str, job: str, *, storage_options: dict | None = None,
+                 seal_key: bytes | None = None) -> Catalog:
+    """Every published backup of ``job`` whose manifest is intact, newest first.
+
+    A manifest only exists under ``backups/`` once its copy was verified, so a killed backup is
+    never listed; a manifest edited afterwards (digest mismatch) or filed under the wrong job is
+    reported in ``invalid``, never returned as a backup.
+    """
+    validate_job_name(job)
+    root = open_backup_root(backup_root, storage_options)
+    return read_catalog(job_location(root, job), job, seal.resolve_key(seal_key))
+
+
+def read_manifest(loc: Location) -> bytes | None:
+    """A manifest's bytes: a regular file (never a link, FIFO or device), at most 256 MiB."""
+    return read_bytes(loc, limit=MANIFEST_MAX_BYTES, follow_links=False)
+
+
+def read_catalog(job_loc: Location, job: str, seal_key: bytes | None) -> Catalog:
+    listing = list_files(job_loc.child(BACKUPS_DIR))
+    backups: list[Manifest] = []
+    invalid: list[tuple[str, str]] = []
+    for rel in sorted(listing):
+        if "/" in rel or not rel.endswith(".json") or rel.startswith("."):
+            continue
+        where = f"{job_loc.url}/{BACKUPS_DIR}/{rel}"
+        try:
+            check_relative(rel, what="manifest name")
+            raw = read_manifest(job_loc.child(BACKUPS_DIR, rel))
+            if raw is None:
+                continue
+            m = Manifest.from_json(raw, where=where, seal_key=seal_key)
+        except UserError as exc:
+            invalid.append((rel, str(exc)))
+            continue
+        if m.job != job or f"{m.backup_id}.json" != rel:
+            invalid.append((rel, f"manifest names job {m.job!r} / backup {m.backup_id}, but is filed as "
+                                 f"{job}/{BACKUPS_DIR}/{rel}"))
+            continue
+        backups.append(m)
+    backups.sort(key=lambda m: (m.created_at_ms, m.backup_id), reverse=True)
+    return Catalog(job=job, backups=backups, invalid=invalid)
+
+
+def load_backup(backup_root: str, job: str, backup_id: str, *, storage_options: dict | None = None,
+                seal_key: bytes | None = None) -> Manifest:
+    """The manifest of one published backup, seal checked; a missing or foreign one is a one-line error."""
+    validate_job_name(job)
+    validate_backup_id(backup_id)
+    seal_key = seal.resolve_key(seal_key)
+    root = open_backup_root(backup_root, storage_options)
+    job_loc = job_location(root, job)
+    raw = read_manifest(job_loc.child(BACKUPS_DIR, f"{backup_id}.json"))
+    if raw is None:
+        others = [j for j in _jobs_holding(root, backup_id) if j != job]
+        if others:
+            raise UserError(f"backup {backup_id} belongs to job {others[0]!r}, not {job!r}: a checkpoint can only "
+                            f"be restored from its own job's backups (aks backups --job {job})")
+        raise UserError(f"no published backup {backup_id} for job {job} under {backup_root}; list them with "
+                        f"aks backups --job {job}")
+    m = Manifest.from_json(raw, where=f"{job_loc.url}/{BACKUPS_DIR}/{backup_id}.json", seal_key=seal_key)
+    if m.job != job or m.backup_id != backup_id:
+        raise UserError(f"backup {backup_id} filed under job {job} is a backup of job {m.job!r} "
+                        f"({m.backup_id}): it was copied or renamed by hand; restore from {job}'s own backups")
+    return m
+
+
+def _jobs_holding(root: Location, backup_id: str) -> list[str]:
+    with contextlib.suppress(OSError, UserError):
+        return [posixpath.basename(p.rstrip("/")) for p in root.fs.ls(root.path, detail=False)
+                if root.fs.exists(posixpath.join(p, BACKUPS_DIR, f"{backup_id}.json"))]
+    return []

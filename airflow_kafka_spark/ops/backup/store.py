@@ -1,0 +1,197 @@
+"""The content-addressed blob store of a backup root: write, verify, materialize.
+
+A file's body is stored once under its sha256 (``blobs/<aa>/<sha256>``), so a second backup copies
+only what changed; a blob appears under its name only when complete. Reading back is always
+checked: every blob a manifest names must be present with its size, and (deep) hash to its name.
+Blobs are read as regular files only (never a link, FIFO or device), at most their size plus one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import posixpath
+import uuid
+from collections.abc import Callable, Mapping
+
+from airflow_kafka_spark._util import faults
+from airflow_kafka_spark._util.fs import Location, fsync_dir, list_files, open_regular, os_reason, remove_file
+from airflow_kafka_spark._util.paths import safe_child
+from airflow_kafka_spark.errors import UserError
+from airflow_kafka_spark.ops.backup.manifest import (
+    BLOBS_DIR,
+    TMP_DIR,
+    Manifest,
+    blob_rel,
+    check_paths,
+    job_location,
+    load_backup,
+    open_backup_root,
+)
+
+_CHUNK = 1 << 20
+
+
+def verify_backup(backup_root: str, job: str, backup_id: str, *, deep: bool = True,
+                  storage_options: dict | None = None, seal_key: bytes | None = None) -> Manifest:
+    """Check a published backup: seal, and every blob present with its size (``deep``: and its sha256)."""
+    m = load_backup(backup_root, job, backup_id, storage_options=storage_options, seal_key=seal_key)
+    job_loc = job_location(open_backup_root(backup_root, storage_options), job)
+    check_blobs(job_loc, m, deep_shas={f.sha256 for f in m.files} if deep else set())
+    return m
+
+
+def check_blobs(job_loc: Location, m: Manifest, *, deep_shas: set[str],
+                 index: Mapping[str, int] | None = None) -> None:
+    have = index if index is not None else blob_index(job_loc)
+    for f in m.files:
+        size = have.get(f.sha256)
+        if size is None:
+            raise UserError(f"backup {m.backup_id} is incomplete: {blob_rel(f.sha256)} (for {f.path}) is missing "
+                            f"from {job_loc.url}; restore from another backup")
+        if size != f.size:
+            raise UserError(f"backup {m.backup_id} is damaged: {blob_rel(f.sha256)} (for {f.path}) has {size} "
+                            f"bytes, the manifest says {f.size}; restore from another backup")
+    sizes = {f.sha256: f.size for f in m.files}
+    for sha in sorted(deep_shas):
+        actual = _hash_file(job_loc.child(blob_rel(sha)), sizes.get(sha, 0))
+        if actual != sha:
+            path = next(f.path for f in m.files if f.sha256 == sha)
+            raise UserError(f"backup {m.backup_id} is damaged: the blob for {path} does not match its sha256 "
+                            f"(content changed after the backup); restore from another backup")
+
+
+def blob_index(job_loc: Location) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for rel, info in list_files(job_loc.child(BLOBS_DIR)).items():
+        parts = rel.split("/")
+        if len(parts) == 2 and len(parts[1]) == 64 and parts[0] == parts[1][:2]:
+            out[parts[1]] = int(info.get("size") or 0)
+    return out
+
+
+def _hash_file(loc: Location, size: int) -> str:
+    """sha256 of a blob (a regular file, never a link), reading at most ``size + 1`` bytes."""
+    h = hashlib.sha256()
+    try:
+        with open_regular(loc, follow_links=False) as fh:
+            left = size + 1
+            while left > 0 and (chunk := fh.read(min(_CHUNK, left))):
+                h.update(chunk)
+                left -= len(chunk)
+    except FileNotFoundError:
+        return ""
+    except OSError as exc:
+        raise UserError(f"cannot read {loc.url}: {os_reason(exc)}") from None
+    return h.hexdigest()
+
+
+class BlobWriter:
+    """Copies source files into the blob store; a blob appears under its name only when complete."""
+
+    def __init__(self, job_loc: Location, index: dict[str, int]) -> None:
+        self.job_loc = job_loc
+        self.index = index
+        self.written: set[str] = set()
+        self.bytes_written = 0
+        self.bytes_hashed = 0
+        self.files_hashed = 0
+
+    def put(self, src: Location, listed_size: int) -> tuple[str, int]:
+        """(sha256, size) of ``src``; the body is stored unless a blob with that hash exists.
+
+        ``src`` must be a regular file (never a link, FIFO or device: :func:`open_regular`)
+        and is read to at most its listed size: a file that grows meanwhile is an error, not an
+        endless copy.
+        """
+        tmp = self.job_loc.child(TMP_DIR, f"{uuid.uuid4().hex}.blob")
+        h = hashlib.sha256()
+        size = 0
+        if tmp.local:
+            os.makedirs(os.path.dirname(tmp.path), exist_ok=True)
+        try:
+            with open_regular(src, follow_links=False) as fin, tmp.fs.open(tmp.path, "wb") as fout:
+                while chunk := fin.read(_CHUNK):
+                    h.update(chunk)
+                    size += len(chunk)
+                    if size > listed_size:
+                        raise UserError(f"{src.url} grew while it was copied (listed with {listed_size:,} bytes): "
+                                        "something writes into the checkpoint; stop the query and back up again")
+                    fout.write(chunk)
+                if tmp.local:
+                    fout.flush()
+                    os.fsync(fout.fileno())
+        except FileNotFoundError:
+            remove_file(tmp)
+            raise
+        except UserError:
+            remove_file(tmp)
+            raise
+        except OSError as exc:
+            remove_file(tmp)
+            raise UserError(f"cannot copy {src.url} to {self.job_loc.url}: {os_reason(exc)}") from None
+        sha = h.hexdigest()
+        self.files_hashed += 1
+        self.bytes_hashed += size
+        final = self.job_loc.child(blob_rel(sha))
+        if self.index.get(sha) == size:
+            remove_file(tmp)
+            return sha, size
+        faults.crash_point("backup.blob")
+        if tmp.local:
+            os.makedirs(os.path.dirname(final.path), exist_ok=True)
+            os.replace(tmp.path, final.path)
+        else:
+            tmp.fs.mv(tmp.path, final.path)
+        self.index[sha] = size
+        self.written.add(sha)
+        self.bytes_written += size
+        return sha, size
+
+    def sync(self) -> None:
+        """Persist the new blob directory entries (local disks) before the manifest names them."""
+        if self.job_loc.local:
+            for d in {posixpath.dirname(self.job_loc.child(blob_rel(s)).path) for s in self.written}:
+                fsync_dir(d)
+
+
+def materialize(manifest: Manifest, backup_root: str, dest: Location, *,
+                storage_options: dict | None = None, hash_only: Callable[[str], bool] | None = None) -> None:
+    """Write every file of ``manifest`` below ``dest``, each checked against its sha256 while copied.
+
+    ``dest`` must be a fresh folder the caller owns (a staging folder beside the checkpoint, or
+    ``memory://`` for a dry run): a mismatch raises :class:`UserError` and the caller deletes it.
+    Every path is proven to stay below ``dest`` before it is opened (:func:`safe_child`;
+    ``from_json`` already refused unsafe ones); blobs are read as regular files only, at most
+    their recorded size plus one byte. Files for which ``hash_only(path)`` is true are checked
+    but written empty (a dry run judged in memory needs state files to exist, not their bodies).
+    """
+    check_paths(manifest, f"of backup {manifest.backup_id}")
+    job_loc = job_location(open_backup_root(backup_root, storage_options), manifest.job)
+    if dest.local:
+        os.makedirs(dest.path, exist_ok=True)
+    for f in manifest.files:
+        blob = job_loc.child(blob_rel(f.sha256))
+        target = safe_child(dest, f.path, what=f"file path of backup {manifest.backup_id}")
+        if target.local:
+            os.makedirs(os.path.dirname(target.path), exist_ok=True)
+        h = hashlib.sha256()
+        try:
+            with open_regular(blob, follow_links=False) as fin, target.fs.open(target.path, "wb") as fout:
+                left = f.size + 1
+                body = not (hash_only and hash_only(f.path))
+                while left > 0 and (chunk := fin.read(min(_CHUNK, left))):
+                    h.update(chunk)
+                    left -= len(chunk)
+                    if body:
+                        fout.write(chunk)
+        except FileNotFoundError:
+            raise UserError(f"backup {manifest.backup_id} is incomplete: the blob for {f.path} is missing; "
+                            "restore from another backup") from None
+        except OSError as exc:
+            raise UserError(f"cannot copy {f.path} of backup {manifest.backup_id} to {dest.url}: "
+                            f"{os_reason(exc)}") from None
+        if h.hexdigest() != f.sha256:
+            raise UserError(f"backup {manifest.backup_id} is damaged: the blob for {f.path} does not match its "
+                            "sha256; restore from another backup")
+        faults.crash_point("restore.file")

@@ -1,0 +1,335 @@
+"""Taking a backup: a verified, content-addressed copy of a stopped query's last committed version.
+
+Why it is built this way:
+
+* **What is copied** is one consistent version (``ops.backup.selection``).
+* **Content addressed** (``ops.backup.store``): a file whose path, size and modification time equal
+  an entry of the previous backup of the same query is not even re-read (checkpoint files are
+  immutable once Spark renames them into place): the cost of a backup follows the new batches,
+  not the history.
+* **Published only when verified**: the manifest is first written to ``staging/``, read back,
+  checked (digest, every blob present with its size, every blob written by this run re-hashed)
+  and only then written to ``backups/`` in one atomic step. A backup killed at any point is never
+  listed; its leftovers are collected by pruning.
+* **Not of a running query**: a live lease in the lifecycle record, or batches that advance between
+  the listing taken before the copy and the one taken after it, refuse the backup unless
+  ``force=True``.
+
+The entry point users call is ``ops.commands.backup_checkpoint`` (it first refuses a checkpoint
+with an interrupted reset/restore); reset and restore, which hold the operation lock and have
+already recovered, call :func:`take_backup` directly.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from airflow_kafka_spark._util import faults
+from airflow_kafka_spark._util.fs import (
+    Location,
+    comparable,
+    list_files,
+    mtime_of,
+    open_location,
+    read_bytes,
+    remove_file,
+    write_atomic,
+)
+from airflow_kafka_spark._util.lock import LockFile
+from airflow_kafka_spark._util.paths import check_relative, irregular_entries, safe_child
+from airflow_kafka_spark.checkpoint.reader import CheckpointState, parse_offsets_file, read_checkpoint
+from airflow_kafka_spark.errors import OperationBlocked, UserError
+from airflow_kafka_spark.kafka.offsets import PartitionOffsets
+from airflow_kafka_spark.lifecycle.record import LifecycleRecord
+from airflow_kafka_spark.names import default_job_name, new_backup_id, validate_job_name
+from airflow_kafka_spark.ops import seal
+from airflow_kafka_spark.ops.backup.manifest import (
+    BACKUPS_DIR,
+    LOCK_NAME,
+    STAGING_DIR,
+    FileEntry,
+    Manifest,
+    job_location,
+    open_backup_root,
+    read_catalog,
+)
+from airflow_kafka_spark.ops.backup.prune import check_retention, prune_job
+from airflow_kafka_spark.ops.backup.selection import log_ids, select_files
+from airflow_kafka_spark.ops.backup.store import BlobWriter, blob_index, check_blobs
+from airflow_kafka_spark.ops.guards import check_locations, running_reason
+
+
+@dataclass
+class BackupResult:
+    """A published backup and what it cost."""
+
+    manifest: Manifest
+    seconds: float
+    files: int
+    bytes: int
+    files_hashed: int             # source files read (new or changed since the previous backup)
+    bytes_hashed: int
+    blobs_written: int            # bodies stored by this backup (the rest already existed)
+    bytes_written: int
+    files_from_previous: int      # taken from the previous backup's manifest without re-reading
+    verify_seconds: float
+    excluded: dict[str, str] = field(default_factory=dict)
+    pruned: list[str] = field(default_factory=list)
+
+    @property
+    def backup_id(self) -> str:
+        return self.manifest.backup_id
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"backup": self.manifest.summary(), "seconds": round(self.seconds, 3),
+                "files": self.files, "bytes": self.bytes, "files_hashed": self.files_hashed,
+                "bytes_hashed": self.bytes_hashed, "blobs_written": self.blobs_written,
+                "bytes_written": self.bytes_written, "files_from_previous": self.files_from_previous,
+                "verify_seconds": round(self.verify_seconds, 3),
+                "excluded": len(self.excluded), "pruned": self.pruned}
+
+
+def open_checkpoint(checkpoint_location: str, storage_options: dict | None) -> tuple[Location, CheckpointState]:
+    """Open and read a checkpoint that must exist and have something to back up."""
+    loc = open_location(checkpoint_location, storage_options, what="checkpoint location")
+    state = read_checkpoint(checkpoint_location, storage_options=storage_options)
+    if not state.exists:
+        raise UserError(f"checkpoint location {checkpoint_location} does not exist; pass the folder that holds "
+                        "offsets/, commits/ and metadata")
+    if not state.offset_batch_ids and not state.commit_batch_ids and state.query_id is None \
+            and not state.initial_offsets:
+        raise UserError(f"{checkpoint_location} is not a Structured Streaming checkpoint (no metadata, offsets/ "
+                        "or commits/); pass the folder that holds them")
+    return loc, state
+
+
+def take_backup(checkpoint_location: str, backup_root: str, *, job: str | None = None,
+                      reason: str = "manual", force: bool = False, spark_version: str | None = None,
+                      settle_s: float = 2.0, keep_last: int | None = None, max_age_s: float | None = None,
+                      storage_options: dict | None = None, backup_storage_options: dict | None = None,
+                      now_ms: int | None = None, seal_key: bytes | None = None) -> BackupResult:
+    """Copy the last committed version of a stopped query's checkpoint to ``backup_root``; see the module doc.
+
+    ``settle_s`` is the least time between the listing before the copy and the one after it: if
+    the batch ids moved in between, the query is running. ``keep_last`` / ``max_age_s`` apply
+    :func:`prune_backups` after a successful backup. Raises :class:`OperationBlocked` (exit 3) for
+    a running query without ``force``, :class:`UserError` (exit 2) for bad input; in both cases
+    nothing is published. ``seal_key`` (default: ``$AKS_SEAL_KEY_FILE``'s) adds the keyed seal.
+    """
+    t0 = time.monotonic()
+    seal_key = seal.resolve_key(seal_key)
+    refuse_irregular(open_location(checkpoint_location, storage_options, what="checkpoint location"))
+    ck, state = open_checkpoint(checkpoint_location, storage_options)
+    root = open_backup_root(backup_root, backup_storage_options)
+    check_locations(ck, root)
+    record = LifecycleRecord.load(checkpoint_location)
+    explicit_job = job is not None
+    if job is None:
+        job = default_job_name(checkpoint_location, record.job_name if record else None)
+    validate_job_name(job)
+    if record is not None and record.job_name != job:
+        raise UserError(f"checkpoint {checkpoint_location} belongs to job {record.job_name!r} (lifecycle record), "
+                        f"not {job!r}: back it up under its own job name")
+    check_retention(keep_last, max_age_s)
+    running = running_reason(record)
+    if running and not force:
+        raise OperationBlocked(f"job {job} is running ({running}): stop it on a batch boundary before backing up, "
+                               "or pass force to capture only its last committed batch", code="QUERY_RUNNING")
+    job_loc = job_location(root, job)
+    if record is None and explicit_job:
+        # Bind the checkpoint to the job named here, so later restore/reset find their backups
+        # under the same name without being told again (the record is ours, beside the checkpoint).
+        record = LifecycleRecord.create(job, checkpoint_location)
+        record.save()
+    with LockFile(job_loc.child(LOCK_NAME), what=f"backups of job {job}"):
+        for attempt in range(3):
+            try:
+                result = _backup_once(ck, state, job_loc, job, record, reason=reason, force=force,
+                                      running=running, spark_version=spark_version, settle_s=settle_s,
+                                      t0=t0, now_ms=now_ms, seal_key=seal_key)
+                break
+            except FileNotFoundError:
+                # A file listed a moment ago vanished: only a running query (purge, state maintenance)
+                # does that. Re-list and try again; the blobs already stored are reused.
+                if not force or attempt == 2:
+                    raise OperationBlocked(f"files of checkpoint {checkpoint_location} disappeared during the "
+                                           "backup: the query is running; stop it first (or pass force)",
+                                           code="QUERY_RUNNING") from None
+                state = read_checkpoint(checkpoint_location, storage_options=storage_options)
+        if keep_last is not None or max_age_s is not None:
+            pr = prune_job(job_loc, job, keep_last=keep_last, max_age_s=max_age_s, now_ms=now_ms,
+                               dry_run=False, grace_s=0.0 if job_loc.local else 3600.0, seal_key=seal_key)
+            result.pruned = [m.backup_id for m in pr.removed]
+    return result
+
+
+def _backup_once(ck: Location, state: CheckpointState, job_loc: Location, job: str,
+                 record: LifecycleRecord | None, *, reason: str, force: bool, running: str | None,
+                 spark_version: str | None, settle_s: float, t0: float, now_ms: int | None,
+                 seal_key: bytes | None) -> BackupResult:
+    listed_at = time.monotonic()
+    listing = list_files(ck)
+    before = log_ids(listing)
+    committed = max(before[1]) if before[1] else None
+    planned = max(before[0]) if before[0] else None
+    sel = select_files(listing, committed, planned, keep_pending=not (force and running))
+    faults.crash_point("backup.listed")
+
+    previous = _previous_stats(job_loc, job, ck, state.query_id, seal_key)
+    index = blob_index(job_loc)
+    writer = BlobWriter(job_loc, index)
+    entries: list[FileEntry] = []
+    reused = 0
+    for rel in sorted(sel.files):
+        check_relative(rel, what="checkpoint file")   # a name the manifest could not carry safely
+        info = sel.files[rel]
+        size = int(info.get("size") or 0)
+        mtime = mtime_of(info)
+        ctime = _ctime(ck, info)
+        prev = previous.get(rel)
+        if _reusable(prev, size, mtime, ctime, local=ck.local) and index.get(prev.sha256) == size:
+            entries.append(FileEntry(rel, size, prev.sha256, mtime, ctime))
+            reused += 1
+            continue
+        sha, actual = writer.put(safe_child(ck, rel, what="checkpoint file"), size)
+        entries.append(FileEntry(rel, actual, sha, mtime, ctime))
+    writer.sync()
+
+    # The second listing: did batches advance while we copied? (Running query detection.)
+    wait = settle_s - (time.monotonic() - listed_at)
+    if wait > 0:
+        time.sleep(wait)
+    after = log_ids(list_files(ck))
+    if after != before and not force:
+        raise OperationBlocked(
+            f"checkpoint {ck.url} changed during the backup (offsets/commits {_span(before)} -> {_span(after)}): "
+            "the query is running; stop it on a batch boundary first, or pass force to capture only the last "
+            "committed batch", code="QUERY_RUNNING")
+    running = running or (f"batches advanced during the backup ({_span(before)} -> {_span(after)})"
+                          if after != before else None)
+
+    created = now_ms if now_ms is not None else int(time.time() * 1000)
+    backup_id = new_backup_id(created, committed)
+    committed_offsets = _offsets_at(ck, state, committed)
+    pending_offsets = _offsets_at(ck, state, sel.log_bound) if sel.log_bound != committed else None
+    initial: PartitionOffsets = {}
+    for offs in state.initial_offsets.values():
+        initial.update(offs)
+    manifest = Manifest(
+        backup_id=backup_id, job=job, created_at_ms=created, reason=reason,
+        checkpoint_location=ck.url, query_id=state.query_id, last_committed_batch=committed,
+        committed_offsets=committed_offsets,
+        pending_batch=sel.log_bound if sel.log_bound != committed else None,
+        pending_offsets=pending_offsets, initial_offsets=initial or None,
+        spark_version=spark_version or (record.spark_version if record else None),
+        kafka_cluster_id=record.kafka_cluster_id if record else None,
+        topics={n: {"topic_id": t.topic_id, "partitions": t.partitions}
+                for n, t in sorted((record.topics if record else {}).items())},
+        forced=force, running=bool(running),
+        state={"has_state": state.has_state, "version": sel.state_version if state.has_state else None,
+               "complete": not sel.state_problems},
+        problems=[*sel.state_problems, *(f"{p.code} {p.path}: {p.message}" for p in state.problems)],
+        files=tuple(entries),
+        stats={"excluded_files": len(sel.excluded), "files_hashed": writer.files_hashed,
+               "bytes_hashed": writer.bytes_hashed, "blobs_written": len(writer.written),
+               "bytes_written": writer.bytes_written, "files_from_previous": reused},
+    ).sealed(seal_key)
+
+    # Stage, read back, verify, publish.
+    staging = job_loc.child(STAGING_DIR, f"{backup_id}.json")
+    write_atomic(staging, manifest.to_json())
+    faults.crash_point("backup.staged")
+    v0 = time.monotonic()
+    raw = read_bytes(staging)
+    if raw is None:
+        raise UserError(f"the staged manifest {staging.url} vanished; is another process pruning this job?")
+    staged = Manifest.from_json(raw, where=staging.url, seal_key=seal_key)
+    check_blobs(job_loc, staged, deep_shas=set(writer.written), index=blob_index(job_loc))
+    verify_seconds = time.monotonic() - v0
+    faults.crash_point("backup.verified")
+    write_atomic(job_loc.child(BACKUPS_DIR, f"{backup_id}.json"), raw)
+    faults.crash_point("backup.published")
+    remove_file(staging)
+    return BackupResult(
+        manifest=staged, seconds=time.monotonic() - t0, files=len(entries), bytes=staged.total_bytes,
+        files_hashed=writer.files_hashed, bytes_hashed=writer.bytes_hashed, blobs_written=len(writer.written),
+        bytes_written=writer.bytes_written, files_from_previous=reused, verify_seconds=verify_seconds,
+        excluded=sel.excluded)
+
+
+def _span(ids: tuple[frozenset[int], frozenset[int]]) -> str:
+    offs, coms = ids
+    return f"L={max(offs) if offs else '-'} C={max(coms) if coms else '-'}"
+
+
+def _offsets_at(ck: Location, state: CheckpointState, batch: int | None) -> PartitionOffsets | None:
+    """Kafka end offsets of ``offsets/<batch>`` (from the state already read when it is that batch)."""
+    if batch is None:
+        return None
+    for b in (state.latest_committed, state.latest_planned):
+        if b is not None and b.batch_id == batch:
+            return b.kafka_offsets
+    raw = read_bytes(ck.child("offsets", str(batch)))
+    if raw is None:
+        return None
+    try:
+        return parse_offsets_file(batch, raw).kafka_offsets
+    except UserError:
+        return None
+
+
+def _ctime(ck: Location, info: dict) -> float | None:
+    """A local file's inode change time (fsspec calls it ``created``); None elsewhere."""
+    value = info.get("created") if ck.local else None
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def _reusable(prev: FileEntry | None, size: int, mtime: float | None, ctime: float | None, *, local: bool) -> bool:
+    """May the previous backup's hash stand for this file without reading it?
+
+    Size and mtime alone are not enough: ``touch -d`` / ``os.utime`` puts an old mtime back on new
+    content. On a local disk the inode change time is compared too — every write or utime moves it
+    and nobody can set it back — so an entry without one (older manifests) is re-read once. On
+    object stores the mtime is the server's last-modified time of the object, which clients cannot
+    set.
+    """
+    if prev is None or mtime is None or prev.size != size or prev.mtime != mtime:
+        return False
+    if local:
+        return ctime is not None and prev.ctime == ctime
+    return True
+
+
+def refuse_irregular(ck: Location) -> None:
+    """Symbolic links and special files in a checkpoint are refused, before anything reads them.
+
+    Spark never writes either. A link may lead out of the checkpoint (its target would be copied
+    into the backup store), to ``/dev/zero`` (a copy without end) or nowhere; a FIFO blocks its
+    first reader forever. Refusing is safer than skipping: a skipped link would make a backup that
+    silently misses a file the query needs.
+    """
+    bad = irregular_entries(ck, limit=1)
+    if bad:
+        rel, kind = bad[0]
+        raise UserError(f"checkpoint {ck.url} contains {rel}, {kind}: Spark writes only regular files there, so "
+                        "this one was put there by hand; remove it (or replace it by the real file) and back up "
+                        "again — nothing was copied")
+
+
+def _previous_stats(job_loc: Location, job: str, ck: Location, query_id: str | None,
+                    seal_key: bytes | None) -> dict[str, FileEntry]:
+    """Entries of the newest backup of the same checkpoint and query: the stat cache of unchanged files."""
+    try:
+        catalog = read_catalog(job_loc, job, seal_key)
+    except UserError:
+        return {}
+    target = comparable(ck)
+    for m in catalog.backups:
+        with contextlib.suppress(UserError):
+            if m.query_id == query_id and comparable(
+                    open_location(m.checkpoint_location, None)) == target:
+                return {f.path: f for f in m.files if f.mtime is not None}
+    return {}

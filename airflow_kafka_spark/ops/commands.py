@@ -1,0 +1,122 @@
+"""The entry points of every operation on a checkpoint location: lock → recover → run.
+
+The CLI and the Airflow operators call these and nothing else of ``ops`` that changes files
+(alembic's ``command.py`` is the model: one facade over the operations). Each takes the lock its
+operation needs, finishes (or refuses) an interrupted reset/restore first, then runs the
+operation's own module. Reset and restore call ``backup.take.take_backup`` directly for their
+pre-operation backup: they already hold the operation lock and have recovered.
+"""
+
+from __future__ import annotations
+
+from airflow_kafka_spark._util.fs import open_location
+from airflow_kafka_spark._util.lock import LockFile
+from airflow_kafka_spark.lifecycle.record import LifecycleRecord
+from airflow_kafka_spark.names import validate_job_name
+from airflow_kafka_spark.ops import reset, restore, seal
+from airflow_kafka_spark.ops.backup.manifest import LOCK_NAME, job_location, open_backup_root
+from airflow_kafka_spark.ops.backup.prune import PruneResult, check_retention, prune_job
+from airflow_kafka_spark.ops.backup.take import BackupResult, take_backup
+from airflow_kafka_spark.ops.guards import operation_lock, refuse_if_interrupted
+from airflow_kafka_spark.ops.recover import finish_interrupted
+from airflow_kafka_spark.ops.reset import ResetResult
+from airflow_kafka_spark.ops.reset_plan import ResetRequest
+from airflow_kafka_spark.ops.restore import RestoreResult
+
+
+def backup_checkpoint(checkpoint_location: str, backup_root: str, *, job: str | None = None,
+                      reason: str = "manual", force: bool = False, spark_version: str | None = None,
+                      settle_s: float = 2.0, keep_last: int | None = None, max_age_s: float | None = None,
+                      storage_options: dict | None = None, backup_storage_options: dict | None = None,
+                      now_ms: int | None = None, seal_key: bytes | None = None) -> BackupResult:
+    """Copy the last committed version of a stopped query's checkpoint to ``backup_root`` (``backup.take``).
+
+    Refuses (exit 3) while an interrupted reset/restore is recorded beside the checkpoint: the
+    folder may be half moved. ``settle_s`` is the least time between the listing before the copy
+    and the one after it; ``keep_last`` / ``max_age_s`` prune after a successful backup. Raises
+    :class:`OperationBlocked` (exit 3) for a running query without ``force``, :class:`UserError`
+    (exit 2) for bad input; in both cases nothing is published. ``seal_key`` (default:
+    ``$AKS_SEAL_KEY_FILE``'s) adds the keyed seal.
+    """
+    refuse_if_interrupted(checkpoint_location, storage_options)
+    return take_backup(checkpoint_location, backup_root, job=job, reason=reason, force=force,
+                       spark_version=spark_version, settle_s=settle_s, keep_last=keep_last, max_age_s=max_age_s,
+                       storage_options=storage_options, backup_storage_options=backup_storage_options,
+                       now_ms=now_ms, seal_key=seal_key)
+
+
+def prune_backups(backup_root: str, job: str, *, keep_last: int | None = None, max_age_s: float | None = None,
+                  now_ms: int | None = None, dry_run: bool = False, grace_s: float | None = None,
+                  storage_options: dict | None = None, seal_key: bytes | None = None) -> PruneResult:
+    """Apply retention to ``job``'s backups, then collect blobs no remaining backup references.
+
+    A backup goes when it is beyond the newest ``keep_last`` or older than ``max_age_s`` (either
+    rule, when both are given); the newest intact backup always stays. Blobs, staged manifests and
+    temp files of killed backups are deleted only when unreferenced and older than ``grace_s``
+    (default 0 on local disks, where the job lock is exclusive; an hour on object stores, where it
+    is best effort).
+    """
+    validate_job_name(job)
+    check_retention(keep_last, max_age_s)
+    job_loc = job_location(open_backup_root(backup_root, storage_options), job)
+    if grace_s is None:
+        grace_s = 0.0 if job_loc.local else 3600.0
+    with LockFile(job_loc.child(LOCK_NAME), what=f"backups of job {job}"):
+        return prune_job(job_loc, job, keep_last=keep_last, max_age_s=max_age_s, now_ms=now_ms,
+                         dry_run=dry_run, grace_s=grace_s, seal_key=seal.resolve_key(seal_key))
+
+
+def reset_checkpoint(checkpoint_location: str, backup_root: str | None, kafka_config: dict, request: ResetRequest,
+                     *, job: str | None = None, dry_run: bool = False, actor: str | None = None,
+                     storage_options: dict | None = None, backup_storage_options: dict | None = None,
+                     kafka_timeout: float = 10.0, backup_settle_s: float = 2.0) -> ResetResult:
+    """Plan and (unless ``dry_run``) execute a reset (``ops.reset``).
+
+    Raises :class:`OperationBlocked` (exit 3) when the plan blocks, the job is running, or the
+    checkpoint moved while planning; :class:`UserError` (exit 2) for bad input. Either way nothing
+    was changed. An interrupted earlier reset/restore of this location is finished first (a dry
+    run shows it as a BLOCK instead).
+    """
+    kw = dict(job=job, actor=actor, storage_options=storage_options, backup_storage_options=backup_storage_options,
+              kafka_timeout=kafka_timeout, backup_settle_s=backup_settle_s)
+    if dry_run:
+        return reset.run_reset(checkpoint_location, backup_root, kafka_config, request, dry_run=True, **kw)
+    ck = open_location(checkpoint_location, storage_options, what="checkpoint location")
+    with operation_lock(ck):
+        resumed = finish_interrupted(checkpoint_location, storage_options=storage_options)
+        if resumed is not None:
+            return reset.resumed_result(resumed, request)
+        return reset.run_reset(checkpoint_location, backup_root, kafka_config, request, dry_run=False, **kw)
+
+
+def restore_checkpoint(checkpoint_location: str, backup_root: str, backup_id: str, kafka_config: dict, *,
+                       job: str | None = None, dry_run: bool = False, idempotent_sink: bool | None = None,
+                       sink_output: str | None = None, actor: str | None = None,
+                       storage_options: dict | None = None, backup_storage_options: dict | None = None,
+                       kafka_timeout: float = 10.0, backup_settle_s: float = 2.0,
+                       seal_key: bytes | None = None) -> RestoreResult:
+    """Roll ``checkpoint_location`` back to backup ``backup_id`` (``ops.restore``, which explains the order).
+
+    ``sink_output`` lets a file sink's ``_spark_metadata`` be compared with the backup (S19).
+    Raises :class:`OperationBlocked` (exit 3) when the verdict blocks, :class:`UserError` (exit 2)
+    for bad input (unknown or tampered backup, wrong job, another operation holding the location);
+    in both cases nothing was changed.
+    """
+    t = restore.open_restore(checkpoint_location, backup_root, backup_id, job=job, storage_options=storage_options,
+                             backup_storage_options=backup_storage_options, seal_key=seal_key)
+    kw = dict(job=t.job, idempotent_sink=idempotent_sink, sink_output=sink_output, actor=actor,
+              storage_options=storage_options, backup_storage_options=backup_storage_options,
+              kafka_timeout=kafka_timeout, backup_settle_s=backup_settle_s, seal_key=t.seal_key)
+    if dry_run:
+        return restore.run_restore(t.ck, t.root, t.manifest, t.record, kafka_config, dry_run=True, **kw)
+    # Not queued behind another restore/reset (timeout 0): two restores started together must not
+    # both run one after the other; the second is told who holds the location.
+    with operation_lock(t.ck, timeout=0.0, what=f"checkpoint {t.ck.url} (another restore or reset)"):
+        done = finish_interrupted(checkpoint_location, storage_options=storage_options)
+        if done is not None and done.get("op") == "restore" and done["payload"].get("backup_id") == backup_id:
+            return restore.resumed_result(done, t.manifest)
+        record = LifecycleRecord.load(checkpoint_location) if done is not None else t.record
+        already = restore.already_restored(t.ck, t.manifest, record)
+        if already is not None:
+            return already
+        return restore.run_restore(t.ck, t.root, t.manifest, record, kafka_config, dry_run=False, **kw)

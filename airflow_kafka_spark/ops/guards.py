@@ -1,0 +1,89 @@
+"""The refusals every operation on a checkpoint location shares, before it changes anything.
+
+Why one module: backup, reset and restore must refuse the same situations the same way — a job
+holding the lease, a backup root inside the checkpoint (or the reverse), a second operation on the
+same location, an interrupted reset/restore that must be finished first, and finishing one that a
+new run has overtaken. Each refusal is one line and exit 3 (:class:`OperationBlocked`) or exit 2.
+"""
+
+from __future__ import annotations
+
+import time
+
+from airflow_kafka_spark._util.fs import Location, is_within, open_location
+from airflow_kafka_spark._util.lock import LockFile
+from airflow_kafka_spark.errors import OperationBlocked, UserError
+from airflow_kafka_spark.lifecycle.journal import (
+    INTERRUPTED_OPERATION,
+    STALE_INTERRUPTED_OPERATION,
+    Journal,
+    checkpoint_marks,
+)
+from airflow_kafka_spark.lifecycle.record import LifecycleRecord
+
+OPERATION_LOCK_SUFFIX = ".operation.lock"
+
+
+def running_reason(record: LifecycleRecord | None, now_ms: int | None = None) -> str | None:
+    """Why the lifecycle record says the job runs (a live lease), or None."""
+    lease = record.lease if record is not None else None
+    if lease is not None and lease.live(now_ms):
+        left = (lease.expires_at_ms - (now_ms or int(time.time() * 1000))) / 1000
+        return f"lease held by {lease.holder} (run {lease.run_id}, {left:.0f}s left)"
+    return None
+
+
+def check_locations(checkpoint: Location, root: Location) -> None:
+    """A backup root inside the checkpoint would be copied into itself and handed to Spark."""
+    if is_within(root, checkpoint):
+        raise UserError(f"backup root {root.url} is inside checkpoint {checkpoint.url}: Spark owns every file "
+                        "there; put backups in a folder outside the checkpoint")
+    if is_within(checkpoint, root):
+        raise UserError(f"checkpoint {checkpoint.url} is inside backup root {root.url}; keep backups in their "
+                        "own folder")
+
+
+def operation_lock(checkpoint: Location, *, timeout: float = 5.0, what: str | None = None) -> LockFile:
+    """``<checkpoint>.operation.lock``: one reset/restore at a time per location (a killed holder's
+    lock is broken when its pid is gone)."""
+    return LockFile(checkpoint.sibling(OPERATION_LOCK_SUFFIX), what=what or f"checkpoint {checkpoint.url}",
+                    timeout=timeout)
+
+
+def refuse_if_interrupted(checkpoint_location: str, storage_options: dict | None = None) -> None:
+    """Backups do not run over a half-finished reset/restore: the folder may be half moved."""
+    ck = open_location(checkpoint_location, storage_options, what="checkpoint location")
+    journal = Journal.load(ck)
+    if journal is not None:
+        raise OperationBlocked(f"an interrupted {journal.op} ({journal.operation_id}) of {ck.url} is recorded in "
+                               f"{journal.location.url}; re-run aks {journal.op} on this checkpoint to finish it "
+                               "before backing up", code=INTERRUPTED_OPERATION)
+
+
+def refuse_stale_roll_forward(journal: Journal, checkpoint: Location) -> None:
+    """Refuse (exit 3, one line, nothing changed) to finish ``journal`` when the situation moved on.
+
+    Why: the journal's plan (startingOffsets, the folder to move aside) was right when it was
+    written. If a job was deployed since — it holds the lease, or it wrote batches — finishing the
+    plan would pull the live checkpoint from under it and restart from old offsets (a replay).
+    """
+    head = (f"the interrupted {journal.op} {journal.operation_id} recorded in {journal.location.url} was not "
+            "finished and nothing was changed")
+    abandon = (f"if the job should keep running on its checkpoint, abandon the interrupted {journal.op} by "
+               f"moving {journal.location.url} away (its backup is kept), then plan again")
+    if journal.is_done("aside") or journal.is_done("in_place"):
+        return  # past the move: the location no longer holds the old checkpoint, what is left is bookkeeping
+    record = LifecycleRecord.load(checkpoint.url)
+    running = running_reason(record)   # the operation itself refused to start under a live lease
+    if running:
+        raise OperationBlocked(f"{head}: a job holds the checkpoint's lease ({running}); stop it first, or {abandon}",
+                               code=STALE_INTERRUPTED_OPERATION)
+    guard = journal.doc.get("guard")
+    if not isinstance(guard, dict):
+        return  # journals written before the guard existed carry none
+    now = checkpoint_marks(checkpoint)
+    if now != guard:
+        changed = ", ".join(f"{k} {guard.get(k)!s} -> {now.get(k)!s}" for k in ("offsets", "commits", "exists")
+                            if guard.get(k) != now.get(k)) or "metadata (query id) changed"
+        raise OperationBlocked(f"{head}: the checkpoint moved on since the journal was written ({changed}): a query "
+                               f"ran on it meanwhile; {abandon}", code=STALE_INTERRUPTED_OPERATION)
