@@ -1,4 +1,8 @@
-"""Record what the code at 2b586a6 reads from the compat fixtures (run from the repo root)."""
+# ruff: noqa: I001  (module paths of commit 2b586a6, some no longer exist)
+"""Record what the code at 2b586a6 reads from the compat fixtures (run from the repo root).
+
+It imports the module paths of that commit on purpose: run it there (see ../README.md), never on newer code.
+"""
 import hashlib
 import json
 import shutil
@@ -7,7 +11,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, ".")
-from airflow_kafka_spark._util.fs import open_location
+from airflow_kafka_spark._util import storage
 from airflow_kafka_spark.lifecycle.record import LifecycleRecord
 from airflow_kafka_spark.ops.backup import list_backups, materialize, verify_backup
 from airflow_kafka_spark.ops.journal import Journal, interrupted_finding
@@ -25,11 +29,11 @@ trees = {}
 for m in cat.backups:
     verify_backup(root, "orders", m.backup_id, deep=True)
     dest = work / f"restored-{m.backup_id}"
-    materialize(m, root, open_location(str(dest)))
+    materialize(m, root, storage.open_location(str(dest)))
     trees[m.backup_id] = {str(p.relative_to(dest)): hashlib.sha256(p.read_bytes()).hexdigest()
                           for p in sorted(dest.rglob("*")) if p.is_file()}
 exp["materialized"] = trees
-ck = open_location(str(work / "ck"))
+ck = storage.open_location(str(work / "ck"))
 rec = LifecycleRecord.load(str(work / "ck"))
 exp["record"] = rec.to_dict()
 j = Journal.load(ck)

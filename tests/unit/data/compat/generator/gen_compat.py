@@ -1,17 +1,21 @@
-"""Write the on-disk compat fixtures with the code at commit 2b586a6 (run from the repo root)."""
+# ruff: noqa: I001  (module paths of commit 2b586a6, some no longer exist)
+"""Write the on-disk compat fixtures with the code at commit 2b586a6 (run from the repo root).
+
+It imports the module paths of that commit on purpose: run it there (see ../README.md), never on newer code.
+"""
 import json
 import shutil
 import sys
 from pathlib import Path
 
 sys.path.insert(0, ".")
-from airflow_kafka_spark._util.fs import open_location
+from airflow_kafka_spark._util import storage
 from airflow_kafka_spark.lifecycle.record import LifecycleRecord
 from airflow_kafka_spark.ops.backup import backup_checkpoint
 from airflow_kafka_spark.ops.journal import Journal
 from airflow_kafka_spark.ops.plan import PartitionMove, Plan
 from airflow_kafka_spark.ops.reset import ResetRequest, parse_to_offsets
-from airflow_kafka_spark.verdict.findings import WARN
+from airflow_kafka_spark.verdict.alignment import WARN
 from tests.support.checkpoint_factory import commit_file, offsets_file, write_checkpoint
 
 out = Path(sys.argv[1])
@@ -50,6 +54,6 @@ payload = {"job": "orders", "actor": "compat", "request": REQUEST.to_dict(),
            "backup_root": str(root), "backup_id": b2.backup_id, "aside": ck.location + ".reset-x",
            "sink_output": None, "sink_aside": None, "starting_offsets": '{"orders":{"0":30,"1":30}}',
            "old_query_id": ck.query_id, "skipped": 0, "replayed": 40, "pending_replay": 0, "plan": plan.to_dict()}
-j = Journal.begin(open_location(ck.location), "reset", "20260101T000000Z-abcdef", payload)
+j = Journal.begin(storage.open_location(ck.location), "reset", "20260101T000000Z-abcdef", payload)
 j.mark("record")
 print(json.dumps({"b1": b1.backup_id, "b2": b2.backup_id}))
