@@ -37,11 +37,11 @@ if TYPE_CHECKING:  # types only: the verdict stays free of Kafka client and fssp
 
 #: A record-timestamp probe for the identity heuristic: ``(offset, timestamp_ms)`` of the last
 #: readable record below ``C`` (KafkaView.last_record_before), or None if nothing is readable.
-RecordProbe = tuple[int, int | None] | None
+ProbedRecord = tuple[int, int | None] | None
 
 
 def alignment_findings(pos: Position, broker: BrokerState, record: LifecycleRecord | None, options: DeployOptions,
-               timestamps: Mapping[TopicPartition, RecordProbe], cluster_mismatch: bool) -> list[Finding]:
+               timestamps: Mapping[TopicPartition, ProbedRecord], cluster_mismatch: bool) -> list[Finding]:
     ckpt_topics = {tp.topic for tp in pos.start} | {tp.topic for tp in pos.pending}
     deploy_topics = options.topics or tuple(sorted(ckpt_topics))
     findings, backlog = check_start(pos, broker, record, options, timestamps, deploy_topics,
@@ -59,7 +59,7 @@ def place(tp: TopicPartition) -> dict[str, Any]:
 
 
 def check_start(pos: Position, broker: BrokerState, record: LifecycleRecord | None, options: DeployOptions,
-                 timestamps: Mapping[TopicPartition, RecordProbe], deploy_topics: Iterable[str],
+                 timestamps: Mapping[TopicPartition, ProbedRecord], deploy_topics: Iterable[str],
                  cluster_mismatch: bool, *, group: bool = False) -> tuple[list[Finding], int]:
     """Findings for every partition the position names, and the backlog after it (records)."""
     subscribed = set(deploy_topics)
@@ -145,7 +145,7 @@ def check_start(pos: Position, broker: BrokerState, record: LifecycleRecord | No
 
 
 def _identity(tp: TopicPartition, c: int, ls: int, le: int, pos: Position, record: LifecycleRecord | None,
-              info: Any, options: DeployOptions, probe: RecordProbe, nums: dict[str, Number]
+              info: Any, options: DeployOptions, probe: ProbedRecord, nums: dict[str, Number]
               ) -> Finding | None:
     recorded = recorded_topic_id(record, tp.topic, info)
     if recorded:

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from airflow_kafka_spark.kafka.offsets import TopicPartition, parse_offsets_json
-from airflow_kafka_spark.verdict.alignment import RecordProbe, alignment_findings
+from airflow_kafka_spark.verdict.alignment import ProbedRecord, alignment_findings
 from airflow_kafka_spark.verdict.findings import Finding, Verdict
 from airflow_kafka_spark.verdict.new_query import new_query_findings
 from airflow_kafka_spark.verdict.options import DeployOptions
@@ -31,7 +31,7 @@ from airflow_kafka_spark.verdict.query_checks import (
 from airflow_kafka_spark.verdict.versions import runtime_findings
 
 if TYPE_CHECKING:  # types only: the verdict stays free of Kafka client and fsspec imports
-    from airflow_kafka_spark.checkpoint.reader import CheckpointState
+    from airflow_kafka_spark.checkpoint.model import CheckpointState
     from airflow_kafka_spark.kafka.model import BrokerState
     from airflow_kafka_spark.lifecycle.record import LifecycleRecord
 
@@ -73,7 +73,7 @@ def identity_probes(checkpoint: CheckpointState, broker: BrokerState, record: Li
 
 
 def evaluate(checkpoint: CheckpointState, broker: BrokerState, record: LifecycleRecord | None,
-             options: DeployOptions, timestamps: Mapping[TopicPartition, RecordProbe] | None = None
+             options: DeployOptions, timestamps: Mapping[TopicPartition, ProbedRecord] | None = None
              ) -> Verdict:
     """Judge whether starting the deploy on this checkpoint against this cluster is safe.
 

@@ -20,7 +20,8 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from airflow_kafka_spark.checkpoint.reader import CheckpointState, read_checkpoint
+from airflow_kafka_spark.checkpoint.model import CheckpointState
+from airflow_kafka_spark.checkpoint.reader import read_checkpoint
 from airflow_kafka_spark.errors import UserError
 from airflow_kafka_spark.kafka.model import BrokerState
 from airflow_kafka_spark.kafka.offsets import TopicPartition
@@ -28,7 +29,7 @@ from airflow_kafka_spark.kafka.view import KafkaView
 from airflow_kafka_spark.lifecycle.model import record_location
 from airflow_kafka_spark.lifecycle.record import LifecycleRecord
 from airflow_kafka_spark.names import default_job_name, validate_job_name
-from airflow_kafka_spark.verdict.alignment import RecordProbe
+from airflow_kafka_spark.verdict.alignment import ProbedRecord
 from airflow_kafka_spark.verdict.evaluate import evaluate, identity_probes, subscribed_topics
 from airflow_kafka_spark.verdict.findings import BLOCK, INFO, Finding, Verdict
 from airflow_kafka_spark.verdict.group import evaluate_group
@@ -122,7 +123,7 @@ def _validate_checkpoint(kafka: KafkaView, location: str, options: DeployOptions
 
 def _probe_identity(kafka: KafkaView, checkpoint: CheckpointState, broker: BrokerState,
                     record: LifecycleRecord | None, options: DeployOptions, budget_s: float
-                    ) -> tuple[dict[TopicPartition, RecordProbe], list[TopicPartition]]:
+                    ) -> tuple[dict[TopicPartition, ProbedRecord], list[TopicPartition]]:
     """Read the last record below ``C`` where only timestamps can tell a recreated topic (§1.3 item 5).
 
     One probe consumer per partition, in order, until the budget is spent: a topic reset affects
@@ -130,7 +131,7 @@ def _probe_identity(kafka: KafkaView, checkpoint: CheckpointState, broker: Broke
     reported as unverified rather than slowing the deploy down.
     """
     wanted = identity_probes(checkpoint, broker, record, options)
-    found: dict[TopicPartition, RecordProbe] = {}
+    found: dict[TopicPartition, ProbedRecord] = {}
     unprobed: list[TopicPartition] = []
     deadline = time.monotonic() + max(budget_s, 0.0)
     for tp, c in wanted.items():
