@@ -123,6 +123,9 @@ def render_observation(obs: Observation) -> str:
                  f"{fmt_duration(obs.last_batch_age_s)} ago")
     lines.append(f"{who}{obs.source} {obs.subject}{batch}")
     lines.append(f"status {obs.status.reason}")
+    if obs.interrupted is not None:
+        lines.append(f"BLOCK {obs.interrupted.code}: {obs.interrupted.message}")
+        lines.append(f"  fix: {obs.interrupted.fix}")
     head = obs.headroom.by_tp()
     rows = []
     for p in obs.lag.partitions:

@@ -33,14 +33,17 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal
 
-from airflow_kafka_spark.checkpoint.reader import BatchOffsets, CheckpointState, read_checkpoint
+from airflow_kafka_spark.checkpoint.model import BatchOffsets, CheckpointState
+from airflow_kafka_spark.checkpoint.reader import read_checkpoint
 from airflow_kafka_spark.errors import UserError
 from airflow_kafka_spark.kafka.model import BrokerState
 from airflow_kafka_spark.kafka.offsets import PartitionOffsets, TopicPartition
 from airflow_kafka_spark.kafka.view import KafkaView
+from airflow_kafka_spark.verdict.findings import Finding
+from airflow_kafka_spark.verdict.interrupted import interrupted_finding
 from airflow_kafka_spark.watch.headroom import CatchUpEstimate, JobHeadroom, compute_headroom, estimate_catch_up
 from airflow_kafka_spark.watch.lag import FirstUnread, JobLag, OffsetSample, compute_lag
 from airflow_kafka_spark.watch.status import JobStatus, Status, StatusThresholds, evaluate_status
@@ -141,6 +144,9 @@ class Observation:
     probe_seconds: float = 0.0
     unprobed: list[TopicPartition] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    # A reset/restore killed half-way beside the checkpoint (the verdict's INTERRUPTED_OPERATION BLOCK):
+    # lag, validate, the audit and the UI all show it, so nobody deploys onto a checkpoint about to move.
+    interrupted: Finding | None = None
 
     @property
     def last_batch_age_s(self) -> float | None:
@@ -180,6 +186,8 @@ class Observation:
         catches up after a deploy is slow on purpose for a while.
         """
         out: list[Alert] = []
+        if self.interrupted is not None:
+            out.append(Alert(self.interrupted.code, self.interrupted.message))
         if self.status.status in ALERT_STATUSES:
             prefix = f"{self.status.status}: "
             reason = self.status.reason
@@ -227,6 +235,7 @@ class Observation:
             "lost_records": self.headroom.lost_records, "catch_up_s": self.catch_up.seconds,
             "catch_up_never": self.catch_up.never, "last_committed_batch": self.last_committed_batch,
             "last_batch_age_s": self.last_batch_age_s,
+            "interrupted_operation": None if self.interrupted is None else self.interrupted.to_dict(),
         }
 
     def to_dict(self) -> dict[str, Any]:
@@ -328,9 +337,10 @@ def observe(
     kafka = view or KafkaView(dict(kafka_config or {}), timeout=timeout)
     try:
         if checkpoint is not None:
-            return _observe_checkpoint(kafka, checkpoint, topics, thresholds, samples, job, storage_options,
-                                       basis, max_offsets_per_trigger, processing_rate,
-                                       timeout if probe_budget_s is None else probe_budget_s, now_ms)
+            obs = _observe_checkpoint(kafka, checkpoint, topics, thresholds, samples, job, storage_options,
+                                      basis, max_offsets_per_trigger, processing_rate,
+                                      timeout if probe_budget_s is None else probe_budget_s, now_ms)
+            return replace(obs, interrupted=interrupted_finding(checkpoint, storage_options))
         return _observe_group(kafka, str(group_id), topics, thresholds, samples, job, max_offsets_per_trigger,
                               processing_rate, timeout if probe_budget_s is None else probe_budget_s, now_ms)
     finally:
