@@ -261,7 +261,8 @@ def _pending_replay(pos: Position, replay: list[_Replay], options: DeployOptions
             fix=(f"drop the uncommitted offsets/{batch} so Spark re-plans from the committed position (after "
                  f"resolving any loss above), or restore the records"))
     if options.idempotent_sink is True:
-        sev, sink = INFO, "the sink is idempotent, so the replay overwrites, it does not duplicate"
+        sev, sink = INFO, ("the sink is idempotent for a re-run batch id (it overwrites, or a file sink skips it): no "
+                           "duplicates")
     elif options.idempotent_sink is False:
         sev, sink = WARN, f"the sink is not idempotent: up to {records:,} duplicate records expected"
         numbers["duplicates_expected"] = records

@@ -28,7 +28,8 @@ class DeployOptions:
       confs the checkpoint pins.
     * ``expect_new_checkpoint``: the deploy means to start a new query (after a reset).
     * ``target_spark_version``: the Spark the deploy runs, for log-format compatibility.
-    * ``idempotent_sink``: True/False if known; decides whether a replay means duplicates.
+    * ``idempotent_sink``: True/False if known; decides whether a replay means duplicates (for a job:
+      its sink's :attr:`~airflow_kafka_spark.registry.model.Sink.replay_is_idempotent`).
     * ``strict``: warnings block (WARN findings become BLOCK).
     * ``max_offsets_per_trigger``: the rate limit, to size the first batches of a backlog.
     * ``backlog_warn_records``: an unlimited first batch at least this large is a WARN.
