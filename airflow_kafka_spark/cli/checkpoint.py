@@ -1,11 +1,10 @@
 """``aks backup``, ``aks backups``, ``aks restore``, ``aks reset``: the checkpoint operations on the command line.
 
-Registered into :mod:`airflow_kafka_spark.cli` by :func:`register_commands` (the registry is passed
-in rather than imported, so ``python -m airflow_kafka_spark.cli`` and the ``aks`` entry point both
-see the commands). Same conventions as ``aks validate``: heavy imports inside the run functions,
-``--json`` for machines, exit 0 when done (or when a dry run's plan would pass), 3 when blocked
-(the plan/verdict is still printed, on stdout, before the one ``error:`` line on stderr), 2 for bad
-input as one ``error:`` line. Nothing is changed when the exit code is not 0.
+Listed in :data:`COMMANDS`, which :mod:`airflow_kafka_spark.cli` gathers. Same conventions as
+``aks validate``: heavy imports inside the run functions, ``--json`` for machines, exit 0 when
+done (or when a dry run's plan would pass), 3 when blocked (the plan/verdict is still printed, on
+stdout, before the one ``error:`` line on stderr), 2 for bad input as one ``error:`` line. Nothing
+is changed when the exit code is not 0.
 """
 
 from __future__ import annotations
@@ -16,33 +15,14 @@ from collections.abc import Callable
 from typing import Any
 
 from airflow_kafka_spark.cli import output as report
+from airflow_kafka_spark.cli._args import Command, add_kafka_arguments, kafka_config_from_args, key_value, positive_int
 from airflow_kafka_spark.errors import ExitCode
 from airflow_kafka_spark.ops.modes import ResetMode, SinkLogPolicy
 from airflow_kafka_spark.registry.model import SINK_CHOICES, Sink
 
-Register = Callable[[str, str, Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int]], None]
-
-
-def register_commands(register: Register) -> None:
-    register("backup", "back up a stopped query's checkpoint (verified, incremental)", _backup_arguments, _backup)
-    register("backups", "list, verify or prune the backups of a job", _backups_arguments, _backups)
-    register("restore", "roll a checkpoint back to a backup, judged against Kafka first", _restore_arguments,
-             _restore)
-    register("reset", "move a job to a new checkpoint at an exact Kafka position", _reset_arguments, _reset)
-
-
-# --------------------------------------------------------------------------------------------------
-# shared bits
-# --------------------------------------------------------------------------------------------------
-
-def _cli() -> Any:
-    from airflow_kafka_spark import cli
-
-    return cli
-
 
 def _storage_arguments(p: argparse.ArgumentParser, *, checkpoint: bool = True) -> None:
-    kv = _cli().key_value
+    kv = key_value
     g = p.add_argument_group("storage")
     if checkpoint:
         g.add_argument("--checkpoint", metavar="PATH", required=True, help="checkpoint location (path or fsspec URL)")
@@ -90,7 +70,7 @@ def _backup_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--force", action="store_true",
                    help="back up a running query anyway: only its last committed batch is captured")
     p.add_argument("--spark-version", metavar="X.Y.Z", help="Spark version that wrote the checkpoint, if known")
-    p.add_argument("--keep-last", metavar="N", type=_cli().positive_int, help="then prune to the newest N backups")
+    p.add_argument("--keep-last", metavar="N", type=positive_int, help="then prune to the newest N backups")
     p.add_argument("--max-age", metavar="DURATION", help="then prune backups older than this (7d, 12h, ...)")
     p.add_argument("--settle", metavar="SECONDS", type=float, default=2.0,
                    help="least time between the two listings that detect a running query (default 2)")
@@ -135,7 +115,7 @@ def _backups_arguments(p: argparse.ArgumentParser) -> None:
     _storage_arguments(p, checkpoint=False)
     p.add_argument("--verify", metavar="ID", help="verify one backup deeply (every blob re-hashed); 'latest' works")
     p.add_argument("--prune", action="store_true", help="apply retention (--keep-last / --max-age) and collect blobs")
-    p.add_argument("--keep-last", metavar="N", type=_cli().positive_int, help="retention: keep the newest N")
+    p.add_argument("--keep-last", metavar="N", type=positive_int, help="retention: keep the newest N")
     p.add_argument("--max-age", metavar="DURATION", help="retention: drop backups older than this (7d, 12h, ...)")
     p.add_argument("--dry-run", action="store_true", help="with --prune: show what would go, delete nothing")
     p.add_argument("--json", action="store_true", help="print the machine-readable report (JSON)")
@@ -202,7 +182,7 @@ def _backups(args: argparse.Namespace) -> int:
 def _restore_arguments(p: argparse.ArgumentParser) -> None:
     _storage_arguments(p)
     p.add_argument("--backup", metavar="ID", required=True, help="backup id to restore ('latest': the newest)")
-    _cli().add_kafka_arguments(p)
+    add_kafka_arguments(p)
     p.add_argument("--sink", choices=SINK_CHOICES,
                    help="the job's sink, which decides whether a replay duplicates output (non-idempotent = append)")
     p.add_argument("--sink-output", metavar="PATH", help="the job's output path (a file sink's log is compared)")
@@ -234,7 +214,7 @@ def _restore(args: argparse.Namespace) -> int:
     from airflow_kafka_spark.ops.backup.manifest import list_backups
     from airflow_kafka_spark.ops.commands import restore_checkpoint
 
-    config = _cli().kafka_config_from_args(args)
+    config = kafka_config_from_args(args)
     key = _seal_key(args)
     backup_id = args.backup
     if backup_id == "latest":
@@ -279,7 +259,7 @@ def _restore(args: argparse.Namespace) -> int:
 
 def _reset_arguments(p: argparse.ArgumentParser) -> None:
     _storage_arguments(p)
-    _cli().add_kafka_arguments(p)
+    add_kafka_arguments(p)
     m = p.add_argument_group("the new position")
     m.add_argument("--mode", required=True,
                    choices=tuple(ResetMode),
@@ -308,7 +288,7 @@ def _reset(args: argparse.Namespace) -> int:
     from airflow_kafka_spark.ops.commands import reset_checkpoint
     from airflow_kafka_spark.ops.reset_plan import ResetRequest, parse_datetime, parse_to_offsets
 
-    config = _cli().kafka_config_from_args(args)
+    config = kafka_config_from_args(args)
     if args.seal_key_file:
         import os
 
@@ -347,3 +327,12 @@ def _reset(args: argparse.Namespace) -> int:
                       f"  next run starts at (lifecycle record next_starting_offsets): {result.starting_offsets}"]
         report.emit("\n".join(lines))
     return ExitCode.BLOCKED if result.dry_run and result.plan.blocked else ExitCode.OK
+
+
+COMMANDS = (
+    Command("backup", "back up a stopped query's checkpoint (verified, incremental)", _backup_arguments, _backup),
+    Command("backups", "list, verify or prune the backups of a job", _backups_arguments, _backups),
+    Command("restore", "roll a checkpoint back to a backup, judged against Kafka first", _restore_arguments,
+            _restore),
+    Command("reset", "move a job to a new checkpoint at an exact Kafka position", _reset_arguments, _reset),
+)

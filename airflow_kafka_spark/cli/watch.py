@@ -1,6 +1,6 @@
 """``aks lag``, ``aks mirror`` and ``aks audit``: the watching half of the lifecycle on the command line.
 
-Registered into :mod:`airflow_kafka_spark.cli` by :func:`register_commands`, like the checkpoint
+Listed in :data:`COMMANDS`, which :mod:`airflow_kafka_spark.cli` gathers, like the checkpoint
 commands. Same conventions: heavy imports inside the run functions, ``--json`` for machines, one
 ``error:`` line and exit 2 for bad input or an unreachable dependency.
 
@@ -19,33 +19,25 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from airflow_kafka_spark.cli import output as report
+from airflow_kafka_spark.cli._args import (
+    Command,
+    add_json_argument,
+    add_kafka_arguments,
+    kafka_config_from_args,
+    key_value,
+    positive_float,
+    positive_int,
+)
 from airflow_kafka_spark.errors import ExitCode
 
 if TYPE_CHECKING:
     from airflow_kafka_spark.registry.model import JobSpec
     from airflow_kafka_spark.watch.observe import Observation
 
-Register = Callable[[str, str, Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int]], None]
-
 CLEAR = "\x1b[2J\x1b[H"
-
-
-def register_commands(register: Register) -> None:
-    register("lag", "lag (records, seconds), status, retention headroom and catch-up of a job", _lag_arguments, _lag)
-    register("mirror", "commit a checkpoint's committed offsets to a shadow consumer group (for Kafka's lag tools)",
-             _mirror_arguments, _mirror)
-    register("audit", "audit every job of the registry; write JSON, Markdown and a PNG chart", _audit_arguments,
-             _audit)
-
-
-def _cli() -> Any:
-    from airflow_kafka_spark import cli
-
-    return cli
 
 
 # --------------------------------------------------------------------------------------------------
@@ -60,7 +52,7 @@ def _kafka_given(args: argparse.Namespace) -> bool:
 def _kafka_config_for(args: argparse.Namespace, spec: JobSpec | None) -> dict[str, Any]:
     """The command line's Kafka settings, else the job's Airflow connection (``kafka_conn_id``)."""
     if _kafka_given(args) or spec is None:
-        return _cli().kafka_config_from_args(args)
+        return kafka_config_from_args(args)
     from airflow_kafka_spark.hooks.streaming import StreamingKafkaHook
 
     return StreamingKafkaHook(spec.kafka_conn_id).kafka_config()
@@ -83,7 +75,6 @@ def _registry_argument(p: argparse.ArgumentParser) -> None:
 
 
 def _lag_arguments(p: argparse.ArgumentParser) -> None:
-    cli = _cli()
     src = p.add_argument_group("the job (one of)").add_mutually_exclusive_group(required=True)
     src.add_argument("--checkpoint", metavar="PATH", help="Structured Streaming checkpoint (path or fsspec URL)")
     src.add_argument("--group", metavar="ID", help="consumer group of a job that commits to Kafka")
@@ -92,21 +83,21 @@ def _lag_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--topics", metavar="A,B", help="subscribed topics (needed for --group)")
     p.add_argument("--basis", choices=("committed", "planned"), default="committed",
                    help="measure from the last committed batch (default) or the last planned one")
-    p.add_argument("--storage-option", metavar="KEY=VALUE", type=cli.key_value, action="append", default=[],
+    p.add_argument("--storage-option", metavar="KEY=VALUE", type=key_value, action="append", default=[],
                    help="fsspec option for the checkpoint's file system (repeatable)")
-    cli.add_kafka_arguments(p)
+    add_kafka_arguments(p)
     t = p.add_argument_group("thresholds (override the registry's)")
-    t.add_argument("--max-lag-records", metavar="N", type=cli.positive_int)
-    t.add_argument("--max-lag-seconds", metavar="S", type=cli.positive_float)
-    t.add_argument("--stall-after", metavar="S", type=cli.positive_float, help="STALLED after S s without a batch")
-    t.add_argument("--stopped-after", metavar="S", type=cli.positive_float, help="STOPPED after S s without a batch")
-    t.add_argument("--min-headroom", metavar="S", type=cli.positive_float,
+    t.add_argument("--max-lag-records", metavar="N", type=positive_int)
+    t.add_argument("--max-lag-seconds", metavar="S", type=positive_float)
+    t.add_argument("--stall-after", metavar="S", type=positive_float, help="STALLED after S s without a batch")
+    t.add_argument("--stopped-after", metavar="S", type=positive_float, help="STOPPED after S s without a batch")
+    t.add_argument("--min-headroom", metavar="S", type=positive_float,
                    help="alert when retention deletes unread records within S s")
     w = p.add_argument_group("output")
-    cli.add_json_argument(w)
-    w.add_argument("--watch", metavar="SECONDS", type=cli.positive_float,
+    add_json_argument(w)
+    w.add_argument("--watch", metavar="SECONDS", type=positive_float,
                    help="refresh every SECONDS (the trend improves with every refresh); Ctrl-C ends")
-    w.add_argument("--count", metavar="N", type=cli.positive_int, help="with --watch: stop after N refreshes")
+    w.add_argument("--count", metavar="N", type=positive_int, help="with --watch: stop after N refreshes")
     w.add_argument("--check", action="store_true",
                    help="exit 3 when the job has an alert or its lag is over --max-lag-records/--max-lag-seconds")
 
@@ -226,18 +217,17 @@ def _lag(args: argparse.Namespace) -> int:
 
 
 def _mirror_arguments(p: argparse.ArgumentParser) -> None:
-    cli = _cli()
     src = p.add_argument_group("the job (one of)").add_mutually_exclusive_group(required=True)
     src.add_argument("--checkpoint", metavar="PATH", help="Structured Streaming checkpoint (path or fsspec URL)")
     src.add_argument("--job", metavar="NAME", help="a job of the registry (its checkpoint and mirror_group)")
     _registry_argument(p)
     p.add_argument("--group", metavar="ID",
                    help="the shadow group (default: the registry's mirror_group, else aks-mirror-<job>)")
-    p.add_argument("--storage-option", metavar="KEY=VALUE", type=cli.key_value, action="append", default=[],
+    p.add_argument("--storage-option", metavar="KEY=VALUE", type=key_value, action="append", default=[],
                    help="fsspec option for the checkpoint's file system (repeatable)")
-    cli.add_kafka_arguments(p)
+    add_kafka_arguments(p)
     p.add_argument("--dry-run", action="store_true", help="show what would be committed, commit nothing")
-    cli.add_json_argument(p)
+    add_json_argument(p)
 
 
 def _mirror(args: argparse.Namespace) -> int:
@@ -273,16 +263,15 @@ def _mirror(args: argparse.Namespace) -> int:
 
 
 def _audit_arguments(p: argparse.ArgumentParser) -> None:
-    cli = _cli()
     _registry_argument(p)
     p.add_argument("--out", metavar="DIR",
                    help="report folder (default: $AKS_AUDIT_DIR, else <first allowed root>/audit)")
     p.add_argument("--job", metavar="NAME", action="append", default=[], help="audit only this job (repeatable)")
-    p.add_argument("--keep-runs", metavar="N", type=cli.positive_int, default=48,
+    p.add_argument("--keep-runs", metavar="N", type=positive_int, default=48,
                    help="runs kept in the history and per-run reports (default 48)")
     p.add_argument("--no-verdict", action="store_true", help="skip the pre-deploy check of each checkpoint")
-    cli.add_kafka_arguments(p)
-    cli.add_json_argument(p)
+    add_kafka_arguments(p)
+    add_json_argument(p)
 
 
 def _audit(args: argparse.Namespace) -> int:
@@ -304,3 +293,12 @@ def _audit(args: argparse.Namespace) -> int:
                  f"report: {result.paths.get('markdown')}", f"chart: {result.paths.get('png')}"]
         report.emit("\n".join(lines))
     return ExitCode.BLOCKED if result.failed else ExitCode.OK
+
+
+COMMANDS = (
+    Command("lag", "lag (records, seconds), status, retention headroom and catch-up of a job", _lag_arguments, _lag),
+    Command("mirror", "commit a checkpoint's committed offsets to a shadow consumer group (for Kafka's lag tools)",
+            _mirror_arguments, _mirror),
+    Command("audit", "audit every job of the registry; write JSON, Markdown and a PNG chart", _audit_arguments,
+            _audit),
+)

@@ -18,6 +18,12 @@ import pytest
 
 from airflow_kafka_spark import cli
 from airflow_kafka_spark.cli import output as report
+from airflow_kafka_spark.cli._args import (
+    add_json_argument,
+    add_kafka_arguments,
+    kafka_config_from_args,
+    read_kafka_config_file,
+)
 from airflow_kafka_spark.errors import UserError
 from airflow_kafka_spark.verdict.findings import BLOCK, INFO, PASS, WARN, Finding, Verdict
 
@@ -153,7 +159,7 @@ def test_properties_file_with_comments_continuations_and_jaas(tmp_path):
         "sasl.mechanism = PLAIN\n"
         'sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required '
         'username="alice" password="s3cret";\n')
-    assert cli.read_kafka_config_file(f) == {
+    assert read_kafka_config_file(f) == {
         "bootstrap.servers": "b1:9092,b2:9092", "security.protocol": "SASL_SSL", "sasl.mechanism": "PLAIN",
         "sasl.username": "alice", "sasl.password": "s3cret"}
 
@@ -163,7 +169,7 @@ def test_json_config_file_and_precedence(tmp_path):
     f.write_text(json.dumps({"bootstrap.servers": "a:1", "client.id": "x", "socket.timeout.ms": 500}))
     args = cli.build_parser().parse_args(["validate", "--checkpoint", "c", "--kafka-config", str(f),
                                           "-X", "client.id=y", "--bootstrap-servers", "b:2"])
-    assert cli.kafka_config_from_args(args) == {"bootstrap.servers": "b:2", "client.id": "y",
+    assert kafka_config_from_args(args) == {"bootstrap.servers": "b:2", "client.id": "y",
                                                 "socket.timeout.ms": 500}
 
 
@@ -176,7 +182,7 @@ def test_bad_config_files(tmp_path, name, text, fragment):
     f = tmp_path / name
     f.write_text(text)
     with pytest.raises(UserError, match=fragment):
-        cli.read_kafka_config_file(f)
+        read_kafka_config_file(f)
 
 
 # --------------------------------------------------------------------------- output and exit codes (in-process)
@@ -277,11 +283,11 @@ def test_registering_a_subcommand_takes_a_few_lines(monkeypatch, capsys):
     monkeypatch.setattr(cli, "COMMANDS", dict(cli.COMMANDS))
 
     def args(p):
-        cli.add_kafka_arguments(p)
-        cli.add_json_argument(p)
+        add_kafka_arguments(p)
+        add_json_argument(p)
 
     def run(ns):
-        report.emit(report.dump_json({"servers": cli.kafka_config_from_args(ns)["bootstrap.servers"]}))
+        report.emit(report.dump_json({"servers": kafka_config_from_args(ns)["bootstrap.servers"]}))
         return 0
 
     cli.register("hello", "a test command", args, run)
