@@ -29,6 +29,7 @@ from typing import Any
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
+from airflow_kafka_spark._util.text import one_line
 from airflow_kafka_spark.errors import UserError
 
 OBJECT_STORE_PROTOCOLS = frozenset({
@@ -66,13 +67,18 @@ class Location:
 def open_location(url: str, storage_options: dict | None = None, *, what: str = "location") -> Location:
     """Open ``url`` (a path or any fsspec URL); a scheme without a driver is a one-line error."""
     if not isinstance(url, str) or not url.strip():
-        raise UserError(f"{what} is empty; pass a path or a URL such as /data/ckpt or s3://bucket/ckpt")
+        raise UserError(f"{what} must be a non-empty path or a URL such as /data/ckpt or s3://bucket/ckpt, "
+                        f"got {url!r}")
+    if storage_options is not None and not isinstance(storage_options, dict):
+        raise UserError(f"storage_options must be a dict, got {type(storage_options).__name__}")
     refuse_chained_url(url, what)
     try:
         fs, path = fsspec.core.url_to_fs(url, **(storage_options or {}))
-    except (ImportError, ValueError) as exc:
-        raise UserError(f"cannot open {what} {url}: {exc}; install the fsspec driver for this URL scheme") \
-            from None
+    except ImportError as exc:
+        raise UserError(f"cannot open {what} {url}: {one_line(exc)}; install the fsspec driver for this URL "
+                        "scheme") from None
+    except (ValueError, TypeError) as exc:
+        raise UserError(f"cannot open {what} {url}: {one_line(exc)}") from None
     path = path.rstrip("/") or "/"
     return Location(fs, path, url.rstrip("/") or url)
 

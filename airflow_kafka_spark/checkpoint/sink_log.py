@@ -30,8 +30,9 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
+from airflow_kafka_spark._util.fs import open_location
 from airflow_kafka_spark._util.jsonfile import load_json
-from airflow_kafka_spark.checkpoint.reader import batch_id_from_name, log_lines, parse_log_version
+from airflow_kafka_spark.checkpoint.formats import batch_id_from_name, log_lines, parse_log_version
 from airflow_kafka_spark.errors import CheckpointFormatError, UserError
 
 SINK_LOG_DIR = "_spark_metadata"
@@ -185,15 +186,8 @@ def read_sink_log(output: str, storage_options: dict | None = None) -> SinkLog:
 
 
 def _open_fs(location: Any, storage_options: dict | None) -> tuple[Any, str]:
-    if not isinstance(location, str) or not location.strip():
-        raise UserError(f"file sink output must be a non-empty path or URL, got {location!r}")
-    from fsspec.core import url_to_fs
-
-    try:
-        fs, root = url_to_fs(location, **(storage_options or {}))
-    except (ImportError, ValueError, TypeError) as exc:
-        raise UserError(f"cannot open file sink output {location}: {' '.join(str(exc).split())}") from None
-    return fs, root.rstrip("/") or root
+    loc = open_location(location, storage_options, what="file sink output")
+    return loc.fs, loc.path
 
 
 def _entry(line: str, what: str) -> SinkFileEntry:

@@ -27,7 +27,7 @@ from typing import Any
 
 from airflow_kafka_spark._util.fs import Location, exists, os_reason, read_bytes, remove_file, write_atomic
 from airflow_kafka_spark._util.jsonfile import JSON_MAX_BYTES, load_json
-from airflow_kafka_spark.checkpoint.reader import METADATA_MAX_BYTES, batch_id_from_name
+from airflow_kafka_spark.checkpoint.formats import METADATA_MAX_BYTES, batch_id_from_name
 from airflow_kafka_spark.errors import UserError
 
 JOURNAL_SUFFIX = ".operation.json"

@@ -25,7 +25,9 @@ from typing import Any
 
 from airflow_kafka_spark._util import faults
 from airflow_kafka_spark._util.fs import Location, exists, move_dir, open_location
-from airflow_kafka_spark.checkpoint.reader import CheckpointState, read_checkpoint
+from airflow_kafka_spark.checkpoint.model import CheckpointState
+from airflow_kafka_spark.checkpoint.reader import read_checkpoint
+from airflow_kafka_spark.checkpoint.sink_log import read_sink_log
 from airflow_kafka_spark.errors import OperationBlocked, UserError
 from airflow_kafka_spark.kafka.view import KafkaView
 from airflow_kafka_spark.lifecycle.journal import Journal, Operation, new_operation_id
@@ -67,8 +69,6 @@ def plan_with_state(checkpoint_location: str, kafka_config: dict, request: Reset
 
 def read_sink_info(output: str, storage_options: dict | None) -> SinkInfo:
     """Whether ``output`` has a file-sink log and its newest batch (S20)."""
-    from airflow_kafka_spark.checkpoint.sink_log import read_sink_log
-
     loc = open_location(output, storage_options, what="sink output")
     if not exists(loc):
         return SinkInfo(output=output, has_log=False, latest_batch_id=None)

@@ -42,13 +42,14 @@ from pathlib import Path
 from typing import Any
 
 from airflow_kafka_spark._util.fs import os_reason
-from airflow_kafka_spark.checkpoint.reader import CheckpointState
+from airflow_kafka_spark.checkpoint.model import CheckpointState
 from airflow_kafka_spark.errors import UserError
 from airflow_kafka_spark.kafka.model import BrokerState
 from airflow_kafka_spark.kafka.offsets import EARLIEST, LATEST, PartitionOffsets, TopicPartition, parse_offsets_json
 from airflow_kafka_spark.lifecycle.record import LifecycleRecord
 from airflow_kafka_spark.ops.modes import ResetMode, SinkLogPolicy
-from airflow_kafka_spark.ops.plan import BLOCK, INFO, WARN, PartitionMove, Plan
+from airflow_kafka_spark.ops.plan import PartitionMove, Plan
+from airflow_kafka_spark.verdict.findings import BLOCK, INFO, WARN
 
 SINK_LOG_DIR = "_spark_metadata"
 

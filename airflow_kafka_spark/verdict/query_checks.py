@@ -12,7 +12,7 @@ from airflow_kafka_spark.verdict.options import DeployOptions
 from airflow_kafka_spark.verdict.position import Position
 
 if TYPE_CHECKING:  # types only: the verdict stays free of Kafka client and fsspec imports
-    from airflow_kafka_spark.checkpoint.reader import CheckpointState
+    from airflow_kafka_spark.checkpoint.model import CheckpointState
     from airflow_kafka_spark.kafka.model import BrokerState
     from airflow_kafka_spark.lifecycle.record import LifecycleRecord
 

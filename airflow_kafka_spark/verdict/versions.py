@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from airflow_kafka_spark.verdict.findings import BLOCK, WARN, Finding
 
 if TYPE_CHECKING:  # types only: the verdict stays free of Kafka client and fsspec imports
-    from airflow_kafka_spark.checkpoint.reader import CheckpointState
+    from airflow_kafka_spark.checkpoint.model import CheckpointState
     from airflow_kafka_spark.lifecycle.record import LifecycleRecord
 
 

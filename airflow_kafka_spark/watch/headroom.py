@@ -53,7 +53,7 @@ from airflow_kafka_spark.kafka.offsets import EARLIEST, LATEST, PartitionOffsets
 from airflow_kafka_spark.watch.lag import FirstUnread, OffsetSample, OffsetTimeCurve, produce_rates
 
 if TYPE_CHECKING:
-    from airflow_kafka_spark.checkpoint.reader import BatchOffsets
+    from airflow_kafka_spark.checkpoint.model import BatchOffsets
     from airflow_kafka_spark.kafka.model import BrokerState, TopicInfo
 
 TimeBasis = Literal["segment-max-ts", "first-unread-record", "interpolated", "nothing-unread", "already-lost"]

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 from airflow_kafka_spark.kafka.offsets import EARLIEST, LATEST, PartitionOffsets, TopicPartition
 
 if TYPE_CHECKING:  # only attribute access at run time: keeps this module free of I/O imports
-    from airflow_kafka_spark.checkpoint.reader import BatchOffsets
+    from airflow_kafka_spark.checkpoint.model import BatchOffsets
     from airflow_kafka_spark.kafka.model import BrokerState
 
 LagMethod = Literal["record-timestamp", "interpolated"]

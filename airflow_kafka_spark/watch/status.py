@@ -86,7 +86,7 @@ from airflow_kafka_spark.errors import UserError
 from airflow_kafka_spark.kafka.offsets import PartitionOffsets, TopicPartition
 
 if TYPE_CHECKING:
-    from airflow_kafka_spark.checkpoint.reader import BatchOffsets
+    from airflow_kafka_spark.checkpoint.model import BatchOffsets
     from airflow_kafka_spark.watch.lag import JobLag
 
 STALL_FACTOR = 3

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from airflow_kafka_spark.checkpoint.reader import BatchCommit, BatchOffsets, CheckpointProblem, CheckpointState
+from airflow_kafka_spark.checkpoint.model import BatchCommit, BatchOffsets, CheckpointProblem, CheckpointState
 from airflow_kafka_spark.kafka.model import BrokerState, TopicInfo
 from airflow_kafka_spark.kafka.offsets import PartitionOffsets, TopicPartition
 from airflow_kafka_spark.lifecycle.model import Lease, TopicIdentity

@@ -10,7 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from airflow_kafka_spark.checkpoint.reader import (
+from airflow_kafka_spark.checkpoint.formats import (
+    UnsupportedLogVersionError,
+    batch_id_from_name,
+    log_lines,
+    parse_log_version,
+    parse_offsets_file,
+)
+from airflow_kafka_spark.checkpoint.model import (
     CHECKPOINT_CORRUPT,
     INITIAL_OFFSETS_UNREADABLE,
     LOG_GAP,
@@ -18,13 +25,8 @@ from airflow_kafka_spark.checkpoint.reader import (
     STRAY_TEMP_FILE,
     UNSUPPORTED_LOG_VERSION,
     CheckpointState,
-    UnsupportedLogVersionError,
-    batch_id_from_name,
-    log_lines,
-    parse_log_version,
-    parse_offsets_file,
-    read_checkpoint,
 )
+from airflow_kafka_spark.checkpoint.reader import read_checkpoint
 from airflow_kafka_spark.errors import CheckpointFormatError, UserError
 from airflow_kafka_spark.kafka.offsets import TopicPartition
 from tests.support.checkpoint_factory import (

@@ -22,15 +22,15 @@ from pathlib import Path
 
 import pytest
 
-from airflow_kafka_spark.checkpoint.reader import (
+from airflow_kafka_spark.checkpoint.model import (
     CHECKPOINT_CORRUPT,
     INITIAL_OFFSETS_UNREADABLE,
     LOG_GAP,
     MISSING_QUERY_ID,
     STRAY_TEMP_FILE,
     UNSUPPORTED_LOG_VERSION,
-    read_checkpoint,
 )
+from airflow_kafka_spark.checkpoint.reader import read_checkpoint
 from airflow_kafka_spark.errors import UserError
 from tests.support.checkpoint_factory import (
     START_TIMESTAMP_MS,

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from airflow_kafka_spark.checkpoint.reader import BatchOffsets
+from airflow_kafka_spark.checkpoint.model import BatchOffsets
 from airflow_kafka_spark.kafka.model import BrokerState, TopicInfo
 from airflow_kafka_spark.kafka.offsets import TopicPartition
 from airflow_kafka_spark.watch.headroom import (

@@ -10,7 +10,7 @@ from urllib.parse import unquote
 
 import pytest
 
-from airflow_kafka_spark.checkpoint.reader import UnsupportedLogVersionError
+from airflow_kafka_spark.checkpoint.formats import UnsupportedLogVersionError
 from airflow_kafka_spark.checkpoint.sink_log import SinkFileEntry, parse_sink_log_file, read_sink_log
 from airflow_kafka_spark.errors import CheckpointFormatError, UserError
 from tests.support.sink_log_factory import SINK_LOG_DIR, sink_entry, sink_log_file, write_sink_log

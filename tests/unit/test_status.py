@@ -15,7 +15,7 @@ from itertools import pairwise
 
 import pytest
 
-from airflow_kafka_spark.checkpoint.reader import BatchOffsets
+from airflow_kafka_spark.checkpoint.model import BatchOffsets
 from airflow_kafka_spark.errors import UserError
 from airflow_kafka_spark.kafka.model import BrokerState, TopicInfo
 from airflow_kafka_spark.kafka.offsets import TopicPartition

@@ -19,7 +19,7 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from airflow_kafka_spark.checkpoint.reader import batch_id_from_name
+from airflow_kafka_spark.checkpoint.formats import batch_id_from_name
 
 _STATE_VERSION_FILE = re.compile(r"^([0-9]+)(?:_[^.]+)?\.(delta|snapshot|zip|changelog)$")
 _STATE_BASE_KINDS = ("snapshot", "zip")

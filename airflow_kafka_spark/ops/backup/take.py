@@ -40,7 +40,9 @@ from airflow_kafka_spark._util.fs import (
 )
 from airflow_kafka_spark._util.lock import LockFile
 from airflow_kafka_spark._util.paths import check_relative, irregular_entries, safe_child
-from airflow_kafka_spark.checkpoint.reader import CheckpointState, parse_offsets_file, read_checkpoint
+from airflow_kafka_spark.checkpoint.formats import parse_offsets_file
+from airflow_kafka_spark.checkpoint.model import CheckpointState
+from airflow_kafka_spark.checkpoint.reader import read_checkpoint
 from airflow_kafka_spark.errors import OperationBlocked, UserError
 from airflow_kafka_spark.kafka.offsets import PartitionOffsets
 from airflow_kafka_spark.lifecycle.record import LifecycleRecord
