@@ -31,9 +31,9 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-import fsspec
-
+from airflow_kafka_spark._util.fs import open_location, remove_file
 from airflow_kafka_spark._util.proc import pid_alive
+from airflow_kafka_spark._util.text import iso_seconds
 from airflow_kafka_spark.checkpoint.reader import read_checkpoint
 from airflow_kafka_spark.errors import UserError
 from airflow_kafka_spark.lifecycle.events import DriverKind
@@ -134,8 +134,8 @@ def stop(checkpoint: str, marker: str, *, is_alive: Callable[[], bool], kill: Ca
     t0 = time.monotonic()
     if not is_alive():
         return _result(checkpoint, storage_options, graceful=True, killed=False, t0=t0, running=False)
-    fs, path = fsspec.core.url_to_fs(marker, **(storage_options or {}))
-    fs.pipe_file(path, f"stop requested at {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}\n".encode())
+    loc = open_location(marker, storage_options, what="stop marker")
+    loc.fs.pipe_file(loc.path, f"stop requested at {iso_seconds()}\n".encode())
     killed = False
     try:
         deadline = t0 + timeout_s
@@ -153,8 +153,7 @@ def stop(checkpoint: str, marker: str, *, is_alive: Callable[[], bool], kill: Ca
                 next_note = now + 10
             time.sleep(poll_s)
     finally:
-        with contextlib.suppress(FileNotFoundError):
-            fs.rm_file(path)
+        remove_file(loc)
     return _result(checkpoint, storage_options, graceful=not killed, killed=killed, t0=t0, running=True)
 
 
