@@ -8,6 +8,10 @@ S3 through S3A), read the driver's log from its NodeManager, kill it.
 
 from __future__ import annotations
 
+import json
+import socket
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 
@@ -49,6 +53,30 @@ def first_batch_or_failure(rm, app_id: str, committed: Callable[[], bool]) -> bo
     return committed()
 
 
+ON_OTHER_HOST = """
+import json, socket, sys
+from airflow_kafka_spark.runtime.yarn import ResourceManager
+rm = ResourceManager([sys.argv[1]])
+before = rm.app(sys.argv[2]).state.value
+after = rm.kill(sys.argv[2]).state.value
+print(json.dumps({"host": socket.gethostname(), "before": before, "after": after}))
+"""
+
+
+def watch_and_kill_from_another_host(rm_url: str, app_id: str) -> dict:
+    """What a triggerer/worker on another machine does: status and kill over REST, nothing local.
+
+    The other host is this machine with another hostname (a UTS namespace, ``unshare --uts``).
+    """
+    proc = subprocess.run(
+        ["unshare", "--uts", "sh", "-c", 'hostname "$0" && exec "$@"', "airflow-triggerer-2",
+         sys.executable, "-c", ON_OTHER_HOST, rm_url, app_id], capture_output=True, text=True, timeout=120)
+    if proc.returncode != 0 and "unshare" in proc.stderr and "ermission" in proc.stderr:
+        pytest.skip(f"no UTS namespace here: {proc.stderr.strip()}")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
 def stop_through_rm(rm, app_id: str) -> None:
     rm.kill(app_id)
     app = wait_for("the app to be KILLED", lambda: (a := rm.app(app_id)).state.terminal and a, 120)
@@ -78,6 +106,10 @@ def test_reference_job_in_cluster_mode_checkpoints_on_hdfs(broker, topic_name, h
         assert sink_rows(webhdfs, out) == RECORDS
         stdout = rm.driver_log_tail(app, file="stdout")
         assert 'REFERENCE_JOB_STATUS {"event": "started"' in stdout
+        seen = watch_and_kill_from_another_host(hadoop.rm_url, app_id)
+        assert seen["host"] == "airflow-triggerer-2" != socket.gethostname()
+        assert seen["before"] == "RUNNING" and seen["after"] in ("RUNNING", "KILLED")
+        wait_for("the kill from the other host to land", lambda: rm.app(app_id).state is AppState.KILLED, 120)
     finally:
         stop_through_rm(rm, app_id)
 
