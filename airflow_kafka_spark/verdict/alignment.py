@@ -25,10 +25,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from airflow_kafka_spark.checkpoint.position import ResumePosition
 from airflow_kafka_spark.kafka.offsets import TopicPartition
 from airflow_kafka_spark.verdict.findings import BLOCK, INFO, PASS, WARN, Finding, Number
 from airflow_kafka_spark.verdict.options import DeployOptions
-from airflow_kafka_spark.verdict.position import Position
 from airflow_kafka_spark.verdict.query_checks import recorded_topic_id
 
 if TYPE_CHECKING:  # types only: the verdict stays free of Kafka client and fsspec imports
@@ -40,7 +40,7 @@ if TYPE_CHECKING:  # types only: the verdict stays free of Kafka client and fssp
 ProbedRecord = tuple[int, int | None] | None
 
 
-def alignment_findings(pos: Position, broker: BrokerState, record: LifecycleRecord | None, options: DeployOptions,
+def alignment_findings(pos: ResumePosition, broker: BrokerState, record: LifecycleRecord | None, options: DeployOptions,
                timestamps: Mapping[TopicPartition, ProbedRecord], cluster_mismatch: bool) -> list[Finding]:
     ckpt_topics = {tp.topic for tp in pos.start} | {tp.topic for tp in pos.pending}
     deploy_topics = options.topics or tuple(sorted(ckpt_topics))
@@ -58,7 +58,7 @@ def place(tp: TopicPartition) -> dict[str, Any]:
     return {"topic": tp.topic, "partition": tp.partition}
 
 
-def check_start(pos: Position, broker: BrokerState, record: LifecycleRecord | None, options: DeployOptions,
+def check_start(pos: ResumePosition, broker: BrokerState, record: LifecycleRecord | None, options: DeployOptions,
                  timestamps: Mapping[TopicPartition, ProbedRecord], deploy_topics: Iterable[str],
                  cluster_mismatch: bool, *, group: bool = False) -> tuple[list[Finding], int]:
     """Findings for every partition the position names, and the backlog after it (records)."""
@@ -144,7 +144,7 @@ def check_start(pos: Position, broker: BrokerState, record: LifecycleRecord | No
     return out, backlog
 
 
-def _identity(tp: TopicPartition, c: int, ls: int, le: int, pos: Position, record: LifecycleRecord | None,
+def _identity(tp: TopicPartition, c: int, ls: int, le: int, pos: ResumePosition, record: LifecycleRecord | None,
               info: Any, options: DeployOptions, probe: ProbedRecord, nums: dict[str, Number]
               ) -> Finding | None:
     recorded = recorded_topic_id(record, tp.topic, info)
@@ -238,7 +238,7 @@ class _Replay:
         return max(self.end - self.start, 0)
 
 
-def _pending_replay(pos: Position, replay: list[_Replay], options: DeployOptions) -> Finding:
+def _pending_replay(pos: ResumePosition, replay: list[_Replay], options: DeployOptions) -> Finding:
     batch = pos.pending_batch
     records = sum(r.records for r in replay)
     unreadable = [r for r in replay if r.records and not r.readable]
@@ -276,7 +276,7 @@ def _pending_replay(pos: Position, replay: list[_Replay], options: DeployOptions
              "a batch boundary to avoid this"))
 
 
-def _new_partitions(pos: Position, broker: BrokerState, deploy_topics: Iterable[str],
+def _new_partitions(pos: ResumePosition, broker: BrokerState, deploy_topics: Iterable[str],
                     ckpt_topics: set[str]) -> tuple[list[Finding], int]:
     """Partitions of subscribed topics the checkpoint does not know: Spark reads them from earliest."""
     out: list[Finding] = []

@@ -12,12 +12,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
+from airflow_kafka_spark.checkpoint.position import resume_position
 from airflow_kafka_spark.kafka.offsets import TopicPartition, parse_offsets_json
 from airflow_kafka_spark.verdict.alignment import ProbedRecord, alignment_findings
 from airflow_kafka_spark.verdict.findings import Finding, Verdict
 from airflow_kafka_spark.verdict.new_query import new_query_findings
 from airflow_kafka_spark.verdict.options import DeployOptions
-from airflow_kafka_spark.verdict.position import position_of
 from airflow_kafka_spark.verdict.query_checks import (
     apply_strict,
     cluster_mismatch,
@@ -40,7 +40,7 @@ def subscribed_topics(checkpoint: CheckpointState, record: LifecycleRecord | Non
                       options: DeployOptions) -> list[str]:
     """Every topic the verdict needs from the broker: the checkpoint's, the deploy's, a reset's."""
     names: dict[str, None] = {}
-    pos = position_of(checkpoint)
+    pos = resume_position(checkpoint)
     if pos is not None:
         names.update(dict.fromkeys(sorted({tp.topic for tp in (*pos.start, *pos.pending)})))
     names.update(dict.fromkeys(options.topics or ()))
@@ -58,7 +58,7 @@ def identity_probes(checkpoint: CheckpointState, broker: BrokerState, record: Li
     below: only where the lifecycle record cannot settle it (no record, or no topic id for that topic)
     and where a record below ``C`` can exist (``LS < C ≤ LE``). :func:`evaluate` expects the probes'
     answers in ``timestamps``."""
-    pos = position_of(checkpoint)
+    pos = resume_position(checkpoint)
     if pos is None or not pos.known or pos.reference_ts is None or cluster_mismatch(record, broker):
         return {}
     out: dict[TopicPartition, int] = {}
@@ -89,7 +89,7 @@ def evaluate(checkpoint: CheckpointState, broker: BrokerState, record: Lifecycle
     findings += problem_findings(checkpoint)
     findings += runtime_findings(checkpoint, record, options.target_spark_version)
     findings += empty_kafka_findings(checkpoint)
-    pos = position_of(checkpoint)
+    pos = resume_position(checkpoint)
     if pos is None:
         findings += new_query_findings(checkpoint, broker, record, options)
     else:

@@ -7,11 +7,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
+from airflow_kafka_spark.checkpoint.position import ResumePosition
 from airflow_kafka_spark.kafka.offsets import PartitionOffsets, TopicPartition
 from airflow_kafka_spark.verdict.alignment import backlog_finding, check_start, place, topic_not_found
 from airflow_kafka_spark.verdict.findings import INFO, WARN, Finding, Number, Verdict
 from airflow_kafka_spark.verdict.options import DeployOptions
-from airflow_kafka_spark.verdict.position import Position
 from airflow_kafka_spark.verdict.query_checks import apply_strict
 
 if TYPE_CHECKING:  # types only: the verdict stays free of Kafka client and fsspec imports
@@ -33,7 +33,7 @@ def evaluate_group(group_offsets: PartitionOffsets, broker: BrokerState, options
     policy = options.starting_offsets if options.starting_offsets in ("earliest", "latest") else "latest"
     findings: list[Finding] = []
     label = f"group {group_id}" if group_id else "the consumer group"
-    pos = Position(start=start, label=f"{label}'s committed offsets", known=True)
+    pos = ResumePosition(start=start, label=f"{label}'s committed offsets", known=True)
     per_partition, backlog = check_start(pos, broker, None, options, {}, deploy_topics, True, group=True)
     findings += per_partition
     new, new_backlog = _group_new_partitions(start, broker, deploy_topics, policy, label)

@@ -7,9 +7,9 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from airflow_kafka_spark.checkpoint.position import ResumePosition
 from airflow_kafka_spark.verdict.findings import BLOCK, WARN, Finding, Number, Severity, count_of
 from airflow_kafka_spark.verdict.options import DeployOptions
-from airflow_kafka_spark.verdict.position import Position
 
 if TYPE_CHECKING:  # types only: the verdict stays free of Kafka client and fsspec imports
     from airflow_kafka_spark.checkpoint.model import CheckpointState
@@ -93,7 +93,7 @@ def _repair_of(message: str) -> str:
     return tail if sep and tail else message
 
 
-def existing_checkpoint_option_findings(cp: CheckpointState, pos: Position, record: LifecycleRecord | None,
+def existing_checkpoint_option_findings(cp: CheckpointState, pos: ResumePosition, record: LifecycleRecord | None,
                                          options: DeployOptions) -> list[Finding]:
     out: list[Finding] = []
     has_batches = bool(cp.offset_batch_ids)

@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from airflow_kafka_spark.checkpoint.model import CheckpointState
+from airflow_kafka_spark.checkpoint.position import resume_offsets
 from airflow_kafka_spark.checkpoint.reader import read_checkpoint
 from airflow_kafka_spark.errors import UserError
 from airflow_kafka_spark.kafka.model import BrokerState
@@ -35,7 +36,6 @@ from airflow_kafka_spark.verdict.findings import BLOCK, INFO, Finding, Verdict
 from airflow_kafka_spark.verdict.group import evaluate_group
 from airflow_kafka_spark.verdict.interrupted import interrupted_finding
 from airflow_kafka_spark.verdict.options import DeployOptions
-from airflow_kafka_spark.verdict.position import resume_offsets
 
 log = logging.getLogger(__name__)
 

@@ -14,6 +14,7 @@ from dataclasses import replace
 
 import pytest
 
+from airflow_kafka_spark.checkpoint.position import resume_offsets
 from airflow_kafka_spark.errors import UserError
 from airflow_kafka_spark.kafka.offsets import TopicPartition
 from airflow_kafka_spark.lifecycle.model import Lease
@@ -31,7 +32,6 @@ from airflow_kafka_spark.verdict.findings import (
 )
 from airflow_kafka_spark.verdict.group import evaluate_group
 from airflow_kafka_spark.verdict.options import DeployOptions
-from airflow_kafka_spark.verdict.position import resume_offsets
 from tests.support.verdict_states import BATCH_TS, NOW_MS, batch, broker, checkpoint, problem, record, tps
 
 T0, T1 = TopicPartition("t", 0), TopicPartition("t", 1)
