@@ -160,10 +160,17 @@ def deep_dict(depth: int = DEPTH) -> bytes:
 
 
 def reseal(doc: dict) -> dict:
-    """Recompute the unkeyed manifest digest the way anyone with write access to the root can."""
+    """Recompute the unkeyed manifest digest the way anyone with write access to the root can.
+
+    The digest covers the manifest's canonical body, in which ``totals`` is derived from ``files``:
+    an attacker who adds or resizes an entry updates it too (else the seal, not the path check,
+    would refuse the manifest and the variant would prove nothing)."""
     import hashlib
 
     body = {k: v for k, v in doc.items() if k not in ("digest", "hmac")}
+    files = body.get("files")
+    if isinstance(files, list) and all(isinstance(f, dict) and type(f.get("size")) is int for f in files):
+        body["totals"] = {"files": len(files), "bytes": sum(f["size"] for f in files)}
     digest = hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
     return {**body, "digest": digest, **({"hmac": doc["hmac"]} if "hmac" in doc else {})}   # no key: old hmac
 
