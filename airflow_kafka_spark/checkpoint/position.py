@@ -19,6 +19,9 @@ from dataclasses import dataclass, field
 from airflow_kafka_spark.checkpoint.model import CheckpointState
 from airflow_kafka_spark.kafka.offsets import PartitionOffsets
 
+#: ``committed_label`` before the first commit: the position is where batch 0 starts.
+NOTHING_COMMITTED = "sources/<n>/0 (nothing committed yet)"
+
 
 @dataclass(frozen=True)
 class ResumePosition:
@@ -44,7 +47,7 @@ class ResumePosition:
     def committed_label(self) -> str:
         """Where ``committed`` comes from, for plans and messages."""
         if self.committed_batch is None:
-            return "sources/<n>/0 (nothing committed yet)"
+            return NOTHING_COMMITTED
         return f"offsets/{self.committed_batch} (last committed)"
 
     @property

@@ -17,6 +17,7 @@ from typing import Any
 
 from airflow.sdk.exceptions import AirflowSkipException
 
+from airflow_kafka_spark.checkpoint.position import resume_position
 from airflow_kafka_spark.checkpoint.reader import read_checkpoint
 from airflow_kafka_spark.errors import UserError
 from airflow_kafka_spark.hooks.jobs import actor, fail, flag, kafka_config, optional_text
@@ -61,11 +62,12 @@ def seal_key_from_connection(conn_id: str | None) -> bytes | None:
 def position(spec: JobSpec) -> dict[str, Any]:
     """Where the job's checkpoint stands: query id, last committed batch and its end offsets."""
     state = read_checkpoint(spec.checkpoint)
-    committed = state.latest_committed
+    pos = resume_position(state)
+    batch = pos.committed_batch if pos is not None else None
     return {"exists": state.exists, "query_id": state.query_id,
-            "last_committed_batch": committed.batch_id if committed else None,
+            "last_committed_batch": batch,
             "last_planned_batch": state.latest_planned.batch_id if state.latest_planned else None,
-            "offsets": to_offsets_json(committed.kafka_offsets) if committed else None}
+            "offsets": to_offsets_json(pos.committed) if pos is not None and batch is not None else None}
 
 
 class ValidateCheckpointOperator(StreamingJobOperator):

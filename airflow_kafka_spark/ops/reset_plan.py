@@ -43,6 +43,7 @@ from typing import Any
 
 from airflow_kafka_spark._util.fs import os_reason
 from airflow_kafka_spark.checkpoint.model import CheckpointState
+from airflow_kafka_spark.checkpoint.position import NOTHING_COMMITTED, resume_position
 from airflow_kafka_spark.errors import UserError
 from airflow_kafka_spark.kafka.model import BrokerState
 from airflow_kafka_spark.kafka.offsets import EARLIEST, LATEST, PartitionOffsets, TopicPartition, parse_offsets_json
@@ -138,17 +139,10 @@ def old_positions(state: CheckpointState) -> tuple[PartitionOffsets, PartitionOf
     With nothing committed, C is where batch 0 starts (``sources/<n>/0``): a query that never
     committed anything has written nothing, so that is what was "processed up to".
     """
-    committed = state.latest_committed
-    pending = state.pending_batch
-    initial: PartitionOffsets = {}
-    for offs in state.initial_offsets.values():
-        initial.update(offs)
-    if committed is not None:
-        c, label = dict(committed.kafka_offsets), f"offsets/{committed.batch_id} (last committed)"
-    else:
-        c, label = initial, "sources/<n>/0 (nothing committed yet)"
-    p = dict(pending.kafka_offsets) if pending is not None else {}
-    return c, p, label
+    pos = resume_position(state)
+    if pos is None:
+        return {}, {}, NOTHING_COMMITTED
+    return dict(pos.committed), dict(pos.pending), pos.committed_label
 
 
 def build_reset_plan(state: CheckpointState, broker: BrokerState, record: LifecycleRecord | None,

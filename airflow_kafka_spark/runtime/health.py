@@ -30,6 +30,7 @@ from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from airflow_kafka_spark.checkpoint.position import resume_position
 from airflow_kafka_spark.checkpoint.reader import read_checkpoint
 from airflow_kafka_spark.errors import UserError
 from airflow_kafka_spark.kafka.offsets import TopicPartition
@@ -145,15 +146,10 @@ def probe_health(*, checkpoint: str, topics: Sequence[str], kafka_config: Callab
 def _position_if_idle(state: Any) -> dict[TopicPartition, int] | None:
     """Where the job will read next, if no batch is in flight: the last committed offsets, or the
     initial offsets Spark resolved for a query that has not committed a batch yet."""
-    committed, planned = state.latest_committed, state.latest_planned
-    if planned is not None and (committed is None or planned.batch_id > committed.batch_id):
+    pos = resume_position(state)
+    if pos is None or pos.pending_batch is not None:
         return None
-    if committed is not None:
-        return dict(committed.kafka_offsets)
-    merged: dict[TopicPartition, int] = {}
-    for offsets in state.initial_offsets.values():
-        merged.update(offsets)
-    return merged or None
+    return dict(pos.committed) or None
 
 
 def make_liveness(driver: Mapping[str, Any], *, master: str | None, spark_binary: str | None) -> Callable[[], bool]:

@@ -37,6 +37,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal
 
 from airflow_kafka_spark.checkpoint.model import BatchOffsets, CheckpointState
+from airflow_kafka_spark.checkpoint.position import resume_position
 from airflow_kafka_spark.checkpoint.reader import read_checkpoint
 from airflow_kafka_spark.errors import UserError
 from airflow_kafka_spark.kafka.model import BrokerState
@@ -466,13 +467,11 @@ def _checkpoint_positions(state: CheckpointState, basis: str, notes: list[str]
     """
     if basis == "planned" and state.latest_planned is not None:
         return dict(state.latest_planned.kafka_offsets), None
-    if state.latest_committed is not None:
-        return dict(state.latest_committed.kafka_offsets), dict(state.latest_committed.kafka_offsets)
-    initial: PartitionOffsets = {}
-    for offsets in state.initial_offsets.values():
-        initial.update(offsets)
-    notes.append("no committed batch yet: lag is counted from the starting offsets of batch 0")
-    return initial, initial
+    pos = resume_position(state)
+    committed = dict(pos.committed) if pos is not None else {}
+    if pos is None or pos.committed_batch is None:
+        notes.append("no committed batch yet: lag is counted from the starting offsets of batch 0")
+    return committed, dict(committed)
 
 
 def _group_history(samples: Sequence[Sample], now_ms: int, current: PartitionOffsets) -> list[BatchOffsets]:
