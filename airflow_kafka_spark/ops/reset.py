@@ -30,6 +30,7 @@ from airflow_kafka_spark.checkpoint.reader import read_checkpoint
 from airflow_kafka_spark.checkpoint.sink_log import read_sink_log
 from airflow_kafka_spark.errors import OperationBlocked, UserError
 from airflow_kafka_spark.kafka.view import KafkaView
+from airflow_kafka_spark.lifecycle.events import LifecycleEvent
 from airflow_kafka_spark.lifecycle.journal import Journal, Operation, new_operation_id
 from airflow_kafka_spark.lifecycle.record import LifecycleRecord
 from airflow_kafka_spark.names import default_job_name, validate_job_name
@@ -177,10 +178,11 @@ def roll_forward(journal: Journal, ck: Location, *, storage_options: dict | None
             record.set_next_starting_offsets(pl["starting_offsets"], actor=pl.get("actor"))
             req = pl["request"]
             if pl.get("skipped") and req.get("accept_data_loss"):
-                record.add_event("data_loss_accepted", actor=pl.get("actor"), operation_id=op_id,
+                record.add_event(LifecycleEvent.DATA_LOSS_ACCEPTED, actor=pl.get("actor"), operation_id=op_id,
                                  records_skipped=pl["skipped"], mode=req.get("mode"))
-            record.add_event("checkpoint_reset", actor=pl.get("actor"), operation_id=op_id, mode=req.get("mode"),
-                             backup_id=pl["backup_id"], backup_root=pl["backup_root"], moved_to=pl["aside"],
+            record.add_event(LifecycleEvent.CHECKPOINT_RESET, actor=pl.get("actor"), operation_id=op_id,
+                             mode=req.get("mode"), backup_id=pl["backup_id"], backup_root=pl["backup_root"],
+                             moved_to=pl["aside"],
                              sink_log_moved_to=pl.get("sink_aside"), starting_offsets=pl["starting_offsets"],
                              old_query_id=pl.get("old_query_id"), records_skipped=pl.get("skipped"),
                              records_replayed=pl.get("replayed"), pending_replay=pl.get("pending_replay"),

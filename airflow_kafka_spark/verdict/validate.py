@@ -27,6 +27,7 @@ from airflow_kafka_spark.errors import UserError
 from airflow_kafka_spark.kafka.model import BrokerState
 from airflow_kafka_spark.kafka.offsets import TopicPartition
 from airflow_kafka_spark.kafka.view import KafkaView
+from airflow_kafka_spark.lifecycle.events import LifecycleEvent
 from airflow_kafka_spark.lifecycle.model import record_location
 from airflow_kafka_spark.lifecycle.record import LifecycleRecord
 from airflow_kafka_spark.names import default_job_name, validate_job_name
@@ -162,7 +163,7 @@ def _record_identity(record: LifecycleRecord | None, broker: BrokerState, locati
             return None
         previous = record.kafka_cluster_id
         record.set_kafka_identity(broker.cluster_id, topics)
-        record.add_event("kafka_identity_recorded", actor="validate", cluster_id=broker.cluster_id,
+        record.add_event(LifecycleEvent.KAFKA_IDENTITY_RECORDED, actor="validate", cluster_id=broker.cluster_id,
                          previous_cluster_id=previous,
                          topic_ids={n: t.topic_id for n, t in sorted(broker.topics.items())})
         record.save()
