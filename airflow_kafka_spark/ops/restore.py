@@ -5,7 +5,7 @@ Order of work, and why:
 1. The manifest's seal is checked (a tampered manifest is a one-line error) and every file of the
    backup is copied into ``<checkpoint>.staging-<id>`` beside the checkpoint, each checked against
    its sha256 while it is copied. Nothing of the user's has changed yet.
-2. The pre-deploy verdict (:func:`airflow_kafka_spark.verdict.evaluate.evaluate`) runs on that staged copy,
+2. The pre-deploy verdict (``ops.restore_plan``, via ``verdict.evaluate``) runs on that staged copy,
    against the cluster as it is now and the job's lifecycle record, plus what only a rollback has:
    how many records the restored query reads again (per partition, current position minus the
    backup's), and whether a file sink already holds batch ids the restored query would re-run
@@ -30,10 +30,9 @@ whose staged copy vanished.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import uuid
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_kafka_spark._util import faults
@@ -47,9 +46,9 @@ from airflow_kafka_spark._util.fs import (
     remove_tree,
     siblings_with_prefix,
 )
-from airflow_kafka_spark.checkpoint.reader import CheckpointState, read_checkpoint
+from airflow_kafka_spark.checkpoint.reader import read_checkpoint
 from airflow_kafka_spark.errors import OperationBlocked, UserError
-from airflow_kafka_spark.kafka.view import KafkaView
+from airflow_kafka_spark.lifecycle.events import LifecycleEvent
 from airflow_kafka_spark.lifecycle.journal import Journal, Operation, is_operation_id, new_operation_id
 from airflow_kafka_spark.lifecycle.record import LifecycleRecord
 from airflow_kafka_spark.names import validate_job_name
@@ -58,12 +57,9 @@ from airflow_kafka_spark.ops.backup.manifest import Manifest, load_backup, open_
 from airflow_kafka_spark.ops.backup.store import materialize
 from airflow_kafka_spark.ops.backup.take import take_backup
 from airflow_kafka_spark.ops.guards import check_locations, running_reason
-from airflow_kafka_spark.ops.plan import BLOCK, INFO, WARN, PartitionMove, Plan
-from airflow_kafka_spark.ops.reset import read_sink_info
-from airflow_kafka_spark.ops.reset_plan import old_positions
-from airflow_kafka_spark.verdict.evaluate import evaluate, identity_probes
+from airflow_kafka_spark.ops.plan import PartitionMove, Plan
+from airflow_kafka_spark.ops.restore_plan import judge_restore
 from airflow_kafka_spark.verdict.findings import Verdict
-from airflow_kafka_spark.verdict.options import DeployOptions
 
 
 @dataclass
@@ -157,7 +153,7 @@ def run_restore(ck: Location, root: Location, manifest: Manifest, record: Lifecy
                     hash_only=(lambda p: p.startswith("state/")) if dry_run else None)
         current = read_checkpoint(checkpoint_location, storage_options=storage_options)
         staged = read_checkpoint(staging.url, storage_options=staged_options)
-        plan, verdict = _judge(manifest, current, staged, record, kafka_config, job=job,
+        plan, verdict = judge_restore(manifest, current, staged, record, kafka_config, job=job,
                                idempotent_sink=idempotent_sink, sink_output=sink_output,
                                storage_options=storage_options, kafka_timeout=kafka_timeout)
     except BaseException:
@@ -258,7 +254,8 @@ def roll_forward(journal: Journal, ck: Location, *, storage_options: dict | None
         if not any((e.get("details") or {}).get("operation_id") == journal.operation_id for e in record.history):
             stale = record.next_starting_offsets
             record.next_starting_offsets = None
-            record.add_event("checkpoint_restored", actor=pl.get("actor"), operation_id=journal.operation_id,
+            record.add_event(LifecycleEvent.CHECKPOINT_RESTORED, actor=pl.get("actor"),
+                             operation_id=journal.operation_id,
                              backup_id=pl["backup_id"], backup_root=pl["backup_root"],
                              restored_batch=pl.get("restored_batch"), restored_query_id=pl.get("restored_query_id"),
                              replaced_query_id=pl.get("replaced_query_id"), moved_to=pl.get("aside"),
@@ -351,92 +348,3 @@ def resumed_result(done: dict[str, Any], manifest: Manifest) -> RestoreResult:
 # --------------------------------------------------------------------------------------------------
 # judging the staged backup
 # --------------------------------------------------------------------------------------------------
-
-def _judge(manifest: Manifest, current: CheckpointState, staged: CheckpointState, record: LifecycleRecord | None,
-           kafka_config: dict, *, job: str, idempotent_sink: bool | None, sink_output: str | None,
-           storage_options: dict | None, kafka_timeout: float) -> tuple[Plan, Verdict]:
-    b_c, b_p, b_label = old_positions(staged)
-    cur_c, cur_p, _ = old_positions(current) if current.exists else ({}, {}, "")
-    topics = sorted({tp.topic for tp in [*b_c, *b_p, *cur_c]} | set(record.topics if record else ()))
-    options = DeployOptions(topics=tuple(sorted({tp.topic for tp in [*b_c, *b_p]})) or None,
-                            idempotent_sink=idempotent_sink)
-    with KafkaView(kafka_config, timeout=kafka_timeout) as view:
-        broker = view.broker_state(topics, reference=b_c or None)
-        probes = identity_probes(staged, broker, record, options)
-        timestamps = {}
-        for tp, c in probes.items():
-            with contextlib.suppress(UserError):
-                timestamps[tp] = view.last_record_before(tp, c)
-    verdict = replace(evaluate(staged, broker, record, options, timestamps), subject=current.location)
-
-    plan = Plan(kind="restore", subject=current.location)
-    plan.details.update({"backup_id": manifest.backup_id, "backup_batch": manifest.last_committed_batch,
-                         "backup_pending_batch": manifest.pending_batch, "backup_created_at": manifest.created_at,
-                         "backup_query_id": manifest.query_id, "current_query_id": current.query_id,
-                         "current_batch": current.latest_committed.batch_id if current.latest_committed else None,
-                         "restart_position": b_label, "job": job})
-    plan.findings.extend(verdict.findings)
-    # The replay a rollback causes: what the current checkpoint already committed (and a pending batch
-    # of it that may have reached the sink) beyond the backup's position.
-    for tp in sorted(set(b_c) | set(cur_c)):
-        new = b_c.get(tp, cur_c.get(tp))
-        if new is None:
-            continue
-        old = cur_c.get(tp) if current.exists else None
-        plan.moves.append(PartitionMove(
-            topic=tp.topic, partition=tp.partition, old=old if old is not None else new, new=new,
-            log_start=broker.earliest.get(tp), log_end=broker.latest.get(tp),
-            pending_end=cur_p.get(tp) if cur_p.get(tp) is not None and old is not None and cur_p[tp] > old else None,
-            source="backup", note="" if old is not None else "not in the current checkpoint"))
-    replay = plan.replayed + plan.pending_replay
-    if manifest.query_id and current.query_id and manifest.query_id != current.query_id:
-        plan.add("QUERY_ID_CHANGES", INFO,
-                 f"the backup is of query {manifest.query_id}, the current checkpoint is query {current.query_id} "
-                 "(a rollback across a reset): sinks keyed by query id see the restored query as the old one",
-                 "", )
-    if not current.exists:
-        plan.add("NO_CURRENT_CHECKPOINT", WARN,
-                 f"nothing at {current.location}: the replay relative to what the sink already has is unknown",
-                 "compare the sink with the backup's offsets before starting")
-    elif replay:
-        committed_part = plan.replayed
-        pending_part = plan.pending_replay
-        what = [f"{committed_part:,} records the current checkpoint committed after the backup (batch "
-                f"{manifest.last_committed_batch} -> {plan.details['current_batch']})"] if committed_part else []
-        if pending_part:
-            what.append(f"{pending_part:,} records of the current checkpoint's uncommitted batch (duplicates only if "
-                        "its output reached the sink)")
-        sev = INFO if idempotent_sink else WARN
-        plan.add("REPLAY", sev,
-                 "the restored query re-reads " + " and ".join(what)
-                 + ("; the sink is idempotent by batch id, so replayed batches overwrite their earlier output (if "
-                    "the replay is cut into fewer batches than the first run was, the earlier output of the "
-                    f"batches beyond stays: up to {replay:,} duplicates)" if idempotent_sink else
-                    f": a non-idempotent sink gets up to {replay:,} duplicates"),
-                 "" if idempotent_sink else "use an idempotent sink, or accept the duplicates",
-                 records_replayed=replay)
-    if current.exists and plan.skipped:
-        plan.add("BACKUP_AHEAD_OF_CURRENT", WARN,
-                 f"the backup is {plan.skipped:,} records ahead of the current checkpoint: the restored query does "
-                 "not read them again; they were processed by the run that made the backup (if that run's output "
-                 "is not in the sink any more, they are missing there)",
-                 "check the sink holds the backup run's output, or restore an older backup",
-                 records_ahead=plan.skipped)
-    if manifest.state.get("has_state") and not manifest.state.get("complete", True):
-        plan.add("BACKUP_STATE_INCOMPLETE", BLOCK,
-                 f"the backup's state cannot be loaded for version {manifest.state.get('version')}: "
-                 f"{(manifest.problems or ['state files missing'])[0]}",
-                 "restore an older backup whose state is complete, or reset instead")
-    if sink_output:
-        sink = read_sink_info(sink_output, storage_options)
-        last_batch = manifest.pending_batch if manifest.pending_batch is not None else manifest.last_committed_batch
-        ahead = sink.latest_batch_id is not None and (last_batch is None or sink.latest_batch_id > last_batch)
-        if sink.has_log and ahead:
-            plan.add("SINK_AHEAD_OF_CHECKPOINT", BLOCK,
-                     f"{sink_output}/_spark_metadata holds batches up to {sink.latest_batch_id} > backup batch "
-                     f"{last_batch}: the file sink would silently skip the restored query's batches "
-                     f"{(last_batch or -1) + 1}-{sink.latest_batch_id}, and records beyond their old ranges with "
-                     "them (S19/S20)",
-                     "restore a newer backup, or reset with --sink-log move-aside instead",
-                     latest_sink_batch=sink.latest_batch_id, backup_batch=last_batch)
-    return plan, verdict

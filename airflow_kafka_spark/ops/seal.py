@@ -17,6 +17,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+from airflow_kafka_spark._util.fs import open_location, read_bytes
 from airflow_kafka_spark.errors import UserError
 
 KEY_FILE_ENV = "AKS_SEAL_KEY_FILE"
@@ -60,8 +61,6 @@ def check_key(key: object, *, source: str) -> bytes:
 
 def read_key_file(path: str) -> bytes:
     """The key in ``path`` (a regular file, read bounded), or a one-line error naming it."""
-    from airflow_kafka_spark._util.fs import open_location, read_bytes
-
     loc = open_location(path, None, what="seal key file")
     raw = read_bytes(loc, limit=_MAX_KEY_BYTES + 64)
     if raw is None:
