@@ -1,4 +1,4 @@
-"""Where a job resumes: THE one reading of a checkpoint's position (format reference §2.4).
+"""Where a job resumes: THE one reading of a checkpoint's position.
 
 Every question of the form "where does this job stand / start again" is answered here, from a
 :class:`~airflow_kafka_spark.checkpoint.model.CheckpointState`: the verdict (Spark's restart start
@@ -6,8 +6,9 @@ and the regression reference), reset and restore (what was processed up to), the
 counted from the committed position) and the health gate (where an idle job reads next).
 
 Two readings, one value: ``start`` is where Spark's restart reads from (for a pending batch
-``offsets/L`` it is ``offsets/L-1``, failure-scenarios.md §1.2), ``committed`` is the end of the last
-committed batch (what was processed up to); they differ only in damaged or unusual checkpoints.
+``offsets/L`` it is the end of ``offsets/L-1``, which Spark reads on every restart), ``committed``
+is the end of the last committed batch (what was processed up to); they differ only in damaged or
+unusual checkpoints.
 Before the first commit both fall back to ``sources/<n>/0``, the offsets Spark resolved for batch 0.
 """
 
@@ -72,7 +73,7 @@ def _merged(offsets_by_source: Mapping[str, PartitionOffsets]) -> PartitionOffse
 
 
 def resume_position(cp: CheckpointState) -> ResumePosition | None:
-    """The restart position per §2.4 of the format reference, or None for a new query."""
+    """Where Spark's restart of this checkpoint reads from, or None for a new query (nothing to resume)."""
     if not cp.exists:
         return None
     initial = _merged(cp.initial_offsets)
