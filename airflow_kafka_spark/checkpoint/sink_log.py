@@ -4,7 +4,7 @@ Why a second log matters: Spark's file sink (parquet, json, csv, ...) records ev
 committed in the output directory itself, and ``FileStreamSink.addBatch`` silently *skips* any
 batch id not greater than the newest one recorded there ("Skipping already committed batch").
 So a fresh checkpoint, which restarts at batch 0, writes nothing until it passes the old batch
-ids: S20 in docs/scenarios.md. ``SinkLog.latest_batch_id`` is what a reset must compare with.
+ids (scenario S20). ``SinkLog.latest_batch_id`` is what a reset must compare with.
 
 The same log is also the only correct list of a file sink's output: files of failed or replayed
 attempts can lie next to committed ones, so readers (the test oracle included) must read
