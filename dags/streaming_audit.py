@@ -4,7 +4,7 @@ For each job of the registry (``streaming_jobs.yaml`` beside this file, or ``$AK
 lag in records and seconds, Burrow-style status, retention headroom (time to data loss), catch-up
 estimate, checkpoint health (the pre-deploy verdict, stale ``.tmp`` files, size and file-count
 growth since the previous report) and the age of the latest backup. See
-:mod:`airflow_kafka_spark.watch.audit` for what each number means and what fails a job.
+:mod:`airflow_kafka_spark.watch.audit.job` for what each number means and what fails a job.
 
 Shape::
 
@@ -63,7 +63,7 @@ def _load() -> tuple[Registry | None, str | None]:
 
 def _out_dir(registry: Registry, params: dict[str, Any]) -> str:
     """The audit folder: the run's ``out_dir`` param, else the default; always under allowed_roots."""
-    from airflow_kafka_spark.watch.audit import default_audit_dir
+    from airflow_kafka_spark.watch.audit.report import default_audit_dir
 
     chosen = params.get("out_dir") or default_audit_dir(registry)
     return registry.check_location(str(chosen), what="audit folder (out_dir)")
@@ -136,7 +136,8 @@ ALERT_CALLBACKS: list[Any] = [alert_job]
 def observe(job: str, **context: Any) -> dict[str, Any]:
     """Audit one job; the result (never an exception for the job's own problems) is the XCom."""
     from airflow_kafka_spark.hooks.streaming import StreamingKafkaHook
-    from airflow_kafka_spark.watch.audit import AuditHistory, audit_job, thresholds_of
+    from airflow_kafka_spark.watch.audit.history import AuditHistory
+    from airflow_kafka_spark.watch.audit.job import audit_job, thresholds_of
     from airflow_kafka_spark.watch.observe import Alert
 
     registry = load_registry(dags_folder=DAGS_FOLDER)
@@ -145,7 +146,7 @@ def observe(job: str, **context: Any) -> dict[str, Any]:
     try:
         config = StreamingKafkaHook(spec.kafka_conn_id).kafka_config()
     except UserError as exc:
-        from airflow_kafka_spark.watch.audit import JobAudit
+        from airflow_kafka_spark.watch.audit.job import JobAudit
 
         return JobAudit(job=job, audited_at_ms=int(time.time() * 1000), thresholds=thresholds_of(spec),
                         error=str(exc), alerts=[Alert("AUDIT_ERROR", str(exc)).to_dict()]).to_dict()
@@ -159,7 +160,8 @@ def observe(job: str, **context: Any) -> dict[str, Any]:
 @task(trigger_rule=TriggerRule.ALL_DONE)
 def report(jobs: list[str], **context: Any) -> dict[str, Any]:
     """Combine the per-job audits, compare with history, write JSON/Markdown/PNG; return where and who failed."""
-    from airflow_kafka_spark.watch.audit import JobAudit, thresholds_of, write_report
+    from airflow_kafka_spark.watch.audit.job import JobAudit, thresholds_of
+    from airflow_kafka_spark.watch.audit.report import write_report
     from airflow_kafka_spark.watch.observe import Alert
 
     registry = load_registry(dags_folder=DAGS_FOLDER)

@@ -275,7 +275,7 @@ def _audit_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _audit(args: argparse.Namespace) -> int:
-    from airflow_kafka_spark.watch.audit import default_audit_dir, run_audit
+    from airflow_kafka_spark.watch.audit.report import default_audit_dir, run_audit
     from airflow_kafka_spark.watch.observe import fmt_duration
 
     registry = _registry(args)

@@ -27,7 +27,7 @@ import pytest
 from airflow_kafka_spark.registry.model import JobSpec, Sink
 from airflow_kafka_spark.verdict.options import DeployOptions
 from airflow_kafka_spark.verdict.validate import validate
-from airflow_kafka_spark.watch.audit import audit_job
+from airflow_kafka_spark.watch.audit.job import audit_job
 from devstack import oracle, topics
 from devstack.produce import produce
 from tests.support import spark_session

@@ -13,17 +13,11 @@ from pathlib import Path
 import pytest
 
 from airflow_kafka_spark.registry.loader import load_registry
-from airflow_kafka_spark.watch.audit import (
-    HISTORY_FILE,
-    AuditHistory,
-    JobAudit,
-    audit_job,
-    render_chart,
-    render_markdown,
-    scan_checkpoint,
-    with_growth,
-    write_report,
-)
+from airflow_kafka_spark.watch.audit.chart import render_chart
+from airflow_kafka_spark.watch.audit.history import HISTORY_FILE, AuditHistory, with_growth
+from airflow_kafka_spark.watch.audit.job import JobAudit, audit_job, scan_checkpoint
+from airflow_kafka_spark.watch.audit.render import render_markdown
+from airflow_kafka_spark.watch.audit.report import write_report
 from tests.support.checkpoint_factory import START_TIMESTAMP_MS, write_checkpoint
 from tests.unit.test_watch import FakeView, tp
 

@@ -266,7 +266,7 @@ def test_journal_guard_is_cheap_on_large_state(tmp_path):
 
 
 def test_nested_audit_history_and_kafka_config_are_not_tracebacks(tmp_path):
-    from airflow_kafka_spark.watch.audit import HISTORY_FILE, AuditHistory
+    from airflow_kafka_spark.watch.audit.history import HISTORY_FILE, AuditHistory
 
     (tmp_path / HISTORY_FILE).write_text(DEEP)
     assert AuditHistory.load(str(tmp_path)).runs == []        # a damaged history restarts the trends
