@@ -19,7 +19,6 @@ core takes, or turns a core error into Airflow's failure; no domain rule lives h
 from __future__ import annotations
 
 import contextlib
-import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -27,11 +26,12 @@ from airflow.sdk import conf
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSkipException
 
 from airflow_kafka_spark.errors import UserError
-from airflow_kafka_spark.hooks.spark import resolved_connection, spark_hook
+from airflow_kafka_spark.hooks.spark import spark_target
 from airflow_kafka_spark.hooks.streaming import StreamingKafkaHook
+from airflow_kafka_spark.lifecycle.model import DriverInfo
 from airflow_kafka_spark.registry.loader import load_registry
 from airflow_kafka_spark.registry.model import JobSpec, Registry
-from airflow_kafka_spark.runtime import submit
+from airflow_kafka_spark.runtime import start_stop
 
 FAILURE_KEY = "failure"
 _TRUE = {"true", "1", "yes", "on"}
@@ -101,12 +101,11 @@ def actor(context: Mapping[str, Any]) -> str:
     return f"{who(context)} via {task_holder(context)}"
 
 
-def cluster_endpoint(spec: JobSpec, submitted: Mapping[str, Any] | None) -> tuple[str, str]:
-    """(master, spark binary) to reach a cluster driver: the recorded master, the connection's binary."""
-    conn = resolved_connection(spark_hook(spec))
-    master = str((submitted or {}).get("master") or conn["master"])
-    binary = submit.resolve_binary([conn["spark_binary"]], os.environ)[0]
-    return master, binary
+def cluster_endpoint(spec: JobSpec, submitted: Mapping[str, Any]) -> dict[str, Any]:
+    """Where the cluster driver of the last submit answers (JSON): as recorded, else resolved from the connection."""
+    drv = submitted.get("driver") or {}
+    info = DriverInfo(kind=str(drv.get("kind")), id=str(drv.get("id")), host=drv.get("host"))
+    return start_stop.driver_endpoint(info, lambda: spark_target(spec), submitted).to_dict()
 
 
 def run_reporting_failure(task: Any, context: Any, body: Callable[[], Any]) -> Any:

@@ -68,5 +68,6 @@ def spark_target(spec: JobSpec) -> SparkTarget:
     def build(kwargs: Mapping[str, Any], application: str) -> list[str]:
         return build_command(spark_hook(spec, **dict(kwargs)), application)
 
+    extra = BaseHook.get_connection(spec.spark_conn_id).extra_dejson or {}
     return SparkTarget(master=str(conn["master"]), deploy_mode=conn["deploy_mode"],
-                       spark_binary=str(conn["spark_binary"]), build_command=build)
+                       spark_binary=str(conn["spark_binary"]), build_command=build, conn_extra=dict(extra))

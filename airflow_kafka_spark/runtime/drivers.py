@@ -10,9 +10,11 @@ submit, so a retry after the lease expired still refuses while the first driver 
 
 Every driver kind sits behind one interface: a
 :class:`~airflow_kafka_spark.lifecycle.events.DriverKind` names it (the value is what the lifecycle
-record stores), :func:`control` gives its ``(is_alive, kill)`` as a :class:`DriverControl`: a local
-process by pid on this host, a cluster driver through its cluster manager (a YARN driver can be
-reached through :mod:`airflow_kafka_spark.runtime.yarn` the same way).
+record stores), :func:`control` gives its ``(is_alive, kill, describe, log_tail)`` as a
+:class:`DriverControl`: a local process by pid on the host that started it (any other host gets
+:class:`WrongHost` at once), a cluster driver through its cluster manager's REST API from any host
+(:mod:`~airflow_kafka_spark.runtime.yarn`, :mod:`~airflow_kafka_spark.runtime.k8s`,
+:mod:`~airflow_kafka_spark.runtime.standalone`; no ``yarn``/``spark-submit`` binary, no JVM).
 
 Stopping writes the job's stop marker and waits for the driver to exit on its own; only after the
 timeout does it fall back to a kill, and then it reports ``STOPPED_MID_BATCH`` with the batch that
@@ -27,9 +29,10 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 from airflow_kafka_spark._util.fs import open_location, remove_file
 from airflow_kafka_spark._util.proc import pid_alive
@@ -38,34 +41,121 @@ from airflow_kafka_spark.checkpoint.reader import read_checkpoint
 from airflow_kafka_spark.errors import UserError
 from airflow_kafka_spark.lifecycle.events import DriverKind
 from airflow_kafka_spark.lifecycle.model import DriverInfo
-from airflow_kafka_spark.runtime import submit
+from airflow_kafka_spark.runtime import k8s, standalone, yarn
+from airflow_kafka_spark.runtime.clusters import ClusterEndpoint
+from airflow_kafka_spark.runtime.rest import RestError
 
 LOCAL = DriverKind.LOCAL
 
 
 @dataclass(frozen=True)
 class DriverControl:
-    """How to ask whether a recorded driver is alive and how to kill it, whatever ran it."""
+    """How to ask whether a recorded driver is alive, kill it, say how it ended and show its log, whatever ran it."""
 
     is_alive: Callable[[], bool]
     kill: Callable[[], None]
+    describe: Callable[[], str] = lambda: ""
+    log_tail: Callable[[], str] = lambda: ""
 
 
-def control(driver: DriverInfo, *, master: str | None = None, spark_binary: str | None = None) -> DriverControl:
-    """The :class:`DriverControl` of ``driver``: by pid for a local one, through the cluster manager otherwise.
+class WrongHost(UserError):
+    """A client/local-mode driver checked from another host: no waiting can change that, so fail at once."""
 
-    A cluster driver needs the master recorded at submit time and a spark binary; a status that
-    cannot be read counts as alive (see :func:`airflow_kafka_spark.runtime.submit.cluster_alive`).
+
+def control(driver: DriverInfo, *, endpoint: ClusterEndpoint | Mapping[str, Any] | None = None) -> DriverControl:
+    """The :class:`DriverControl` of ``driver``: by pid when local, through the cluster manager's REST API otherwise.
+
+    ``endpoint`` (recorded at submit time, see :mod:`airflow_kafka_spark.runtime.clusters`) is needed
+    for a cluster driver. An unreachable cluster manager counts as *alive*: a doubt never lets a
+    second driver start on the same checkpoint.
     """
     kind = DriverKind(driver.kind)
     if kind is DriverKind.LOCAL:
-        return DriverControl(lambda: local_alive(driver), lambda: kill_local(driver))
-    if not master or not spark_binary:
-        raise UserError(f"driver {driver.id} ({kind}) is on a cluster: its master and spark binary are needed to "
-                        "reach it; submit the job again through the operator so they are recorded")
-    env = submit.driver_env([spark_binary], master)
-    return DriverControl(lambda: submit.cluster_alive(driver, master=master, spark_binary=spark_binary, env=env),
-                         lambda: submit.cluster_kill(driver, master=master, spark_binary=spark_binary, env=env))
+        return DriverControl(lambda: local_alive(driver), lambda: kill_local(driver),
+                             lambda: f"local process {driver.id} on {driver.host or 'this host'}")
+    if endpoint is None:
+        raise UserError(f"driver {driver.id} ({kind}) is on a cluster but no cluster endpoint was recorded with it; "
+                        "submit the job again through the operator so it is recorded")
+    ep = endpoint if isinstance(endpoint, ClusterEndpoint) else ClusterEndpoint.from_dict(endpoint)
+    if kind is DriverKind.YARN:
+        return _yarn_control(driver.id, ep)
+    if kind is DriverKind.K8S:
+        return _k8s_control(driver.id, ep)
+    return _standalone_control(driver.id, ep)
+
+
+def find_by_tag(endpoint: ClusterEndpoint, tag: str) -> str | None:
+    """The driver a submit tagged ``tag`` started (newest first), if the cluster manager can tell."""
+    if endpoint.kind == DriverKind.YARN:
+        apps = yarn.ResourceManager(list(endpoint.urls), user=endpoint.user).find(tag=tag)
+        return apps[0].id if apps else None
+    if endpoint.kind == DriverKind.K8S:
+        pods = k8s.KubernetesApi(endpoint.urls[0], namespace=endpoint.namespace or "default",
+                                 token_file=endpoint.token_file, ca_file=endpoint.ca_file).find_driver(tag)
+        return pods[0] if pods else None
+    return None   # a standalone master does not list drivers by tag: spark-submit's output names it
+
+
+def _tail_lines(text: str, lines: int = 25) -> str:
+    return "\n".join([ln for ln in text.splitlines() if ln.strip()][-lines:])
+
+
+def _yarn_control(app_id: str, ep: ClusterEndpoint) -> DriverControl:
+    rm = yarn.ResourceManager(list(ep.urls), user=ep.user)
+
+    def alive() -> bool:
+        try:
+            return rm.app(app_id).alive
+        except yarn.ApplicationNotFound:
+            return False
+        except yarn.YarnError:
+            return True
+
+    def kill() -> None:
+        with contextlib.suppress(yarn.ApplicationNotFound):
+            rm.kill(app_id)
+
+    def log_tail() -> str:
+        """The AM container's stdout: in cluster mode the Python driver's stdout *and* stderr land there."""
+        try:
+            app = rm.app(app_id)
+            text = _tail_lines(rm.driver_log_tail(app, file="stdout", max_bytes=16384))
+            return f"YARN {app.summary()}" + (f"\n{text}" if text else "")
+        except yarn.YarnError as exc:
+            return f"(driver log of {app_id} not readable: {exc})"
+
+    return DriverControl(alive, kill, lambda: rm.app(app_id).summary(), log_tail)
+
+
+def _k8s_control(driver_id: str, ep: ClusterEndpoint) -> DriverControl:
+    api = k8s.KubernetesApi(ep.urls[0], namespace=ep.namespace or "default", token_file=ep.token_file,
+                            ca_file=ep.ca_file)
+
+    def alive() -> bool:
+        try:
+            return api.pod(driver_id).alive
+        except RestError as exc:
+            return exc.status != 404
+
+    def log_tail() -> str:
+        try:
+            return _tail_lines(api.log_tail(driver_id))
+        except RestError as exc:
+            return f"(driver log of {driver_id} not readable: {exc})"
+
+    return DriverControl(alive, lambda: api.delete(driver_id), lambda: api.pod(driver_id).summary(), log_tail)
+
+
+def _standalone_control(driver_id: str, ep: ClusterEndpoint) -> DriverControl:
+    master = standalone.StandaloneMaster(list(ep.urls))
+
+    def alive() -> bool:
+        try:
+            return master.status(driver_id).alive
+        except RestError:
+            return True
+
+    return DriverControl(alive, lambda: master.kill(driver_id), lambda: master.status(driver_id).summary())
 
 
 def start_local(command: list[str], *, env: dict[str, str] | None = None, log_path: str | Path,
@@ -85,8 +175,9 @@ def local_alive(driver: DriverInfo) -> bool:
     if driver.kind != DriverKind.LOCAL:
         raise UserError(f"driver kind {driver.kind} is not a local process")
     if driver.host and driver.host != socket.gethostname():
-        raise UserError(f"driver pid {driver.id} runs on host {driver.host}, not here ({socket.gethostname()}); "
-                        "check it there, or use cluster deploy mode so any worker can see it")
+        raise WrongHost(f"driver pid {driver.id} was started in client/local mode on host {driver.host} and cannot be "
+                        f"seen from {socket.gethostname()}: use cluster deploy mode (YARN, Kubernetes, standalone) so "
+                        "any host can reach it, or run the Airflow worker and triggerer on the submitting host")
     pid = int(driver.id)
     with contextlib.suppress(ChildProcessError):
         os.waitpid(pid, os.WNOHANG)  # reap it if it is our own child, so it does not linger as a zombie

@@ -32,7 +32,6 @@ from typing import Any
 
 from airflow_kafka_spark.checkpoint.position import resume_position
 from airflow_kafka_spark.checkpoint.reader import read_checkpoint
-from airflow_kafka_spark.errors import UserError
 from airflow_kafka_spark.kafka.offsets import TopicPartition
 from airflow_kafka_spark.kafka.view import KafkaView
 from airflow_kafka_spark.lifecycle.model import DriverInfo
@@ -152,10 +151,16 @@ def _position_if_idle(state: Any) -> dict[TopicPartition, int] | None:
     return dict(pos.committed) or None
 
 
-def make_liveness(driver: Mapping[str, Any], *, master: str | None, spark_binary: str | None) -> Callable[[], bool]:
-    """``is_alive`` for a recorded driver, from plain values (what a trigger can carry)."""
+def make_control(driver: Mapping[str, Any], *, endpoint: Mapping[str, Any] | None) -> drivers.DriverControl:
+    """The recorded driver's :class:`~airflow_kafka_spark.runtime.drivers.DriverControl` from plain values
+    (what a trigger can carry): a local one by pid, a cluster one through its recorded endpoint."""
     info = DriverInfo(kind=str(driver["kind"]), id=str(driver["id"]), host=driver.get("host"),
                       started_at=driver.get("started_at"))
-    if info.kind != drivers.DriverKind.LOCAL and (not master or not spark_binary):
-        raise UserError(f"driver {info.kind} {info.id}: the master and spark binary are needed to check it")
-    return drivers.control(info, master=master, spark_binary=spark_binary).is_alive
+    return drivers.control(info, endpoint=endpoint)
+
+
+def failed_gate_log(control: drivers.DriverControl, local_tail: Callable[[], str]) -> Callable[[], str]:
+    """What a failed gate shows: a local driver's log file, or the cluster's final state and driver log."""
+    def tail() -> str:
+        return local_tail() or control.log_tail()
+    return tail

@@ -25,24 +25,35 @@ from airflow_kafka_spark.lifecycle.events import LifecycleEvent
 from airflow_kafka_spark.lifecycle.model import DriverInfo
 from airflow_kafka_spark.lifecycle.record import LifecycleRecord
 from airflow_kafka_spark.registry.model import JobSpec
-from airflow_kafka_spark.runtime import drivers, submit
+from airflow_kafka_spark.runtime import clusters, drivers, submit
+from airflow_kafka_spark.runtime.clusters import ClusterEndpoint
 from airflow_kafka_spark.runtime.submit import SparkTarget
 
 DEFAULT_LEASE_TTL_S = 600.0
 
 
+def driver_endpoint(driver: DriverInfo, target: Callable[[], SparkTarget],
+                    submitted: Mapping[str, Any] | None) -> ClusterEndpoint:
+    """Where a cluster driver's manager answers: as recorded at submit, else resolved again from the connection."""
+    sub = submitted or {}
+    recorded = sub.get("endpoint")
+    if recorded and (sub.get("driver") or {}).get("id") == driver.id:
+        return ClusterEndpoint.from_dict(recorded)
+    resolved = target()
+    return clusters.resolve_endpoint(driver.kind, master=str(sub.get("master") or resolved.master),
+                                     spark_conf=dict((sub.get("app") or {}).get("spark_conf") or {}),
+                                     conn_extra=resolved.conn_extra)
+
+
 def driver_control(driver: DriverInfo, target: Callable[[], SparkTarget], submitted: Mapping[str, Any] | None
                    ) -> drivers.DriverControl:
-    """Control of a recorded driver: a cluster one through the master recorded at submit time.
+    """Control of a recorded driver: a cluster one through the endpoint recorded at submit time.
 
-    ``target`` is called only for a cluster driver: a local one needs no Spark connection.
+    ``target`` is called only for a cluster driver without a recorded endpoint.
     """
     if driver.kind == drivers.DriverKind.LOCAL:
         return drivers.control(driver)
-    resolved = target()
-    master = str((submitted or {}).get("master") or resolved.master)
-    binary = submit.resolve_binary([resolved.spark_binary], os.environ)[0]
-    return drivers.control(driver, master=master, spark_binary=binary)
+    return drivers.control(driver, endpoint=driver_endpoint(driver, target, submitted))
 
 
 def driver_alive(record: LifecycleRecord | None, target: Callable[[], SparkTarget]) -> bool:
@@ -72,19 +83,27 @@ def submit_job(spec: JobSpec, *, kafka_config: Mapping[str, Any], target: SparkT
     bootstrap = bootstrap_servers_of(kafka_config)
     master, deploy_mode = target.master, target.deploy_mode
     mode = submit.detach_mode(master, deploy_mode)
+    kind = submit.DRIVER_KIND[mode]
+    # A cluster driver's manager is found now, before anything starts: a missing address fails the submit
+    # here rather than the health gate on another host later.
+    endpoint = None if mode == submit.DETACH_LOCAL else clusters.resolve_endpoint(
+        kind, master=master, spark_conf=run_spec.spark_conf, conn_extra=target.conn_extra)
+    tag = None if mode == submit.DETACH_LOCAL else submit.submit_tag(spec)
 
     def build(starting_offsets_file: str | None) -> tuple[list[str], dict[str, str]]:
         args = submit.job_arguments(run_spec, bootstrap_servers=bootstrap, starting_offsets_file=starting_offsets_file,
                                     kafka_options=submit.kafka_job_options(kafka_config))
         connector = submit.local_connector(run_spec, master, os.environ)
-        kwargs = submit.hook_kwargs(run_spec, args=args, jars=connector.jars, mode=mode, packages=connector.packages)
+        kwargs = submit.hook_kwargs(run_spec, args=args, jars=connector.jars, mode=mode, packages=connector.packages,
+                                    tag=tag)
         command = submit.resolve_binary(target.build_command(kwargs, run_spec.application), os.environ)
         return command, submit.driver_env(command, master)
 
     summary: dict[str, Any] = {"job": spec.name, "application": run_spec.application,
                                "application_args": list(run_spec.application_args),
                                "compatibility_version": run_spec.compatibility_version, "previous": is_previous,
-                               "master": master, "deploy_mode": deploy_mode, "detach": mode}
+                               "master": master, "deploy_mode": deploy_mode, "detach": mode,
+                               "endpoint": endpoint.to_dict() if endpoint else None}
     if dry_run:
         pending = record.next_starting_offsets if record is not None else None
         command, _ = build(submit.starting_offsets_path(spec) if pending else None)
@@ -121,13 +140,16 @@ def submit_job(spec: JobSpec, *, kafka_config: Mapping[str, Any], target: SparkT
             drv = drivers.start_local(command, env=env, log_path=log_path)
             log.info("started %s driver pid %s; log %s", spec.name, drv.id, log_path)
         else:
-            drv = submit.submit_cluster(command, mode, env=env, kafka_config=kafka_config).driver
-            log.info("submitted %s to %s: driver %s %s", spec.name, master, drv.kind, drv.id)
+            assert endpoint is not None and tag is not None
+            drv = submit.submit_cluster(command, mode, env=env, kafka_config=kafka_config,
+                                        find=lambda: drivers.find_by_tag(endpoint, tag)).driver
+            log.info("submitted %s to %s: driver %s %s (tag %s; status through %s)", spec.name, master, drv.kind,
+                     drv.id, tag, ", ".join(endpoint.urls))
         entry = submit.record_submit(
             record, app=app, driver=drv, master=master, deploy_mode=deploy_mode, mode=mode,
             committed_before=state.latest_committed.batch_id if state.latest_committed else None,
             query_id_before=state.query_id, log_path=log_path, starting_offsets_file=starting_file, actor=actor,
-            rollback=is_previous)
+            rollback=is_previous, endpoint=endpoint.to_dict() if endpoint else None)
         # next_starting_offsets stays until the health gate sees the new query plan a batch from it:
         # a driver that dies at start must not use them up.
         record.save()

@@ -24,11 +24,14 @@ duplicated drivers on worker restarts. So:
 * Standalone cluster mode: ``spark.standalone.submit.waitAppCompletion=false`` (Spark's default,
   set anyway); the ``driver-<timestamp>-<n>`` id is parsed.
 
-Only the local path is exercised by the tests of this repository (there is no YARN, Kubernetes or
-standalone cluster here); the cluster paths follow Spark's documented output and CLIs
-(``spark-submit --status/--kill``, ``yarn application -status/-kill``) and are written
-conservatively: a status that cannot be read counts as *alive*, so a doubt never lets a second
-driver start on the same checkpoint.
+Each cluster submit carries a tag of its own (``spark.yarn.tags``; the driver pod label
+``aks-tag`` on Kubernetes) so the cluster manager can name the driver it started even when
+spark-submit's output is lost or it timed out. Status, final state, log and kill of a cluster
+driver go through the cluster manager's REST API (:func:`airflow_kafka_spark.runtime.drivers.control`),
+from any host, with no ``yarn``/``spark-submit`` binary: the address is resolved here at submit
+time (:mod:`airflow_kafka_spark.runtime.clusters`) and recorded with the submit. YARN is exercised
+end to end against a real minicluster (tests/cluster); Kubernetes and standalone only by the
+requests they send (tests/unit/test_runtime_clusters.py): there is no such cluster here.
 
 Application versions. The lifecycle record (beside the checkpoint) keeps two entries in its
 ``extra`` section, both written here:
@@ -51,8 +54,9 @@ import shutil
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -87,6 +91,7 @@ FORWARDED_KAFKA_KEYS = ("security.protocol", "sasl.mechanism", "ssl.endpoint.ide
 # variables carry secrets, and Airflow's own settings mean nothing to Spark.
 _ENV_DROP_PREFIXES = ("AIRFLOW_CONN_", "AIRFLOW_VAR_", "AIRFLOW__", "_AIRFLOW")
 
+K8S_TAG_LABEL = "aks-tag"   # airflow_kafka_spark.runtime.k8s.TAG_LABEL
 SUBMITTED_KEY = "submitted_app"
 LAST_GOOD_KEY = "last_good_app"
 APP_FIELDS = ("application", "application_args", "topics", "output", "sink", "spark_conf", "deploy_mode",
@@ -117,6 +122,7 @@ class SparkTarget:
     deploy_mode: str | None
     spark_binary: str
     build_command: Callable[[Mapping[str, Any], str], list[str]]
+    conn_extra: Mapping[str, Any] = field(default_factory=dict)   # e.g. yarn-rm-webapp, namespace
 
 
 # --------------------------------------------------------------------------------------------------
@@ -189,13 +195,14 @@ def last_good_app(record: LifecycleRecord | None) -> dict[str, Any] | None:
 def record_submit(record: LifecycleRecord, *, app: Mapping[str, Any], driver: DriverInfo, master: str,
                   deploy_mode: str | None, mode: str, committed_before: int | None, query_id_before: str | None,
                   log_path: str | None, starting_offsets_file: str | None, actor: str | None,
-                  rollback: bool = False) -> dict[str, Any]:
+                  rollback: bool = False, endpoint: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Write what was started into ``record`` (not saved): the driver and ``submitted_app``."""
     record.set_driver(driver.kind, driver.id, host=driver.host, started_at=driver.started_at)
     entry = {"app": dict(app), "driver": dataclasses.asdict(driver), "master": master, "deploy_mode": deploy_mode,
              "detach": mode, "committed_before": committed_before, "query_id_before": query_id_before,
              "log_path": log_path, "starting_offsets_file": starting_offsets_file,
-             "submitted_at_ms": int(time.time() * 1000), "actor": actor, "rollback": rollback}
+             "submitted_at_ms": int(time.time() * 1000), "actor": actor, "rollback": rollback,
+             "endpoint": dict(endpoint) if endpoint else None}
     record.extra[SUBMITTED_KEY] = entry
     record.add_event(LifecycleEvent.DRIVER_SUBMITTED, actor=actor, driver_kind=driver.kind, driver_id=driver.id,
                      application=app.get("application"), application_args=list(app.get("application_args") or []),
@@ -297,8 +304,13 @@ def local_connector(spec: JobSpec, master: str, env: Mapping[str, str]) -> Conne
     return ConnectorJars(packages=f"{CONNECTOR_PACKAGE}:{version}")
 
 
+def submit_tag(spec: JobSpec) -> str:
+    """A tag unique to one submit (lower case, as YARN stores tags): the cluster can name the driver it started."""
+    return f"aks-{spec.name.lower()}-{uuid.uuid4().hex[:12]}"
+
+
 def hook_kwargs(spec: JobSpec, *, args: Sequence[str], jars: Sequence[str] = (), mode: str | None = None,
-                name: str | None = None, packages: str | None = None) -> dict[str, Any]:
+                name: str | None = None, packages: str | None = None, tag: str | None = None) -> dict[str, Any]:
     """Keyword arguments for the Spark provider's ``SparkSubmitHook`` (besides ``conn_id``: the job's
     ``spark_conn_id``).
 
@@ -314,6 +326,10 @@ def hook_kwargs(spec: JobSpec, *, args: Sequence[str], jars: Sequence[str] = (),
         conf[key] = "false"
     if mode == DETACH_LOCAL:
         conf.setdefault("spark.ui.enabled", "false")
+    if tag and mode == DETACH_YARN:
+        conf["spark.yarn.tags"] = ",".join(t for t in (conf.get("spark.yarn.tags", ""), tag) if t)
+    elif tag and mode == DETACH_K8S:
+        conf[f"spark.kubernetes.driver.label.{K8S_TAG_LABEL}"] = tag
     if packages:
         conf.setdefault("spark.jars.packages", packages)
     kwargs: dict[str, Any] = {"conf": conf, "name": name or f"aks-{spec.name}",
@@ -396,7 +412,7 @@ def write_starting_offsets(path: str, offsets_json: str) -> None:
 
 
 # --------------------------------------------------------------------------------------------------
-# cluster-mode submit, status and kill (not exercised by this repository's tests: no cluster here)
+# cluster-mode submit (status and kill: runtime.drivers.control through the cluster manager's REST API)
 # --------------------------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -425,79 +441,45 @@ def parse_driver_id(mode: str, output: str) -> str | None:
 
 
 def submit_cluster(command: list[str], mode: str, *, env: Mapping[str, str] | None = None,
-                   kafka_config: Mapping[str, Any] | None = None, timeout_s: float = 600.0) -> ClusterSubmit:
+                   kafka_config: Mapping[str, Any] | None = None, timeout_s: float = 600.0,
+                   find: Callable[[], str | None] | None = None) -> ClusterSubmit:
     """Run a cluster-mode spark-submit that returns once the application is accepted.
 
     ``waitAppCompletion=false`` must be in the command (see :func:`hook_kwargs`), so this returns in
-    seconds; a timeout means it did not, and the driver may or may not exist: the message says so.
+    seconds or minutes. The driver id comes from spark-submit's output, else from ``find`` (the
+    cluster manager asked for the submit's tag, see :func:`submit_tag`), which also answers whether a
+    spark-submit that timed out or failed did start a driver after all.
     """
+    def found() -> str | None:
+        if find is None:
+            return None
+        with contextlib.suppress(UserError):
+            return find()
+        return None
+
+    def accepted(driver_id: str, tail: str) -> ClusterSubmit:
+        return ClusterSubmit(DriverInfo(kind=DRIVER_KIND[mode], id=driver_id, host=None,
+                                        started_at=int(time.time() * 1000)), tail)
+
     try:
         proc = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s,
                               env=dict(env) if env is not None else None, stdin=subprocess.DEVNULL)
     except subprocess.TimeoutExpired:
-        raise UserError(f"spark-submit did not return within {timeout_s:.0f}s although waitAppCompletion=false: a "
-                        "driver may have been started; check the cluster before submitting again") from None
+        late = found()
+        if late:
+            return accepted(late, f"spark-submit timed out after {timeout_s:.0f}s but the cluster has {late}")
+        raise UserError(f"spark-submit did not return within {timeout_s:.0f}s although waitAppCompletion=false and "
+                        "the cluster shows no application with this submit's tag yet: check the cluster before "
+                        "submitting again") from None
     except OSError as exc:
         raise UserError(f"cannot run {command[0]}: {exc.strerror}") from None
     output = scrub(proc.stdout + proc.stderr, kafka_config)
     tail = "\n".join(output.strip().splitlines()[-20:])
-    driver_id = parse_driver_id(mode, output)
+    driver_id = parse_driver_id(mode, output) or found()
     if proc.returncode != 0 or driver_id is None:
         raise UserError(f"spark-submit ({mode}) exited {proc.returncode} without a driver id; last output: "
                         f"{tail[-1500:]}")
-    return ClusterSubmit(DriverInfo(kind=DRIVER_KIND[mode], id=driver_id, host=None,
-                                    started_at=int(time.time() * 1000)), tail)
-
-
-_ALIVE = {
-    "yarn": {"NEW", "NEW_SAVING", "SUBMITTED", "ACCEPTED", "RUNNING"},
-    "k8s": {"PENDING", "RUNNING", "UNKNOWN"},
-    "standalone": {"SUBMITTED", "RUNNING", "RELAUNCHING", "UNKNOWN"},
-}
-_STATE_PATTERNS = {
-    "yarn": re.compile(r"^\s*State\s*:\s*([A-Z_]+)", re.MULTILINE),
-    "k8s": re.compile(r"phase:\s*([A-Za-z]+)"),
-    "standalone": re.compile(r"(?:driverState\"?\s*[:=]\s*\"?|State of driver \S+ is )([A-Z_]+)"),
-}
-
-
-def cluster_status_command(driver: DriverInfo, *, master: str, spark_binary: str) -> list[str]:
-    if driver.kind == "yarn":
-        return ["yarn", "application", "-status", driver.id]
-    return [spark_binary, "--master", master, "--status", driver.id]
-
-
-def cluster_kill_command(driver: DriverInfo, *, master: str, spark_binary: str) -> list[str]:
-    if driver.kind == "yarn":
-        return ["yarn", "application", "-kill", driver.id]
-    return [spark_binary, "--master", master, "--kill", driver.id]
-
-
-def cluster_state(driver: DriverInfo, *, master: str, spark_binary: str,
-                  env: Mapping[str, str] | None = None, timeout_s: float = 120.0) -> str | None:
-    """The cluster manager's state of ``driver`` (``RUNNING``, ``FINISHED``...), None if unreadable."""
-    try:
-        proc = subprocess.run(cluster_status_command(driver, master=master, spark_binary=spark_binary),
-                              capture_output=True, text=True, timeout=timeout_s,
-                              env=dict(env) if env is not None else None, stdin=subprocess.DEVNULL)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    m = _STATE_PATTERNS[driver.kind].search(proc.stdout + proc.stderr)
-    return m.group(1).upper() if m else None
-
-
-def cluster_alive(driver: DriverInfo, **kw: Any) -> bool:
-    """False only when the cluster manager says the driver ended; unreadable counts as alive."""
-    state = cluster_state(driver, **kw)
-    return state is None or state in _ALIVE[driver.kind]
-
-
-def cluster_kill(driver: DriverInfo, *, master: str, spark_binary: str, env: Mapping[str, str] | None = None,
-                 timeout_s: float = 120.0) -> None:
-    with contextlib.suppress(OSError, subprocess.TimeoutExpired):
-        subprocess.run(cluster_kill_command(driver, master=master, spark_binary=spark_binary), capture_output=True,
-                       text=True, timeout=timeout_s, env=dict(env) if env is not None else None,
-                       stdin=subprocess.DEVNULL)
+    return accepted(driver_id, tail)
 
 
 def log_tail(path: str | None, *, lines: int = 15, kafka_config: Mapping[str, Any] | None = None) -> str:

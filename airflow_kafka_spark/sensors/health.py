@@ -45,7 +45,14 @@ from airflow_kafka_spark.lifecycle.events import DriverKind, LifecycleEvent
 from airflow_kafka_spark.lifecycle.record import LifecycleRecord
 from airflow_kafka_spark.registry.model import JobSpec
 from airflow_kafka_spark.runtime import submit
-from airflow_kafka_spark.runtime.health import FAILED, HEALTHY, HealthProbe, make_liveness, probe_health
+from airflow_kafka_spark.runtime.health import (
+    FAILED,
+    HEALTHY,
+    HealthProbe,
+    failed_gate_log,
+    make_control,
+    probe_health,
+)
 from airflow_kafka_spark.triggers.health import StreamingHealthTrigger
 
 
@@ -102,13 +109,13 @@ class StreamingHealthSensor(BaseSensorOperator):
         if min_batches < 1:
             raise UserError(f"min_batches must be at least 1, got {min_batches}")
         self.timeout = float(self.gate_timeout_s or spec.health_gate.timeout_s)
-        master = spark_binary = None
+        endpoint = None
         if sub["driver"]["kind"] != DriverKind.LOCAL:
-            master, spark_binary = cluster_endpoint(spec, sub)
+            endpoint = cluster_endpoint(spec, sub)
         gate = {"checkpoint": spec.checkpoint, "topics": list(spec.topics), "kafka_conn_id": spec.kafka_conn_id,
                 "min_batches": min_batches, "baseline_batch": sub.get("committed_before"),
                 "baseline_query_id": sub.get("query_id_before"), "driver": dict(sub["driver"]),
-                "master": master, "spark_binary": spark_binary, "log_path": sub.get("log_path"),
+                "endpoint": endpoint, "log_path": sub.get("log_path"),
                 "idle_pass_s": spec.health_gate.idle_pass_s, "submitted_at_ms": sub["driver"].get("started_at")}
         self._spec, self._gate = spec, gate
         return spec, gate
@@ -121,11 +128,12 @@ class StreamingHealthSensor(BaseSensorOperator):
                 config["c"] = kafka_config(spec)
             return config["c"]
 
-        alive = make_liveness(gate["driver"], master=gate["master"], spark_binary=gate["spark_binary"])
+        ctl = make_control(gate["driver"], endpoint=gate["endpoint"])
+        local_tail = lambda: submit.log_tail(gate["log_path"], kafka_config=config.get("c"))  # noqa: E731
         probe = probe_health(checkpoint=gate["checkpoint"], topics=gate["topics"], kafka_config=get_config,
                              min_batches=gate["min_batches"], baseline_batch=gate["baseline_batch"],
-                             baseline_query_id=gate["baseline_query_id"], alive=alive,
-                             log_tail=lambda: submit.log_tail(gate["log_path"], kafka_config=config.get("c")),
+                             baseline_query_id=gate["baseline_query_id"], alive=ctl.is_alive,
+                             log_tail=failed_gate_log(ctl, local_tail),
                              samples=self._samples, idle_pass_s=gate["idle_pass_s"],
                              submitted_at_ms=gate["submitted_at_ms"])
         self._samples = probe.samples

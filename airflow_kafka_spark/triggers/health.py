@@ -15,7 +15,16 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_kafka_spark.errors import UserError
 from airflow_kafka_spark.runtime import submit
-from airflow_kafka_spark.runtime.health import FAILED, HEALTHY, WAITING, HealthProbe, make_liveness, probe_health
+from airflow_kafka_spark.runtime.drivers import WrongHost
+from airflow_kafka_spark.runtime.health import (
+    FAILED,
+    HEALTHY,
+    WAITING,
+    HealthProbe,
+    failed_gate_log,
+    make_control,
+    probe_health,
+)
 
 
 class StreamingHealthTrigger(BaseTrigger):
@@ -31,7 +40,8 @@ class StreamingHealthTrigger(BaseTrigger):
                  baseline_batch: int | None, baseline_query_id: str | None, driver: dict[str, Any],
                  deadline_epoch_s: float, poll_interval_s: float = 15.0, master: str | None = None,
                  spark_binary: str | None = None, log_path: str | None = None,
-                 idle_pass_s: float | None = None, submitted_at_ms: int | None = None) -> None:
+                 idle_pass_s: float | None = None, submitted_at_ms: int | None = None,
+                 endpoint: dict[str, Any] | None = None) -> None:
         super().__init__()
         self.checkpoint = checkpoint
         self.topics = list(topics)
@@ -42,8 +52,9 @@ class StreamingHealthTrigger(BaseTrigger):
         self.driver = dict(driver)
         self.deadline_epoch_s = float(deadline_epoch_s)
         self.poll_interval_s = float(poll_interval_s)
-        self.master = master
-        self.spark_binary = spark_binary
+        self.master = master                # kept for triggers serialised by older releases; unused
+        self.spark_binary = spark_binary    # idem: a cluster driver is reached through ``endpoint``
+        self.endpoint = dict(endpoint) if endpoint else None
         self.log_path = log_path
         self.idle_pass_s = idle_pass_s
         self.submitted_at_ms = submitted_at_ms
@@ -55,7 +66,7 @@ class StreamingHealthTrigger(BaseTrigger):
             "baseline_query_id": self.baseline_query_id, "driver": dict(self.driver),
             "deadline_epoch_s": self.deadline_epoch_s, "poll_interval_s": self.poll_interval_s,
             "master": self.master, "spark_binary": self.spark_binary, "log_path": self.log_path,
-            "idle_pass_s": self.idle_pass_s, "submitted_at_ms": self.submitted_at_ms})
+            "idle_pass_s": self.idle_pass_s, "submitted_at_ms": self.submitted_at_ms, "endpoint": self.endpoint})
 
     def _probe(self, samples: list[list[Any]]) -> HealthProbe:
         from airflow_kafka_spark.hooks.streaming import StreamingKafkaHook
@@ -67,11 +78,12 @@ class StreamingHealthTrigger(BaseTrigger):
                 config_cache["c"] = StreamingKafkaHook(self.kafka_conn_id).kafka_config()
             return config_cache["c"]
 
-        alive = make_liveness(self.driver, master=self.master, spark_binary=self.spark_binary)
+        ctl = make_control(self.driver, endpoint=self.endpoint)
+        local_tail = lambda: submit.log_tail(self.log_path, kafka_config=config_cache.get("c"))  # noqa: E731
         return probe_health(checkpoint=self.checkpoint, topics=self.topics, kafka_config=config,
                             min_batches=self.min_batches, baseline_batch=self.baseline_batch,
-                            baseline_query_id=self.baseline_query_id, alive=alive,
-                            log_tail=lambda: submit.log_tail(self.log_path, kafka_config=config_cache.get("c")),
+                            baseline_query_id=self.baseline_query_id, alive=ctl.is_alive,
+                            log_tail=failed_gate_log(ctl, local_tail),
                             samples=samples, idle_pass_s=self.idle_pass_s, submitted_at_ms=self.submitted_at_ms)
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
@@ -80,6 +92,12 @@ class StreamingHealthTrigger(BaseTrigger):
         while True:
             try:
                 probe = await asyncio.to_thread(self._probe, samples)
+            except WrongHost as exc:
+                # Waiting cannot make a pid on another host visible: fail now, with the fix, instead of
+                # timing out and rolling back a deploy that may well be healthy.
+                yield TriggerEvent({"state": FAILED, "reason": str(exc), "wrong_host": True,
+                                    "waited_s": round(time.time() - started, 1)})
+                return
             except UserError as exc:
                 # A broker that does not answer for one poll is not a verdict on the job: retry until the
                 # deadline, then report the last error.

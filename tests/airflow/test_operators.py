@@ -453,12 +453,13 @@ def test_cluster_modes_build_detached_commands_and_parse_driver_ids(monkeypatch)
     assert submit.parse_driver_id(submit.DETACH_K8S, k8s_old) == "streaming:orders-3f9a-driver"
     assert submit.parse_driver_id(submit.DETACH_STANDALONE, standalone_out) == "driver-20260131120000-0007"
     assert submit.parse_driver_id(submit.DETACH_YARN, "nothing") is None
-    yarn = DriverInfo(kind="yarn", id="application_1_2")
-    assert submit.cluster_kill_command(yarn, master="yarn", spark_binary="spark-submit") == [
-        "yarn", "application", "-kill", "application_1_2"]
-    drv = DriverInfo(kind="standalone", id="driver-20260131120000-0007")
-    assert submit.cluster_status_command(drv, master="spark://m:7077", spark_binary="spark-submit") == [
-        "spark-submit", "--master", "spark://m:7077", "--status", "driver-20260131120000-0007"]
+    # each cluster submit is tagged so the cluster manager can name its driver (status/kill: REST, no CLI)
+    tag = submit.submit_tag(spec)
+    tagged = submit.hook_kwargs(dataclasses.replace(spec, spark_conf={"spark.yarn.tags": "team-a"}), args=[],
+                                mode=submit.DETACH_YARN, tag=tag)
+    assert tagged["conf"]["spark.yarn.tags"] == f"team-a,{tag}" and tag == tag.lower()
+    k8s = submit.hook_kwargs(spec, args=[], mode=submit.DETACH_K8S, tag=tag)
+    assert k8s["conf"][f"spark.kubernetes.driver.label.{submit.K8S_TAG_LABEL}"] == tag
 
 
 def test_kafka_options_for_the_job_never_carry_secrets():

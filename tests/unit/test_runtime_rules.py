@@ -77,5 +77,5 @@ def test_local_driver_control_sees_a_process_end_and_a_cluster_driver_needs_its_
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, 9)
-    with pytest.raises(UserError, match="master and spark binary"):
+    with pytest.raises(UserError, match="no cluster endpoint was recorded"):
         drivers.control(DriverInfo(kind="yarn", id="application_1_2"))
