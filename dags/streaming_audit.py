@@ -138,7 +138,7 @@ def observe(job: str, **context: Any) -> dict[str, Any]:
     from airflow_kafka_spark.hooks.streaming import StreamingKafkaHook
     from airflow_kafka_spark.watch.audit.history import AuditHistory
     from airflow_kafka_spark.watch.audit.job import audit_job, thresholds_of
-    from airflow_kafka_spark.watch.observe import Alert
+    from airflow_kafka_spark.watch.observation import Alert
 
     registry = load_registry(dags_folder=DAGS_FOLDER)
     spec = registry.get(job)
@@ -162,7 +162,7 @@ def report(jobs: list[str], **context: Any) -> dict[str, Any]:
     """Combine the per-job audits, compare with history, write JSON/Markdown/PNG; return where and who failed."""
     from airflow_kafka_spark.watch.audit.job import JobAudit, thresholds_of
     from airflow_kafka_spark.watch.audit.report import write_report
-    from airflow_kafka_spark.watch.observe import Alert
+    from airflow_kafka_spark.watch.observation import Alert
 
     registry = load_registry(dags_folder=DAGS_FOLDER)
     out = _out_dir(registry, context["params"])

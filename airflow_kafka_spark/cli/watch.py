@@ -35,7 +35,7 @@ from airflow_kafka_spark.errors import ExitCode
 
 if TYPE_CHECKING:
     from airflow_kafka_spark.registry.model import JobSpec
-    from airflow_kafka_spark.watch.observe import Observation
+    from airflow_kafka_spark.watch.observation import Observation
 
 CLEAR = "\x1b[2J\x1b[H"
 
@@ -104,7 +104,7 @@ def _lag_arguments(p: argparse.ArgumentParser) -> None:
 
 def render_observation(obs: Observation) -> str:
     """The human layout of one observation: a header, one row per partition, the totals."""
-    from airflow_kafka_spark.watch.observe import fmt_duration
+    from airflow_kafka_spark.watch.observation import fmt_duration
 
     lines = []
     who = f"job {obs.job} · " if obs.job else ""
@@ -155,7 +155,8 @@ def render_observation(obs: Observation) -> str:
 def _lag(args: argparse.Namespace) -> int:
     from airflow_kafka_spark.errors import UserError
     from airflow_kafka_spark.kafka.view import KafkaView
-    from airflow_kafka_spark.watch.observe import keep_recent, observe
+    from airflow_kafka_spark.watch.observation import keep_recent
+    from airflow_kafka_spark.watch.observe import observe
     from airflow_kafka_spark.watch.status import StatusThresholds
 
     if args.count and not args.watch:
@@ -276,7 +277,7 @@ def _audit_arguments(p: argparse.ArgumentParser) -> None:
 
 def _audit(args: argparse.Namespace) -> int:
     from airflow_kafka_spark.watch.audit.report import default_audit_dir, run_audit
-    from airflow_kafka_spark.watch.observe import fmt_duration
+    from airflow_kafka_spark.watch.observation import fmt_duration
 
     registry = _registry(args)
     out = args.out or default_audit_dir(registry)

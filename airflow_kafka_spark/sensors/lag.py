@@ -26,13 +26,13 @@ from airflow.sdk import BaseSensorOperator, PokeReturnValue, conf
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from airflow_kafka_spark.triggers.lag import StreamingLagTrigger
-from airflow_kafka_spark.watch.observe import lag_gate
+from airflow_kafka_spark.watch.observation import lag_gate
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
     from airflow_kafka_spark.registry.model import JobSpec
-    from airflow_kafka_spark.watch.observe import Sample
+    from airflow_kafka_spark.watch.observation import Sample
 
 
 class StreamingLagSensor(BaseSensorOperator):
@@ -94,7 +94,8 @@ class StreamingLagSensor(BaseSensorOperator):
     def poke(self, context: Context) -> PokeReturnValue:
         from airflow_kafka_spark.errors import UserError
         from airflow_kafka_spark.hooks.streaming import StreamingKafkaHook
-        from airflow_kafka_spark.watch.observe import keep_recent, observe_job
+        from airflow_kafka_spark.watch.observation import keep_recent
+        from airflow_kafka_spark.watch.observe import observe_job
 
         spec = self._spec()
         records, seconds = self._limits(spec)

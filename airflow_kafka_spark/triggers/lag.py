@@ -27,7 +27,7 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from airflow_kafka_spark.watch.observe import Observation, Sample, lag_gate
+from airflow_kafka_spark.watch.observation import Observation, Sample, lag_gate
 
 
 class StreamingLagTrigger(BaseTrigger):
@@ -90,7 +90,7 @@ class StreamingLagTrigger(BaseTrigger):
         from asgiref.sync import sync_to_async
 
         from airflow_kafka_spark.errors import UserError
-        from airflow_kafka_spark.watch.observe import keep_recent
+        from airflow_kafka_spark.watch.observation import keep_recent
 
         samples: list[Sample] = []
         while True:

@@ -34,7 +34,8 @@ from airflow_kafka_spark.checkpoint.reader import read_checkpoint
 from airflow_kafka_spark.kafka.offsets import TopicPartition
 from airflow_kafka_spark.kafka.view import KafkaView
 from airflow_kafka_spark.watch.mirror import mirror_checkpoint
-from airflow_kafka_spark.watch.observe import Observation, Sample, keep_recent, observe
+from airflow_kafka_spark.watch.observation import Observation, Sample, keep_recent
+from airflow_kafka_spark.watch.observe import observe
 from airflow_kafka_spark.watch.status import Status, StatusThresholds
 from devstack import spark, topics
 from devstack.produce import produce

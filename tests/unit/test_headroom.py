@@ -19,13 +19,9 @@ import pytest
 from airflow_kafka_spark.checkpoint.model import BatchOffsets
 from airflow_kafka_spark.kafka.model import BrokerState, TopicInfo
 from airflow_kafka_spark.kafka.offsets import TopicPartition
-from airflow_kafka_spark.watch.headroom import (
-    compute_headroom,
-    estimate_catch_up,
-    partition_headroom,
-    processing_rates_from_history,
-)
-from airflow_kafka_spark.watch.lag import OffsetTimeCurve
+from airflow_kafka_spark.watch.catch_up import estimate_catch_up, processing_rates_from_history
+from airflow_kafka_spark.watch.headroom import compute_headroom, partition_headroom
+from airflow_kafka_spark.watch.offset_time import OffsetTimeCurve
 
 T = "clicks"
 HOUR = 3_600_000

@@ -13,7 +13,8 @@ import pytest
 from airflow_kafka_spark.checkpoint.model import BatchOffsets
 from airflow_kafka_spark.kafka.model import BrokerState, TopicInfo
 from airflow_kafka_spark.kafka.offsets import EARLIEST, LATEST, TopicPartition
-from airflow_kafka_spark.watch.lag import OffsetTimeCurve, compute_lag, partition_lag, produce_rates
+from airflow_kafka_spark.watch.lag import compute_lag, partition_lag, produce_rates
+from airflow_kafka_spark.watch.offset_time import OffsetTimeCurve
 
 T = "orders"
 

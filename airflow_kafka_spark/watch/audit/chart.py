@@ -11,7 +11,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from airflow_kafka_spark._util.text import utc_display
-from airflow_kafka_spark.watch.observe import fmt_duration
+from airflow_kafka_spark.watch.observation import fmt_duration
 
 MAX_CHART_JOBS = 12
 STATUS_COLORS = {

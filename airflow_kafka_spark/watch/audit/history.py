@@ -16,7 +16,7 @@ from typing import Any
 from airflow_kafka_spark._util.fs import open_location, read_bytes
 from airflow_kafka_spark._util.jsonfile import load_json
 from airflow_kafka_spark.watch.audit.job import FORMAT_VERSION, JobAudit
-from airflow_kafka_spark.watch.observe import Sample
+from airflow_kafka_spark.watch.observation import Sample
 
 HISTORY_FILE = "audit-history.json"
 KEEP_RUNS = 48                      # two days of hourly runs

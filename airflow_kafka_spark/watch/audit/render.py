@@ -7,7 +7,7 @@ from typing import Any
 
 from airflow_kafka_spark._util.text import utc_display
 from airflow_kafka_spark.watch.audit.job import FORMAT_VERSION, JobAudit
-from airflow_kafka_spark.watch.observe import fmt_duration
+from airflow_kafka_spark.watch.observation import fmt_duration
 
 
 def report_document(audits: Sequence[JobAudit], generated_at_ms: int) -> dict[str, Any]:

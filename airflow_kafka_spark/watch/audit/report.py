@@ -26,7 +26,7 @@ from airflow_kafka_spark.watch.audit.chart import render_chart
 from airflow_kafka_spark.watch.audit.history import HISTORY_FILE, KEEP_RUNS, AuditHistory, with_growth
 from airflow_kafka_spark.watch.audit.job import JobAudit, audit_job, thresholds_of
 from airflow_kafka_spark.watch.audit.render import render_markdown, report_document
-from airflow_kafka_spark.watch.observe import Alert
+from airflow_kafka_spark.watch.observation import Alert
 
 if TYPE_CHECKING:
     from airflow_kafka_spark.registry.model import JobSpec, Registry
