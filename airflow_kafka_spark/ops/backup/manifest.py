@@ -85,7 +85,7 @@ class Manifest:
     files: tuple[FileEntry, ...]
     stats: dict[str, Any] = field(default_factory=dict)
     digest: str = ""
-    hmac: str = ""               # keyed seal (seal.py), empty when written without a key
+    hmac: str = ""               # keyed seal (ops.seal), empty when written without a key
 
     @property
     def created_at(self) -> str:
