@@ -16,7 +16,8 @@ Sinks:
   * ``append``     foreachBatch appending: a replayed batch is written twice (duplicates), which is
                    what a non-idempotent sink (JDBC insert, a plain Kafka producer) does.
 
-Graceful stop: when the ``--stop-marker`` file appears, the job waits until no trigger is active,
+Graceful stop: when the ``--stop-marker`` file appears (on any Hadoop file system: local, HDFS,
+S3A; it is read from the driver JVM), the job waits until no trigger is active,
 stops the query, and, if a batch was cut anyway (``offsets/N`` without ``commits/N``), runs one
 ``once`` pass on the same checkpoint, which replays exactly that batch's recorded range. A job that
 is always behind never shows a gap between batches; after ``--stop-grace`` seconds it is stopped
@@ -69,8 +70,8 @@ def build_query(spark, args: argparse.Namespace, *, trigger: str | None = None):
 
     starting = args.starting_offsets
     if args.starting_offsets_file:
-        with open(args.starting_offsets_file) as fh:
-            starting = fh.read().strip()
+        # Through Hadoop's FileSystem: in cluster mode the file sits beside an HDFS/S3 checkpoint.
+        starting = "".join(r.value for r in spark.read.text(args.starting_offsets_file).collect()).strip()
     reader = (spark.readStream.format("kafka")
               .option("kafka.bootstrap.servers", args.bootstrap_servers)
               .option("subscribe", args.topics)
@@ -156,11 +157,24 @@ def _checkpoint_boundary(spark, checkpoint: str) -> tuple[int | None, int | None
     return result[0], result[1]
 
 
-def _wait_for_boundary(query, marker: str, grace_s: float, poll: float = 0.05) -> None:
+def _marker_exists(spark, marker: str):
+    """``exists()`` of the stop marker through Hadoop's FileSystem from the driver JVM.
+
+    Why not ``os.path``: in cluster deploy mode the driver runs in a container on some node, and the
+    marker sits beside the checkpoint on HDFS or an object store (the product writes it there with
+    fsspec); any scheme the cluster's Hadoop configuration knows works.
+    """
+    jvm = spark.sparkContext._jvm
+    path = jvm.org.apache.hadoop.fs.Path(marker)
+    fs = path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+    return lambda: bool(fs.exists(path))
+
+
+def _wait_for_boundary(query, exists, grace_s: float, poll: float = 0.05) -> None:
     """Block until the marker exists and no trigger is running (or ``grace_s`` passed), then return."""
     seen_at = None
     while query.isActive:
-        if os.path.exists(marker):
+        if exists():
             seen_at = seen_at or time.monotonic()
             if not query.status.get("isTriggerActive", False) or time.monotonic() - seen_at > grace_s:
                 return
@@ -186,7 +200,8 @@ def main(argv: list[str] | None = None) -> int:
         planned, committed = _checkpoint_boundary(spark, args.checkpoint)
         _status(event="finished", last_planned=planned, last_committed=committed)
         return 0
-    _wait_for_boundary(query, args.stop_marker, args.stop_grace)
+    local = "://" not in args.stop_marker or args.stop_marker.startswith("file:")
+    _wait_for_boundary(query, _marker_exists(spark, args.stop_marker), args.stop_grace, poll=0.05 if local else 0.5)
     if query.exception() is not None:
         _status(event="failed", error=str(query.exception())[:2000])
         return 1

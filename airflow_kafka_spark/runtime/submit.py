@@ -61,6 +61,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from airflow_kafka_spark._util.fs import open_location, remove_file, write_atomic
 from airflow_kafka_spark.errors import UserError
 from airflow_kafka_spark.kafka.secrets import is_secret_key, scrub
 from airflow_kafka_spark.lifecycle.events import LifecycleEvent
@@ -394,8 +395,8 @@ def local_log_path(spec: JobSpec, stamp: str | None = None) -> str:
 def starting_offsets_path(spec: JobSpec) -> str:
     """The file the next start reads ``--starting-offsets-file`` from, beside the checkpoint.
 
-    The reference job opens it with plain ``open``: for cluster mode the checkpoint's folder must be
-    visible to the driver (a shared mount), or the job must take the offsets another way.
+    Beside the checkpoint on its file system (HDFS, S3...): the reference job reads it through Spark
+    (Hadoop's FileSystem), so a cluster-mode driver on any node finds it.
     """
     ck = spec.checkpoint
     if ck.startswith("file://"):
@@ -404,11 +405,14 @@ def starting_offsets_path(spec: JobSpec) -> str:
 
 
 def write_starting_offsets(path: str, offsets_json: str) -> None:
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f".{target.name}.tmp")
-    tmp.write_text(offsets_json + "\n")
-    os.replace(tmp, target)
+    """Write the offsets a reset left for the next start, whole or not at all, on any file system."""
+    write_atomic(open_location(path, what="starting offsets file"), (offsets_json + "\n").encode())
+
+
+def remove_starting_offsets(path: str) -> None:
+    """The new query planned a batch from them: the file has done its job."""
+    with contextlib.suppress(OSError, UserError):
+        remove_file(open_location(path, what="starting offsets file"))
 
 
 # --------------------------------------------------------------------------------------------------

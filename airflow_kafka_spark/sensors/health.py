@@ -19,8 +19,6 @@ them (not at submit time: a driver that dies at start must not use them up).
 
 from __future__ import annotations
 
-import contextlib
-import os
 import time
 from datetime import timedelta
 from typing import Any
@@ -199,8 +197,7 @@ class StreamingHealthSensor(BaseSensorOperator):
         consumed = None
         if record.next_starting_offsets and state.offset_batch_ids:
             consumed = record.take_next_starting_offsets(actor=actor(context))
-            with contextlib.suppress(OSError):
-                os.unlink(submit.starting_offsets_path(spec))
+            submit.remove_starting_offsets(submit.starting_offsets_path(spec))
         good = submit.promote_submitted(record, actor=actor(context)) if self.promote else None
         record.add_event(LifecycleEvent.HEALTH_GATE_PASSED, actor=actor(context), new_batches=result.get("new_batches"),
                          last_committed=result.get("last_committed"), lag_records=result.get("lag_records"),
