@@ -6,7 +6,10 @@ file? is that path inside this one?) and the answers depend on the file system, 
 operation. Keeping them in one place keeps the crash-safety argument in one place too:
 
 * **Local and HDFS-like** file systems rename atomically: files are written under a temporary name
-  and renamed into place; directories are moved with one rename.
+  and renamed into place; directories are moved with one rename. ``hdfs://`` URLs are served by
+  fsspec's ``webhdfs`` (no libhdfs) and renamed with the NameNode's ``rename2``
+  (:mod:`airflow_kafka_spark._util.stores`): a rename onto an existing path replaces it
+  atomically or fails, never answers a silent ``false``.
 * **Object stores** (S3, GCS, ABFS, ``memory://``) have no rename, but a single PUT is atomic for
   readers: single files are written with one PUT; directories are "moved" by copying every object
   and then deleting the source, which is not atomic but is *idempotent* — re-running the same
@@ -29,6 +32,11 @@ from typing import Any
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
+from airflow_kafka_spark._util.stores import (
+    hdfs_as_webhdfs,
+    is_webhdfs,
+    webhdfs_rename,
+)
 from airflow_kafka_spark._util.text import one_line
 from airflow_kafka_spark.errors import UserError
 
@@ -65,7 +73,11 @@ class Location:
 
 
 def open_location(url: str, storage_options: dict | None = None, *, what: str = "location") -> Location:
-    """Open ``url`` (a path or any fsspec URL); a scheme without a driver is a one-line error."""
+    """Open ``url`` (a path or any fsspec URL); a scheme without a driver is a one-line error.
+
+    ``hdfs://`` goes through ``webhdfs`` (see :func:`~airflow_kafka_spark._util.stores.hdfs_as_webhdfs`);
+    the Location keeps the URL as the user wrote it, for messages, records and journals.
+    """
     if not isinstance(url, str) or not url.strip():
         raise UserError(f"{what} must be a non-empty path or a URL such as /data/ckpt or s3://bucket/ckpt, "
                         f"got {url!r}")
@@ -73,7 +85,11 @@ def open_location(url: str, storage_options: dict | None = None, *, what: str = 
         raise UserError(f"storage_options must be a dict, got {type(storage_options).__name__}")
     refuse_chained_url(url, what)
     try:
-        fs, path = fsspec.core.url_to_fs(url, **(storage_options or {}))
+        if url.lower().startswith("hdfs://"):
+            options, path = hdfs_as_webhdfs(url, storage_options)
+            fs = fsspec.filesystem("webhdfs", **options)
+        else:
+            fs, path = fsspec.core.url_to_fs(url, **(storage_options or {}))
     except ImportError as exc:
         raise UserError(f"cannot open {what} {url}: {one_line(exc)}; install the fsspec driver for this URL "
                         "scheme") from None
@@ -188,6 +204,11 @@ def write_atomic(loc: Location, data: bytes) -> None:
             fsync_dir(parent)
         elif loc.object_store:
             fs.pipe_file(path, data)
+        elif is_webhdfs(fs):
+            tmp = posixpath.join(parent, f".{posixpath.basename(path)}.{uuid.uuid4().hex[:8]}.tmp")
+            fs.makedirs(parent, exist_ok=True)
+            fs.pipe_file(tmp, data)
+            webhdfs_rename(fs, tmp, path, overwrite=True)
         else:
             tmp = f"{path}.{uuid.uuid4().hex[:8]}.tmp"
             fs.makedirs(parent, exist_ok=True)
@@ -348,6 +369,12 @@ def move_dir(src: Location, dst: Location) -> None:
             os.rename(src.path, dst.path)
             fsync_dir(os.path.dirname(dst.path))
             return
+        if is_webhdfs(src.fs):
+            try:
+                webhdfs_rename(src.fs, src.path, dst.path, overwrite=False)
+            except FileExistsError:
+                raise UserError(f"cannot move {src.url} to {dst.url}: the destination exists") from None
+            return
         if not src.object_store:
             if src.fs.exists(dst.path):
                 raise UserError(f"cannot move {src.url} to {dst.url}: the destination exists")
@@ -362,3 +389,4 @@ def move_dir(src: Location, dst: Location) -> None:
         src.fs.rm(src.path, recursive=True)
     except OSError as exc:
         raise UserError(f"cannot move {src.url} to {dst.url}: {os_reason(exc)}") from None
+

@@ -6,11 +6,13 @@ reuse) and every read-modify-write of a lifecycle record. Callers choose how lon
 left-over lock counts as stale: operations hold their lock for minutes, a record write for
 milliseconds.
 
-Local (or POSIX-shared) file systems: ``O_CREAT | O_EXCL``, so exactly one of two racing processes
-wins. Object stores have no portable exclusive create through fsspec, so there the lock is **best
-effort** (write the lock object, read it back, back off on a mismatch): it narrows the window, it
-does not close it. A lock left by a killed process is broken when its owner is provably gone (same
-host, dead pid) or older than ``stale_after_s``.
+Exactly one of two racing processes wins: local (or POSIX-shared) file systems create the file with
+``O_CREAT | O_EXCL``, HDFS with WebHDFS ``CREATE overwrite=false``, S3 with ``PutObject`` and
+``If-None-Match: *`` (:func:`~airflow_kafka_spark._util.conditional.create_exclusive`). Other
+object stores have no exclusive create through fsspec, so there the lock is **best effort** (write
+the lock object, read it back, back off on a mismatch): it narrows the window, it does not close it.
+A lock left by a killed process is broken when its owner is provably gone (same host, dead pid) or
+older than ``stale_after_s``.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import socket
 import time
 import uuid
 
+from airflow_kafka_spark._util.conditional import create_exclusive
 from airflow_kafka_spark._util.fs import Location, mtime_of, remove_file
 from airflow_kafka_spark._util.proc import pid_alive
 from airflow_kafka_spark.errors import UserError
@@ -82,6 +85,9 @@ class LockFile:
                     os.close(fd)
                 return True
             return False
+        created = create_exclusive(self.loc, self.token.encode())
+        if created is not None:
+            return created
         if self.loc.fs.exists(self.loc.path):
             return False
         self.loc.fs.pipe_file(self.loc.path, self.token.encode())

@@ -15,11 +15,14 @@ Writes are atomic for readers: on a local disk a temp file is renamed over the r
 stores a single PUT replaces the object (readers see the old or the new record, never half).
 
 Concurrency: every read-modify-write (:meth:`LifecycleRecord.save`, the lease calls) runs under a
-lock file ``<record>.lock`` created with ``O_CREAT | O_EXCL``. On a local (or POSIX-shared) file
-system that makes two processes racing for the lease safe: exactly one wins. Object stores have no
-portable exclusive create through fsspec, so there the lock is **best effort** (write the lock
-object, read it back, back off on a mismatch): it narrows the window, it does not close it. Jobs
-whose checkpoints live on object stores should run their orchestration from one scheduler.
+lock file ``<record>.lock`` created exclusively (``O_CREAT | O_EXCL`` locally, WebHDFS
+``overwrite=false`` on HDFS, ``If-None-Match: *`` on S3), so of two processes racing for the lease
+exactly one wins. On S3 the write is also a compare-and-swap (``If-Match: <etag>`` of the object
+read, ``If-None-Match: *`` for a new record): should the lock ever be broken as stale while its
+holder still works, the late writer is refused (:class:`~airflow_kafka_spark._util.conditional.WriteConflict`)
+instead of overwriting a change it did not see. Other object stores (GCS, ABFS) have no exclusive
+create through fsspec: there the lock is best effort, and jobs whose checkpoints live there should
+run their orchestration from one scheduler.
 """
 
 from __future__ import annotations
@@ -32,7 +35,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from airflow_kafka_spark._util.fs import open_location, read_bytes, write_atomic
+from airflow_kafka_spark._util.conditional import read_versioned, write_if_unchanged
+from airflow_kafka_spark._util.fs import open_location, read_bytes
 from airflow_kafka_spark._util.jsonfile import JSON_MAX_BYTES, load_json
 from airflow_kafka_spark._util.lock import LockFile
 from airflow_kafka_spark._util.text import iso_seconds, now_ms
@@ -281,7 +285,7 @@ class LifecycleRecord:
         so events written by other processes since this object was loaded survive.
         """
         with _record_lock(self.location, lock_timeout):
-            stored = _load_raw(self.location)
+            stored, version = _load_versioned(self.location)
             if stored is not None:
                 _check_same_job(stored, self.job_name)
                 self.lease = stored.lease
@@ -289,7 +293,7 @@ class LifecycleRecord:
             self.revision = max(self.revision, stored.revision if stored else 0) + 1
             self.updated_at_ms = now_ms()
             _pause()
-            _write_atomic(self.location, self.to_json().encode())
+            _write_checked(self.location, self.to_json().encode(), version)
 
     # -- lease -------------------------------------------------------------------------------------
 
@@ -305,7 +309,7 @@ class LifecycleRecord:
         if ttl_s <= 0:
             raise UserError(f"lease ttl must be positive, got {ttl_s}")
         with _record_lock(self.location, lock_timeout):
-            stored = _load_raw(self.location)
+            stored, version = _load_versioned(self.location)
             if stored is not None:
                 _check_same_job(stored, self.job_name)
             now = now_ms()
@@ -333,7 +337,7 @@ class LifecycleRecord:
             target.revision = max(target.revision, self.revision) + 1
             target.updated_at_ms = now
             _pause()
-            _write_atomic(self.location, target.to_json().encode())
+            _write_checked(self.location, target.to_json().encode(), version)
         self.lease = lease
         self.history = _merge_history(target.history, self.history)
         self.revision = target.revision
@@ -346,7 +350,7 @@ class LifecycleRecord:
         and is audited as such.
         """
         with _record_lock(self.location, lock_timeout):
-            stored = _load_raw(self.location)
+            stored, version = _load_versioned(self.location)
             if stored is None or stored.lease is None:
                 self.lease = None
                 return False
@@ -360,7 +364,7 @@ class LifecycleRecord:
             stored.add_event(event, actor=holder, run_id=current.run_id, holder=current.holder)
             stored.revision += 1
             stored.updated_at_ms = now_ms()
-            _write_atomic(self.location, stored.to_json().encode())
+            _write_checked(self.location, stored.to_json().encode(), version)
         self.lease = None
         self.history = _merge_history(stored.history, self.history)
         self.revision = stored.revision
@@ -408,9 +412,10 @@ def _read_bytes(location: str) -> bytes | None:
     return read_bytes(open_location(location, what="lifecycle record"), limit=JSON_MAX_BYTES)
 
 
-def _load_raw(location: str) -> LifecycleRecord | None:
-    raw = _read_bytes(location)
-    return None if raw is None else LifecycleRecord.from_json(raw, location=location)
+def _load_versioned(location: str) -> tuple[LifecycleRecord | None, str | None]:
+    """The stored record and its version for :func:`_write_checked` (S3: the ETag; else None)."""
+    raw, version = read_versioned(open_location(location, what="lifecycle record"), limit=JSON_MAX_BYTES)
+    return (None if raw is None else LifecycleRecord.from_json(raw, location=location)), version
 
 
 def _record_lock(location: str, timeout: float) -> LockFile:
@@ -419,6 +424,7 @@ def _record_lock(location: str, timeout: float) -> LockFile:
                     what="lifecycle record", timeout=timeout, stale_after_s=60.0)
 
 
-def _write_atomic(location: str, data: bytes) -> None:
-    """Readers see the old record or the new one, never a torn write (storage's one atomic writer)."""
-    write_atomic(open_location(location, what="lifecycle record"), data)
+def _write_checked(location: str, data: bytes, version: str | None) -> None:
+    """Readers see the old record or the new one, never a torn write; on S3 only if the record is
+    still the ``version`` read under the lock (compare-and-swap), else a one-line WriteConflict."""
+    write_if_unchanged(open_location(location, what="lifecycle record"), data, version)

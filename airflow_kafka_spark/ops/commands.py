@@ -82,7 +82,9 @@ def reset_checkpoint(checkpoint_location: str, backup_root: str | None, kafka_co
     if dry_run:
         return reset.run_reset(checkpoint_location, backup_root, kafka_config, request, dry_run=True, **kw)
     ck = open_location(checkpoint_location, storage_options, what="checkpoint location")
-    with operation_lock(ck):
+    # Not queued (timeout 0), like restore: a second reset started together must not run on the
+    # location the first one just emptied; it is told who holds the location.
+    with operation_lock(ck, timeout=0.0, what=f"checkpoint {ck.url} (another reset or restore)"):
         resumed = finish_interrupted(checkpoint_location, storage_options=storage_options)
         if resumed is not None:
             return reset.resumed_result(resumed, request)

@@ -15,6 +15,7 @@ import uuid
 from collections.abc import Callable, Mapping
 
 from airflow_kafka_spark._util import faults
+from airflow_kafka_spark._util.conditional import rename_file
 from airflow_kafka_spark._util.fs import Location, fsync_dir, list_files, open_regular, os_reason, remove_file
 from airflow_kafka_spark._util.paths import safe_child
 from airflow_kafka_spark.errors import UserError
@@ -141,8 +142,8 @@ class BlobWriter:
         if tmp.local:
             os.makedirs(os.path.dirname(final.path), exist_ok=True)
             os.replace(tmp.path, final.path)
-        else:
-            tmp.fs.mv(tmp.path, final.path)
+        elif not rename_file(tmp, final):   # HDFS: a racing backup stored the same blob first
+            remove_file(tmp)
         self.index[sha] = size
         self.written.add(sha)
         self.bytes_written += size

@@ -1,0 +1,175 @@
+"""HDFS and S3 as the product writes to them: no libhdfs, and no write that needs an atomic rename-over.
+
+Why a module of its own: :mod:`airflow_kafka_spark._util.fs` answers the storage questions every
+operation asks; the answers for HDFS and S3 need store-specific requests that fsspec does not
+expose (or exposes unsafely), and they are kept here, behind four small functions:
+
+* ``hdfs://`` URLs are served by fsspec's ``webhdfs`` (REST on the NameNode's HTTP port), so no
+  JVM, libhdfs or Hadoop install is needed where Airflow runs. The NameNode host comes from the
+  URL; the HTTP port from storage options, else ``dfs.namenode.http-address`` in
+  ``$HADOOP_CONF_DIR``, else 9870.
+* **Exclusive create** (the lock files): HDFS ``op=CREATE&overwrite=false`` (the NameNode refuses
+  an existing path: ``FileAlreadyExistsException``); S3 ``PutObject`` with ``If-None-Match: *``
+  (412 for an existing key).
+* **Rename** on HDFS: ``op=RENAME&renameoptions=…`` (the NameNode's ``rename2``): ``OVERWRITE``
+  replaces a file atomically; ``NONE`` refuses an existing destination with an error. The plain
+  WebHDFS rename that fsspec's ``mv`` sends answers ``{"boolean": false}`` onto an existing file
+  (nothing raised) and moves a folder *into* an existing folder.
+* **Compare-and-swap** on S3: read the ETag, then ``PutObject`` with ``If-Match: <etag>`` (or
+  ``If-None-Match: *`` when there was no object): a writer holding a stale copy is refused.
+"""
+
+from __future__ import annotations
+
+import getpass
+import os
+import posixpath
+import xml.etree.ElementTree as ET  # the operator's own Hadoop config files: trusted input
+from typing import Any
+from urllib.parse import urlsplit
+
+from airflow_kafka_spark.errors import UserError
+
+HDFS_DEFAULT_HTTP_PORT = 9870
+#: The version token of an S3 object that did not exist when it was read (``If-None-Match: *``).
+ABSENT = "*"
+_PRECONDITION_CODES = frozenset({"PreconditionFailed", "ConditionalRequestConflict", "412", "409"})
+
+
+# --------------------------------------------------------------------------- hdfs:// through WebHDFS
+
+
+def hdfs_as_webhdfs(url: str, storage_options: dict | None) -> tuple[dict[str, Any], str]:
+    """(fsspec ``webhdfs`` options, path) for ``hdfs://host[:rpcport]/path`` (the RPC port is not used)."""
+    parts = urlsplit(url)
+    opts = dict(storage_options or {})
+    site = hadoop_site()
+    host = parts.hostname
+    if not host:
+        default = urlsplit(site.get("fs.defaultFS", ""))
+        if default.scheme != "hdfs" or not default.hostname:
+            raise UserError(f"{url} names no NameNode and HADOOP_CONF_DIR has no hdfs:// fs.defaultFS; write "
+                            "hdfs://<namenode-host>/<path>")
+        host = default.hostname
+    http_host, http_port = namenode_http_address(host, site)
+    opts.setdefault("host", http_host)
+    opts.setdefault("port", http_port)
+    if "user" not in opts and "token" not in opts:
+        opts["user"] = os.environ.get("HADOOP_USER_NAME") or getpass.getuser()
+    return opts, parts.path or "/"
+
+
+def namenode_http_address(host: str, site: dict[str, str]) -> tuple[str, int]:
+    """The NameNode's HTTP (WebHDFS) host and port for ``host`` (a NameNode or an HA nameservice)."""
+    if host in {n.strip() for n in site.get("dfs.nameservices", "").split(",")}:
+        for nn in site.get(f"dfs.ha.namenodes.{host}", "").split(","):
+            address = site.get(f"dfs.namenode.http-address.{host}.{nn.strip()}")
+            if address and ":" in address:
+                h, p = address.rsplit(":", 1)
+                return h, int(p)
+        raise UserError(f"nameservice {host} has no dfs.namenode.http-address.{host}.<nn> in HADOOP_CONF_DIR; "
+                        "pass the NameNode's HTTP host and port as storage options host= and port=")
+    address = site.get("dfs.namenode.http-address", "")
+    port = address.rsplit(":", 1)[1] if ":" in address else ""
+    return host, int(port) if port.isdigit() else HDFS_DEFAULT_HTTP_PORT
+
+
+def hadoop_site() -> dict[str, str]:
+    """Properties of ``core-site.xml`` and ``hdfs-site.xml`` in ``$HADOOP_CONF_DIR`` ({} if unset)."""
+    conf_dir = os.environ.get("HADOOP_CONF_DIR")
+    out: dict[str, str] = {}
+    for name in ("core-site.xml", "hdfs-site.xml"):
+        path = os.path.join(conf_dir, name) if conf_dir else ""
+        if not path or not os.path.isfile(path):
+            continue
+        try:
+            root = ET.parse(path).getroot()
+        except ET.ParseError as exc:
+            raise UserError(f"cannot read {path} (HADOOP_CONF_DIR): {exc}") from None
+        for prop in root.iter("property"):
+            key, value = prop.findtext("name"), prop.findtext("value")
+            if key and value is not None:
+                out[key.strip()] = value.strip()
+    return out
+
+
+def is_webhdfs(fs: Any) -> bool:
+    protocols = fs.protocol if isinstance(fs.protocol, tuple | list) else (fs.protocol,)
+    return "webhdfs" in protocols
+
+
+def webhdfs_rename(fs: Any, src: str, dst: str, *, overwrite: bool) -> None:
+    """Atomic rename (``rename2``); without ``overwrite`` an existing ``dst`` is ``FileExistsError``."""
+    fs.makedirs(posixpath.dirname(dst), exist_ok=True)
+    try:
+        fs._call("RENAME", "put", src, destination=dst, renameoptions="OVERWRITE" if overwrite else "NONE")
+    except RuntimeError as exc:
+        if "already exists" in str(exc):
+            raise FileExistsError(f"{dst} already exists") from None
+        raise OSError(str(exc).splitlines()[0]) from None
+    fs.invalidate_cache(posixpath.dirname(dst))
+
+
+def webhdfs_create_exclusive(fs: Any, path: str, data: bytes) -> bool:
+    """Create ``path`` with ``data``; False if it exists (``overwrite=false``: the NameNode decides)."""
+    fs.makedirs(posixpath.dirname(path), exist_ok=True)
+    try:
+        out = fs._call("CREATE", "put", path, redirect=False, overwrite="false")
+    except RuntimeError as exc:
+        if "already exists" in str(exc):
+            return False
+        raise OSError(str(exc).splitlines()[0]) from None
+    if "Location" not in out.headers:
+        raise OSError(f"WebHDFS CREATE {path} answered HTTP {out.status_code} without a DataNode to write to")
+    put = fs.session.put(fs._apply_proxy(out.headers["Location"]), data=data,
+                         headers={"content-type": "application/octet-stream"})
+    if put.status_code == 403 and "FileAlreadyExistsException" in put.text:
+        return False
+    if put.status_code >= 400:
+        raise OSError(f"WebHDFS CREATE {path} answered HTTP {put.status_code}: {put.text[:200]}")
+    fs.invalidate_cache(posixpath.dirname(path))
+    return True
+
+
+# --------------------------------------------------------------------------- S3: conditional PutObject
+
+
+def is_s3(fs: Any) -> bool:
+    """s3fs (``s3://``, ``s3a://``): the one object store whose conditional writes are used here."""
+    return hasattr(fs, "call_s3") and hasattr(fs, "split_path")
+
+
+def s3_read_versioned(fs: Any, path: str) -> tuple[bytes | None, str]:
+    """(body, ETag), or (None, :data:`ABSENT`). The ETag is read *first*: if the object changes
+    before the body is read, the stale ETag makes the later conditional write fail (never succeed)."""
+    fs.invalidate_cache(path)
+    try:
+        etag = fs.info(path)["ETag"]
+        return fs.cat_file(path), etag
+    except FileNotFoundError:
+        return None, ABSENT
+
+
+def s3_put_if(fs: Any, path: str, data: bytes, version: str) -> bool:
+    """PutObject only if the object is still ``version`` (an ETag, or :data:`ABSENT`); False if not."""
+    bucket, key, _ = fs.split_path(path)
+    condition = {"IfNoneMatch": "*"} if version == ABSENT else {"IfMatch": version}
+    try:
+        fs.call_s3("put_object", Bucket=bucket, Key=key, Body=data, **condition)
+    except FileExistsError:
+        return False
+    except OSError as exc:
+        if precondition_failed(exc):
+            return False
+        raise
+    finally:
+        fs.invalidate_cache(path)
+    return True
+
+
+def precondition_failed(exc: BaseException) -> bool:
+    """True for S3's 412 PreconditionFailed (or 409 ConditionalRequestConflict) behind an s3fs error."""
+    response = getattr(exc.__cause__, "response", None) or getattr(exc, "response", None) or {}
+    code = str((response.get("Error") or {}).get("Code", ""))
+    status = str((response.get("ResponseMetadata") or {}).get("HTTPStatusCode", ""))
+    return code in _PRECONDITION_CODES or status in {"409", "412"}
