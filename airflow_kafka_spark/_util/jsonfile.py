@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from airflow_kafka_spark._util.fs import Location, info_or_none, read_bytes
 from airflow_kafka_spark.errors import UserError
 
 #: Default size cap of one JSON document: the product's own files (journal, lifecycle record,
@@ -66,18 +65,3 @@ def json_depth(doc: Any, *, limit: int = JSON_MAX_DEPTH) -> int:
             return deepest
         stack.extend((c, depth + 1) for c in children if isinstance(c, dict | list))
     return deepest
-
-
-def read_json_file(loc: Location, *, what: str, max_bytes: int = JSON_MAX_BYTES,
-                   max_depth: int = JSON_MAX_DEPTH) -> Any:
-    """The parsed JSON at ``loc`` (None if absent); the size is checked from the listing before reading."""
-    info = info_or_none(loc)
-    if info is None:
-        return None
-    size = info.get("size")
-    if isinstance(size, int) and size > max_bytes:
-        raise UntrustedJSONError(f"{what} {loc.url} is {size:,} bytes, larger than the {max_bytes:,}-byte "
-                                 "limit for this file; it is not a file airflow-kafka-spark wrote")
-    raw = read_bytes(loc, limit=max_bytes)
-    return None if raw is None else load_json(raw, what=f"{what} {loc.url}", max_bytes=max_bytes,
-                                              max_depth=max_depth)

@@ -60,11 +60,6 @@ class ResumePosition:
         return out
 
 
-def initial_offsets(cp: CheckpointState) -> PartitionOffsets:
-    """``sources/<n>/0`` of every Kafka source merged: where batch 0 starts."""
-    return _merged(cp.initial_offsets)
-
-
 def _merged(offsets_by_source: Mapping[str, PartitionOffsets]) -> PartitionOffsets:
     out: PartitionOffsets = {}
     for offs in offsets_by_source.values():
