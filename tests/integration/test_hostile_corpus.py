@@ -11,8 +11,9 @@ must-not-pass; refuse what a variant marks must-refuse. The failures are written
 
 Runtime: the commands run in one long-lived worker process (tests/support/hostile_worker.py), so the
 ~3,400 runs (487 variants × 7 commands) cost no interpreter start-ups; see the module docstring there.
-Measured: ~150 s on the 2-core dev box while other suites ran beside it (each healthy command
-5–350 ms; a hang costs its 20 s timer). ``AKS_HOSTILE_ONLY=<regex>`` re-runs some variants.
+Measured on the 2-core dev box: 166 s at load ~3 (each healthy command 5–350 ms; a hang costs its
+20 s timer), 550 s at load 10–20 with other suites beside it. ``AKS_HOSTILE_ONLY=<regex>`` re-runs
+some variants; ``AKS_HOSTILE_TIMEOUT`` sets the per-command timer.
 """
 
 from __future__ import annotations
