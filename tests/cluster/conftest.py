@@ -7,6 +7,7 @@ Data and logs stay in pytest's temporary directories after the run (the last thr
 
 from __future__ import annotations
 
+import os
 import uuid
 
 import pytest
@@ -14,6 +15,18 @@ import pytest
 from devstack.hadoop import HadoopCluster
 from devstack.s3 import S3Store, s3a_jars
 from devstack.spark_yarn import YarnSubmit, prepare
+
+
+def pytest_collection_finish(session) -> None:
+    """Start the shared SparkSession with hadoop-aws when a selected test has Spark write ``s3a://``.
+
+    A JVM's classpath is fixed when it starts and a session started earlier in the run (e.g. by an
+    Airflow test) is reused, so the choice is made here, after selection and before any test runs.
+    """
+    if any("spark_s3a" in getattr(item, "fixturenames", ()) for item in session.items):
+        from tests.support.spark_session import S3A_ENV
+
+        os.environ[S3A_ENV] = "1"
 
 
 @pytest.fixture(scope="session")

@@ -10,64 +10,19 @@ replay is what happens. The observed table is printed (``-s``) and collected in 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from airflow_kafka_spark.verdict.options import DeployOptions
-from airflow_kafka_spark.verdict.validate import validate
 from devstack import oracle, topics
 from devstack.broker import LocalBroker
 from devstack.produce import produce
 from tests.support import spark_session
+from tests.support.scenario import Job, drop_latest, short
 
 pytestmark = pytest.mark.integration
 
 OBSERVED: list[dict] = []
-
-
-@dataclass
-class Job:
-    """One topic set, one checkpoint, one sink — and everything that was produced."""
-
-    broker: LocalBroker
-    root: Path
-    topics: list[str]
-    sink: str = "idempotent"
-    partitions: int = 3
-
-    def __post_init__(self) -> None:
-        self.checkpoint = self.root / "checkpoint"
-        self.output = self.root / "out"
-        self.produced: list = []
-
-    @property
-    def bootstrap(self) -> str:
-        return self.broker.bootstrap_servers
-
-    def produce(self, n: int, *, topic: str | None = None, partitions: int | None = None,
-                start_id: int | None = None, **kw) -> list:
-        start = len(self.produced) if start_id is None else start_id
-        recs = produce(self.bootstrap, topic or self.topics[0], n, partitions=partitions or self.partitions,
-                       start_id=start, **kw)
-        self.produced += recs
-        return recs
-
-    def run(self, *, topics: list[str] | None = None, **options) -> spark_session.RunResult:
-        return spark_session.run_available_now(self.bootstrap, ",".join(topics or self.topics), self.checkpoint,
-                                               self.output, sink=self.sink, **options)
-
-    def sink_rows(self) -> list[dict]:
-        return oracle.read_sink(self.output, self.sink)
-
-    def compare(self, produced=None) -> oracle.Comparison:
-        return oracle.compare(self.produced if produced is None else produced, self.sink_rows())
-
-    def validate(self, kafka_bootstrap: str | None = None, **options):
-        opts = DeployOptions(**({"topics": self.topics} | options))
-        return validate(checkpoint_location=str(self.checkpoint),
-                        kafka_config={"bootstrap.servers": kafka_bootstrap or self.bootstrap}, options=opts)
 
 
 @pytest.fixture
@@ -112,7 +67,7 @@ def test_s01_retention_past_checkpoint(job, fail_on_data_loss):
     ok_first_run(j, 300)
     j.produce(300)  # unread by the job
     # retention (delete-records) removes 40 unread records per partition
-    ck = {tp.partition: off for tp, off in _committed(j).items()}
+    ck = {tp.partition: off for tp, off in j.committed().items()}
     topics.delete_records(j.bootstrap, j.topics[0], {p: o + 40 for p, o in ck.items()})
 
     v = j.validate(fail_on_data_loss=fail_on_data_loss == "true")
@@ -126,7 +81,7 @@ def test_s01_retention_past_checkpoint(job, fail_on_data_loss):
     cmp = j.compare()
     if fail_on_data_loss == "true":
         assert not res.ok, "Spark should refuse to read deleted offsets"
-        outcome = "fails: " + _short(res.error)
+        outcome = "fails: " + short(res.error)
     else:
         assert res.ok
         assert len(cmp.missing) == 120 and not cmp.duplicated, cmp.summary()
@@ -149,7 +104,7 @@ def test_s02_topic_recreated_with_fewer_records(job):
     assert codes(v) & {"OFFSET_AHEAD_OF_LOG_END", "TOPIC_RESET"}
     res = j.run()
     assert not res.ok
-    record("S02 topic recreated, fewer records", v, "fails: " + _short(res.error))
+    record("S02 topic recreated, fewer records", v, "fails: " + short(res.error))
 
 
 def test_s03_topic_recreated_with_more_records_is_silently_skipped(job):
@@ -185,7 +140,7 @@ def test_s05_partitions_gone(job):
     assert "PARTITIONS_GONE" in codes(v)
     res = j.run()
     assert not res.ok
-    record("S05 partitions gone", v, "fails: " + _short(res.error))
+    record("S05 partitions gone", v, "fails: " + short(res.error))
 
 
 # --------------------------------------------------------------------------- S04
@@ -218,7 +173,7 @@ def test_s04_partitions_added_and_trimmed(job):
     assert "NEW_PARTITION_TRUNCATED" in codes(v)
     res = j.run()
     assert not res.ok
-    record("S04 partition added, already trimmed", v, "fails: " + _short(res.error))
+    record("S04 partition added, already trimmed", v, "fails: " + short(res.error))
 
 
 # --------------------------------------------------------------------------- S06
@@ -250,7 +205,7 @@ def test_s07_half_written_batch_replays_exactly_the_recorded_range(job):
     j = job(sink="append")
     j.produce(300)
     assert j.run(max_offsets_per_trigger=60).ok
-    last = _drop(j, "commits")  # crash after offsets/N, before commits/N
+    last = drop_latest(j, "commits")  # crash after offsets/N, before commits/N
 
     v = j.validate(idempotent_sink=False)
     assert v.severity == "WARN"
@@ -268,7 +223,7 @@ def test_s07_hand_deleted_commit_keeps_its_crc(job):
     j = job()
     j.produce(300)
     assert j.run(max_offsets_per_trigger=60).ok
-    _drop(j, "commits", keep_crc=True)
+    drop_latest(j, "commits", keep_crc=True)
 
     v = j.validate()
     assert v.severity == "BLOCK" and "CHECKPOINT_CORRUPT" in codes(v)
@@ -281,7 +236,7 @@ def test_s08_offset_log_gap(job):
     j = job()
     j.produce(300)
     assert j.run(max_offsets_per_trigger=60).ok
-    _drop(j, "offsets", back=1)
+    drop_latest(j, "offsets", back=1)
 
     v = j.validate()
     assert v.severity == "BLOCK" and "CHECKPOINT_CORRUPT" in codes(v)
@@ -321,7 +276,7 @@ def test_s10_missing_query_id_breaks_the_idempotent_sink(job):
     j = job()
     j.produce(300)
     assert j.run(max_offsets_per_trigger=60).ok
-    _drop(j, "commits")                               # a pending batch that will be replayed ...
+    drop_latest(j, "commits")                               # a pending batch that will be replayed ...
     (j.checkpoint / "metadata").unlink()              # ... under a new query id
     (j.checkpoint / ".metadata.crc").unlink()         # (lost with its checksum, as storage loses files)
 
@@ -400,7 +355,7 @@ def test_s13_topic_removed_from_subscription(job):
     assert v.severity == "BLOCK" and "PARTITIONS_GONE" in codes(v)
     res = j.run(topics=[b])
     assert not res.ok
-    record("S13 topic removed from subscribe", v, "fails: " + _short(res.error))
+    record("S13 topic removed from subscribe", v, "fails: " + short(res.error))
 
 
 def test_s22_starting_offsets_ignored(job):
@@ -433,34 +388,6 @@ def test_s25_transactional_topic_no_false_alarm(job):
 # --------------------------------------------------------------------------- helpers
 
 
-def _drop(j: Job, log: str, *, back: int = 0, keep_crc: bool = False) -> int:
-    """Delete ``<log>/<latest - back>`` as a crash or an edit would; return the batch id."""
-    folder = j.checkpoint / log
-    n = max(int(p.name) for p in folder.iterdir() if p.name.isdigit()) - back
-    (folder / str(n)).unlink()
-    if not keep_crc:  # what a crash looks like: the file and its checksum are renamed together
-        (folder / f".{n}.crc").unlink(missing_ok=True)
-    return n
-
-
-def _committed(j: Job):
-    from airflow_kafka_spark.checkpoint.reader import read_checkpoint
-
-    return read_checkpoint(str(j.checkpoint)).latest_committed.kafka_offsets
-
-
-def _short(text: str | None, n: int = 160) -> str:
-    if not text:
-        return ""
-    for marker in ("KAFKA_DATA_LOSS", "COULD_NOT_READ", "OffsetOutOfRange", "Cannot fetch", "offset was changed",
-                   "have been deleted", "PartitionDoesNotStartFromZero", "Incomplete log", "doesn't exist",
-                   "concurrently", "FileAlreadyExists", "Exception:"):
-        i = text.find(marker)
-        if i >= 0:
-            return " ".join(text[i:i + n].split())
-    return " ".join(text[:n].split())
-
-
 def _assert_failed_or_wrong(j: Job, res) -> None:
     """A BLOCK is justified if Spark fails, or if it runs but the sink is not exact."""
     if res.ok:
@@ -469,7 +396,7 @@ def _assert_failed_or_wrong(j: Job, res) -> None:
 
 def _outcome(j: Job, res) -> str:
     if not res.ok:
-        return "fails: " + _short(res.error)
+        return "fails: " + short(res.error)
     return "runs but sink wrong: " + json.dumps(j.compare().summary())
 
 

@@ -19,6 +19,11 @@ from devstack import jars
 
 _SESSION = None
 
+# Set (by tests/cluster/conftest.py, before any test runs) when the selected tests write s3a://
+# checkpoints: the JVM's classpath is fixed when the session starts, so hadoop-aws and the AWS SDK
+# must be on it from the first session of the run (a second SparkContext in one process is impossible).
+S3A_ENV = "AKS_TEST_SPARK_S3A"
+
 
 def session():
     global _SESSION
@@ -28,14 +33,40 @@ def session():
         os.environ.pop("SPARK_HOME", None)
         from pyspark.sql import SparkSession
 
-        _SESSION = (SparkSession.builder.master("local[2]").appName("aks-tests")
-                    .config("spark.jars", ",".join(str(j) for j in jars.spark_kafka_jars()))
-                    .config("spark.ui.enabled", "false")
-                    .config("spark.sql.shuffle.partitions", "2")
-                    .config("spark.driver.memory", "1g")
-                    .getOrCreate())
+        builder = (SparkSession.builder.master("local[2]").appName("aks-tests")
+                   .config("spark.jars", ",".join(str(j) for j in jars.spark_kafka_jars()))
+                   .config("spark.ui.enabled", "false")
+                   .config("spark.sql.shuffle.partitions", "2")
+                   .config("spark.driver.memory", "1g"))
+        if os.environ.get(S3A_ENV):
+            from devstack.s3 import s3a_jars
+
+            # On the driver's classpath, not spark.jars: local executors would copy the 530 MB bundle.
+            builder = builder.config("spark.driver.extraClassPath", os.pathsep.join(str(j) for j in s3a_jars()))
+        _SESSION = builder.getOrCreate()
         _SESSION.sparkContext.setLogLevel("ERROR")
     return _SESSION
+
+
+def has_s3a() -> bool:
+    """True if the running session can open ``s3a://`` (hadoop-aws on its classpath)."""
+    jvm = session()._jvm
+    try:
+        jvm.org.apache.hadoop.fs.FileSystem.getFileSystemClass("s3a", session()._jsc.hadoopConfiguration())
+    except Exception:  # py4j wraps the ClassNotFoundException / UnsupportedFileSystemException
+        return False
+    return True
+
+
+def set_hadoop_conf(settings: dict[str, str]) -> None:
+    """Set Hadoop client settings on the running session (``spark.hadoop.`` prefixes stripped).
+
+    For file systems the local tests never touch (``fs.s3a.*``, HDFS client settings): new file
+    system instances pick them up, and local paths are not affected.
+    """
+    conf = session()._jsc.hadoopConfiguration()
+    for key, value in settings.items():
+        conf.set(key.removeprefix("spark.hadoop."), value)
 
 
 def stop() -> None:
@@ -58,7 +89,7 @@ class RunResult:
     seconds: float
 
 
-def run_available_now(bootstrap: str, topics: str, checkpoint: Path, output: Path, *, sink: str = "idempotent",
+def run_available_now(bootstrap: str, topics: str, checkpoint: Path | str, output: Path, *, sink: str = "idempotent",
                       timeout: float = 120, **options) -> RunResult:
     """Run the reference query once with availableNow on ``checkpoint``; capture Spark's failure text."""
     argv = ["--topics", topics, "--bootstrap-servers", bootstrap, "--checkpoint", str(checkpoint),
