@@ -34,6 +34,9 @@ HDFS_DEFAULT_HTTP_PORT = 9870
 #: The version token of an S3 object that did not exist when it was read (``If-None-Match: *``).
 ABSENT = "*"
 _PRECONDITION_CODES = frozenset({"PreconditionFailed", "ConditionalRequestConflict", "412", "409"})
+#: What the NameNode answers a CREATE of a path that exists, or that another client is creating
+#: right now (its file still open): either way, someone else holds it.
+_HDFS_TAKEN = ("FileAlreadyExistsException", "AlreadyBeingCreatedException", "already exists")
 
 
 # --------------------------------------------------------------------------- hdfs:// through WebHDFS
@@ -116,17 +119,18 @@ def webhdfs_create_exclusive(fs: Any, path: str, data: bytes) -> bool:
     try:
         out = fs._call("CREATE", "put", path, redirect=False, overwrite="false")
     except RuntimeError as exc:
-        if "already exists" in str(exc):
+        if any(t in str(exc) for t in _HDFS_TAKEN):
             return False
         raise OSError(str(exc).splitlines()[0]) from None
     if "Location" not in out.headers:
         raise OSError(f"WebHDFS CREATE {path} answered HTTP {out.status_code} without a DataNode to write to")
     put = fs.session.put(fs._apply_proxy(out.headers["Location"]), data=data,
                          headers={"content-type": "application/octet-stream"})
-    if put.status_code == 403 and "FileAlreadyExistsException" in put.text:
+    if put.status_code >= 400 and any(t in put.text for t in _HDFS_TAKEN[:2]):
         return False
     if put.status_code >= 400:
-        raise OSError(f"WebHDFS CREATE {path} answered HTTP {put.status_code}: {put.text[:200]}")
+        first = (put.text.splitlines() or [""])[0][:200]
+        raise OSError(f"WebHDFS CREATE {path} answered HTTP {put.status_code}: {first}")
     fs.invalidate_cache(posixpath.dirname(path))
     return True
 
