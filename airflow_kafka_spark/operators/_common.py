@@ -2,7 +2,7 @@
 
 **No I/O in ``__init__``.** The scheduler and the DAG processor build operators on every parse;
 the registry, connections and files are read in ``execute()`` only. The glue the sensors share
-(job lookup, failure shape) is in :mod:`airflow_kafka_spark.hooks.jobs`.
+(job lookup, failure shape) is in :mod:`airflow_kafka_spark.airflow_glue.jobs`.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Any
 
 from airflow.sdk import BaseOperator
 
-from airflow_kafka_spark.hooks.jobs import load_job, run_reporting_failure
+from airflow_kafka_spark.airflow_glue.jobs import load_job, run_reporting_failure
 from airflow_kafka_spark.registry.model import JobSpec, Registry
 
 

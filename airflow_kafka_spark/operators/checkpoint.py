@@ -17,10 +17,10 @@ from typing import Any
 
 from airflow.sdk.exceptions import AirflowSkipException
 
+from airflow_kafka_spark.airflow_glue.jobs import actor, fail, flag, kafka_config, optional_text
 from airflow_kafka_spark.checkpoint.position import resume_position
 from airflow_kafka_spark.checkpoint.reader import read_checkpoint
 from airflow_kafka_spark.errors import UserError
-from airflow_kafka_spark.hooks.jobs import actor, fail, flag, kafka_config, optional_text
 from airflow_kafka_spark.kafka.offsets import to_offsets_json
 from airflow_kafka_spark.lifecycle.events import LifecycleEvent
 from airflow_kafka_spark.lifecycle.record import LifecycleRecord

@@ -30,8 +30,7 @@ from typing import Any
 
 from airflow.sdk.exceptions import AirflowSkipException
 
-from airflow_kafka_spark.errors import UserError
-from airflow_kafka_spark.hooks.jobs import (
+from airflow_kafka_spark.airflow_glue.jobs import (
     FAILURE_KEY,
     actor,
     fail,
@@ -41,6 +40,7 @@ from airflow_kafka_spark.hooks.jobs import (
     run_holder,
     who,
 )
+from airflow_kafka_spark.errors import UserError
 from airflow_kafka_spark.lifecycle.events import LifecycleEvent
 from airflow_kafka_spark.lifecycle.model import RECORD_SUFFIX
 from airflow_kafka_spark.lifecycle.record import LifecycleRecord

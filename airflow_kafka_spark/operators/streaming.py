@@ -27,8 +27,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from airflow_kafka_spark.hooks.jobs import actor, flag, kafka_config, task_holder
-from airflow_kafka_spark.hooks.spark import spark_target
+from airflow_kafka_spark.airflow_glue.jobs import actor, flag, kafka_config, task_holder
+from airflow_kafka_spark.airflow_glue.spark import spark_target
 from airflow_kafka_spark.lifecycle.record import LifecycleRecord
 from airflow_kafka_spark.operators._common import StreamingJobOperator
 from airflow_kafka_spark.registry.model import JobSpec

@@ -113,7 +113,7 @@ _STANDALONE_DRIVER = re.compile(r"\b(driver-\d{14}-\d{4,})\b")
 
 @dataclass(frozen=True)
 class SparkTarget:
-    """The job's Spark connection as plain values; the Airflow layer resolves it (``hooks.spark``).
+    """The job's Spark connection as plain values; the Airflow layer resolves it (``airflow_glue.spark``).
 
     ``build_command(hook_kwargs, application)`` turns :func:`hook_kwargs` into the spark-submit argv
     the way the connection says (binary, queue, namespace, keytab...).

@@ -26,9 +26,7 @@ from typing import Any
 from airflow.sdk import BaseSensorOperator, PokeReturnValue, conf
 from airflow.sdk.exceptions import AirflowException
 
-from airflow_kafka_spark.checkpoint.reader import read_checkpoint
-from airflow_kafka_spark.errors import UserError
-from airflow_kafka_spark.hooks.jobs import (
+from airflow_kafka_spark.airflow_glue.jobs import (
     actor,
     cluster_endpoint,
     fail,
@@ -39,6 +37,8 @@ from airflow_kafka_spark.hooks.jobs import (
     push_failure,
     run_reporting_failure,
 )
+from airflow_kafka_spark.checkpoint.reader import read_checkpoint
+from airflow_kafka_spark.errors import UserError
 from airflow_kafka_spark.lifecycle.events import DriverKind, LifecycleEvent
 from airflow_kafka_spark.lifecycle.record import LifecycleRecord
 from airflow_kafka_spark.registry.model import JobSpec

@@ -72,8 +72,8 @@ class StreamingLagSensor(BaseSensorOperator):
     # -- resolution ------------------------------------------------------------------------------
 
     def _spec(self) -> JobSpec:
+        from airflow_kafka_spark.airflow_glue.jobs import load_job
         from airflow_kafka_spark.errors import UserError
-        from airflow_kafka_spark.hooks.jobs import load_job
 
         try:
             return load_job(self.job, self.registry_path)[1]

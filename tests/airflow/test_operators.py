@@ -407,7 +407,7 @@ def test_submit_dry_run_builds_the_command_with_the_spark_provider_hook(env):
 
 def test_cluster_modes_build_detached_commands_and_parse_driver_ids(monkeypatch):
     """No YARN or standalone cluster here: the command lines and the id parsing are what can be checked."""
-    from airflow_kafka_spark.hooks.spark import spark_hook
+    from airflow_kafka_spark.airflow_glue.spark import spark_hook
     from airflow_kafka_spark.registry.model import JobSpec
 
     spec = JobSpec(name="orders", application="/apps/job.py", topics=("orders",), checkpoint="hdfs://nn/ck/orders",

@@ -1,4 +1,4 @@
-"""The one place that touches ``SparkSubmitHook``'s private members (hooks/spark.py), against the installed provider.
+"""The one place that touches ``SparkSubmitHook``'s private members (airflow_glue/spark.py), on the installed provider.
 
 A provider upgrade that renames ``_connection`` or ``_build_spark_submit_command`` must fail here,
 with the adapter's name in the traceback, rather than deep in a submit. Also: the connector jars
@@ -25,7 +25,7 @@ def _spec(**kw) -> JobSpec:
 
 
 def test_adapter_resolves_the_connection_and_builds_the_command(monkeypatch):
-    from airflow_kafka_spark.hooks.spark import build_command, resolved_connection, spark_hook, spark_target
+    from airflow_kafka_spark.airflow_glue.spark import build_command, resolved_connection, spark_hook, spark_target
 
     monkeypatch.setenv("AIRFLOW_CONN_SPARK_ADAPTER", json.dumps(
         {"conn_type": "spark", "host": "yarn", "extra": {"queue": "streaming", "deploy-mode": "cluster"}}))
@@ -44,8 +44,8 @@ def test_adapter_resolves_the_connection_and_builds_the_command(monkeypatch):
 
 
 def test_missing_spark_connection_is_one_line():
+    from airflow_kafka_spark.airflow_glue.spark import spark_target
     from airflow_kafka_spark.errors import UserError
-    from airflow_kafka_spark.hooks.spark import spark_target
 
     with pytest.raises(UserError, match="Spark connection 'spark_nowhere' is not defined"):
         spark_target(_spec(spark_conn_id="spark_nowhere"))

@@ -1,7 +1,9 @@
 """Airflow glue that every operator and sensor of this provider shares: job lookup, Kafka config, actor, failure shape.
 
-Why a module in ``hooks/`` and not in ``operators/``: the sensors need the same lookup and failure
-shape as the operators, and the layers forbid sensors -> operators. Everything here resolves an
+Why a package of its own (``airflow_glue``, a layer between triggers and hooks) and not
+``operators/``: the sensors need the same lookup and failure shape as the operators, and the layers
+forbid sensors -> operators; and not ``hooks/``: these are not hooks (the provider declares every
+module of ``hooks/`` to Airflow as a hook). Everything here resolves an
 Airflow thing (a connection, the task context, ``[core] dags_folder``) into the plain values the
 core takes, or turns a core error into Airflow's failure; no domain rule lives here.
 
@@ -25,8 +27,8 @@ from typing import Any
 from airflow.sdk import conf
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSkipException
 
+from airflow_kafka_spark.airflow_glue.spark import spark_target
 from airflow_kafka_spark.errors import UserError
-from airflow_kafka_spark.hooks.spark import spark_target
 from airflow_kafka_spark.hooks.streaming import StreamingKafkaHook
 from airflow_kafka_spark.lifecycle.model import DriverInfo
 from airflow_kafka_spark.registry.loader import load_registry
