@@ -26,6 +26,7 @@ import uuid
 from airflow_kafka_spark._util.conditional import create_exclusive
 from airflow_kafka_spark._util.fs import Location, mtime_of, remove_file
 from airflow_kafka_spark._util.proc import pid_alive
+from airflow_kafka_spark._util.stores import cat_checked
 from airflow_kafka_spark.errors import UserError
 
 
@@ -96,7 +97,7 @@ class LockFile:
 
     def _owner(self) -> str | None:
         try:
-            return self.loc.fs.cat_file(self.loc.path).decode(errors="replace")
+            return cat_checked(self.loc.fs, self.loc.path).decode(errors="replace")
         except (FileNotFoundError, OSError):
             return None
 

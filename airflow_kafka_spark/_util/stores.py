@@ -24,6 +24,7 @@ from __future__ import annotations
 import getpass
 import os
 import posixpath
+import time
 import xml.etree.ElementTree as ET  # the operator's own Hadoop config files: trusted input
 from typing import Any
 from urllib.parse import urlsplit
@@ -149,9 +150,26 @@ def s3_read_versioned(fs: Any, path: str) -> tuple[bytes | None, str]:
     fs.invalidate_cache(path)
     try:
         etag = fs.info(path)["ETag"]
-        return fs.cat_file(path), etag
+        return cat_checked(fs, path), etag
     except FileNotFoundError:
         return None, ABSENT
+
+
+def cat_checked(fs: Any, path: str, attempts: int = 3) -> bytes:
+    """``fs.cat_file``, read again when the body does not match the checksum the store sent.
+
+    Why: botocore checks a GET's body against its ``x-amz-checksum-*`` header and raises
+    ``FlexibleChecksumError`` (not an ``OSError``) on a mismatch; S3Proxy's filesystem backend
+    answers one when an object is read while another client replaces it. A re-read is the answer.
+    """
+    for attempt in range(attempts):
+        try:
+            return fs.cat_file(path)
+        except Exception as exc:
+            if type(exc).__name__ != "FlexibleChecksumError" or attempt == attempts - 1:
+                raise
+            time.sleep(0.05 * (attempt + 1))
+    raise AssertionError("unreachable")
 
 
 def s3_put_if(fs: Any, path: str, data: bytes, version: str) -> bool:
