@@ -28,7 +28,7 @@ from airflow_kafka_spark.names import validate_backup_id
 from airflow_kafka_spark.operators._common import StreamingJobOperator
 from airflow_kafka_spark.ops.commands import backup_checkpoint
 from airflow_kafka_spark.registry.model import JobSpec
-from airflow_kafka_spark.runtime.submit import last_good_app
+from airflow_kafka_spark.runtime.app_versions import last_good_app
 from airflow_kafka_spark.verdict.findings import BLOCK
 from airflow_kafka_spark.verdict.options import DeployOptions
 from airflow_kafka_spark.verdict.validate import validate

@@ -51,7 +51,7 @@ from airflow_kafka_spark.ops.backup.manifest import load_backup
 from airflow_kafka_spark.ops.commands import restore_checkpoint
 from airflow_kafka_spark.registry.model import JobSpec
 from airflow_kafka_spark.runtime import safe_restart
-from airflow_kafka_spark.runtime.submit import last_good_app
+from airflow_kafka_spark.runtime.app_versions import last_good_app
 
 RUN_LEASE_SUFFIX = ".safe-restart" + RECORD_SUFFIX
 # Task ids of the DAG, shared by the DAG file and these operators.

@@ -25,7 +25,7 @@ from airflow_kafka_spark.lifecycle.events import LifecycleEvent
 from airflow_kafka_spark.lifecycle.model import DriverInfo
 from airflow_kafka_spark.lifecycle.record import LifecycleRecord
 from airflow_kafka_spark.registry.model import JobSpec
-from airflow_kafka_spark.runtime import clusters, drivers, submit
+from airflow_kafka_spark.runtime import app_versions, clusters, drivers, submit
 from airflow_kafka_spark.runtime.clusters import ClusterEndpoint
 from airflow_kafka_spark.runtime.submit import SparkTarget
 
@@ -60,7 +60,7 @@ def driver_alive(record: LifecycleRecord | None, target: Callable[[], SparkTarge
     """Whether the driver recorded for the job runs (False when none is recorded)."""
     if record is None or record.driver is None:
         return False
-    return driver_control(record.driver, target, submit.submitted_app(record)).is_alive()
+    return driver_control(record.driver, target, app_versions.submitted_app(record)).is_alive()
 
 
 def submit_job(spec: JobSpec, *, kafka_config: Mapping[str, Any], target: SparkTarget, actor: str, holder: str,
@@ -74,12 +74,12 @@ def submit_job(spec: JobSpec, *, kafka_config: Mapping[str, Any], target: SparkT
     record = LifecycleRecord.load(spec.checkpoint)
     run_spec, is_previous = spec, False
     if previous:
-        good = submit.last_good_app(record)
+        good = app_versions.last_good_app(record)
         if good is None:
             raise UserError(f"job {spec.name}: no application has passed a health gate yet, so there is no previous "
                             "application to resubmit")
-        run_spec, is_previous = submit.spec_for_app(spec, good), True
-    app = submit.app_version(run_spec)
+        run_spec, is_previous = app_versions.spec_for_app(spec, good), True
+    app = app_versions.app_version(run_spec)
     bootstrap = bootstrap_servers_of(kafka_config)
     master, deploy_mode = target.master, target.deploy_mode
     mode = submit.detach_mode(master, deploy_mode)
@@ -118,7 +118,7 @@ def submit_job(spec: JobSpec, *, kafka_config: Mapping[str, Any], target: SparkT
     try:
         record = LifecycleRecord.load_or_create(spec.name, spec.checkpoint)
         if record.driver is not None and driver_control(record.driver, lambda: target,
-                                                     submit.submitted_app(record)).is_alive():
+                                                     app_versions.submitted_app(record)).is_alive():
             d = record.driver
             raise UserError(f"ALREADY_RUNNING: job {spec.name} already has a live driver ({d.kind} {d.id}"
                             f"{' on ' + d.host if d.host else ''}); stop it first (StopStreamingJobOperator or the "
@@ -145,7 +145,7 @@ def submit_job(spec: JobSpec, *, kafka_config: Mapping[str, Any], target: SparkT
                                         find=lambda: drivers.find_by_tag(endpoint, tag)).driver
             log.info("submitted %s to %s: driver %s %s (tag %s; status through %s)", spec.name, master, drv.kind,
                      drv.id, tag, ", ".join(endpoint.urls))
-        entry = submit.record_submit(
+        entry = app_versions.record_submit(
             record, app=app, driver=drv, master=master, deploy_mode=deploy_mode, mode=mode,
             committed_before=state.latest_committed.batch_id if state.latest_committed else None,
             query_id_before=state.query_id, log_path=log_path, starting_offsets_file=starting_file, actor=actor,
@@ -177,7 +177,7 @@ def stop_job(spec: JobSpec, *, target: Callable[[], SparkTarget], actor: str, lo
         drv = None
     ctl = drivers.DriverControl(lambda: False, lambda: None)
     if drv is not None:
-        ctl = driver_control(drv, target, submit.submitted_app(record))
+        ctl = driver_control(drv, target, app_versions.submitted_app(record))
     timeout = float(timeout_s if timeout_s is not None else spec.stop_timeout_s)
     result = drivers.stop(spec.checkpoint, spec.stop_marker, is_alive=ctl.is_alive, kill=ctl.kill, timeout_s=timeout,
                           poll_s=poll_s, progress=log.info)

@@ -33,21 +33,13 @@ time (:mod:`airflow_kafka_spark.runtime.clusters`) and recorded with the submit.
 end to end against a real minicluster (tests/cluster); Kubernetes and standalone only by the
 requests they send (tests/unit/test_runtime_clusters.py): there is no such cluster here.
 
-Application versions. The lifecycle record (beside the checkpoint) keeps two entries in its
-``extra`` section, both written here:
-
-* ``submitted_app``: what the last submit started (application, arguments, topics, sink, Spark
-  conf, compatibility version), the driver, the batch committed before it started (the health
-  gate counts new batches from there) and where its log is.
-* ``last_good_app``: the submitted application copied over once it passed the health gate. It is
-  "the previous application" a rollback resubmits, and its ``compatibility_version`` is what the
-  safe-restart DAG's ``auto`` mode compares with the registry to decide whether a reset is needed.
+What the product remembers about each submit (the application version that ran, the last one
+that passed the health gate) is :mod:`airflow_kafka_spark.runtime.app_versions`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import os
 import re
 import shutil
@@ -64,9 +56,7 @@ from typing import Any
 from airflow_kafka_spark._util.fs import open_location, remove_file, write_atomic
 from airflow_kafka_spark.errors import UserError
 from airflow_kafka_spark.kafka.secrets import is_secret_key, scrub
-from airflow_kafka_spark.lifecycle.events import LifecycleEvent
 from airflow_kafka_spark.lifecycle.model import DriverInfo
-from airflow_kafka_spark.lifecycle.record import LifecycleRecord
 from airflow_kafka_spark.registry.model import JobSpec
 
 DETACH_LOCAL = "local-process"
@@ -93,12 +83,6 @@ FORWARDED_KAFKA_KEYS = ("security.protocol", "sasl.mechanism", "ssl.endpoint.ide
 _ENV_DROP_PREFIXES = ("AIRFLOW_CONN_", "AIRFLOW_VAR_", "AIRFLOW__", "_AIRFLOW")
 
 K8S_TAG_LABEL = "aks-tag"   # airflow_kafka_spark.runtime.k8s.TAG_LABEL
-SUBMITTED_KEY = "submitted_app"
-LAST_GOOD_KEY = "last_good_app"
-APP_FIELDS = ("application", "application_args", "topics", "output", "sink", "spark_conf", "deploy_mode",
-              "fail_on_data_loss", "max_offsets_per_trigger", "starting_offsets_default",
-              "compatibility_version")
-
 # Where the Kafka connector jars for a local master come from when the job's spark_conf names none:
 # comma-separated paths (the dev stack and the test suite set it from devstack.jars), else Maven.
 CONNECTOR_JARS_ENV = "AKS_CONNECTOR_JARS"
@@ -155,76 +139,6 @@ def detach_mode(master: str, deploy_mode: str | None) -> str:
         return DETACH_STANDALONE
     raise UserError(f"master {master!r} is not supported in cluster deploy mode (YARN, k8s:// and spark:// are); "
                     "fix the Spark connection's host")
-
-
-# --------------------------------------------------------------------------------------------------
-# application versions
-# --------------------------------------------------------------------------------------------------
-
-def app_version(spec: JobSpec) -> dict[str, Any]:
-    """The parts of a job entry that make up "the application": enough to resubmit it later."""
-    d = spec.to_dict()
-    return {k: d[k] for k in APP_FIELDS}
-
-
-def spec_for_app(spec: JobSpec, app: Mapping[str, Any]) -> JobSpec:
-    """``spec`` running the recorded application ``app`` (checkpoint, stop marker and connections
-    stay the registry's: a rollback reruns the old code on the same job)."""
-    values: dict[str, Any] = {}
-    for key in APP_FIELDS:
-        if key not in app:
-            continue
-        value = app[key]
-        if key in ("application_args", "topics"):
-            value = tuple(str(v) for v in value or ())
-        elif key == "spark_conf":
-            value = {str(k): str(v) for k, v in (value or {}).items()}
-        values[key] = value
-    return dataclasses.replace(spec, **values)
-
-
-def submitted_app(record: LifecycleRecord | None) -> dict[str, Any] | None:
-    entry = (record.extra.get(SUBMITTED_KEY) if record is not None else None)
-    return dict(entry) if isinstance(entry, dict) else None
-
-
-def last_good_app(record: LifecycleRecord | None) -> dict[str, Any] | None:
-    entry = (record.extra.get(LAST_GOOD_KEY) if record is not None else None)
-    return dict(entry) if isinstance(entry, dict) else None
-
-
-def record_submit(record: LifecycleRecord, *, app: Mapping[str, Any], driver: DriverInfo, master: str,
-                  deploy_mode: str | None, mode: str, committed_before: int | None, query_id_before: str | None,
-                  log_path: str | None, starting_offsets_file: str | None, actor: str | None,
-                  rollback: bool = False, endpoint: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """Write what was started into ``record`` (not saved): the driver and ``submitted_app``."""
-    record.set_driver(driver.kind, driver.id, host=driver.host, started_at=driver.started_at)
-    entry = {"app": dict(app), "driver": dataclasses.asdict(driver), "master": master, "deploy_mode": deploy_mode,
-             "detach": mode, "committed_before": committed_before, "query_id_before": query_id_before,
-             "log_path": log_path, "starting_offsets_file": starting_offsets_file,
-             "submitted_at_ms": int(time.time() * 1000), "actor": actor, "rollback": rollback,
-             "endpoint": dict(endpoint) if endpoint else None}
-    record.extra[SUBMITTED_KEY] = entry
-    record.add_event(LifecycleEvent.DRIVER_SUBMITTED, actor=actor, driver_kind=driver.kind, driver_id=driver.id,
-                     application=app.get("application"), application_args=list(app.get("application_args") or []),
-                     compatibility_version=app.get("compatibility_version"), master=master, detach=mode,
-                     committed_before=committed_before, rollback=rollback)
-    return entry
-
-
-def promote_submitted(record: LifecycleRecord, *, actor: str | None) -> dict[str, Any] | None:
-    """The submitted application passed its health gate: make it ``last_good_app`` (not saved)."""
-    sub = submitted_app(record)
-    if sub is None:
-        return None
-    app = dict(sub.get("app") or {})
-    good = {**app, "driver_id": (sub.get("driver") or {}).get("id"), "promoted_at_ms": int(time.time() * 1000)}
-    record.extra[LAST_GOOD_KEY] = good
-    record.compatibility_version = app.get("compatibility_version")
-    record.add_event(LifecycleEvent.APPLICATION_PROMOTED, actor=actor, application=app.get("application"),
-                     application_args=list(app.get("application_args") or []),
-                     compatibility_version=app.get("compatibility_version"))
-    return good
 
 
 # --------------------------------------------------------------------------------------------------

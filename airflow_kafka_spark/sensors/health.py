@@ -11,7 +11,7 @@ waits in the triggerer and no worker slot is held. ``deferrable=False`` gives th
 (``mode="reschedule"`` works too, at the price of forgetting the lag samples between pokes).
 
 On success the gate is what makes the submitted application *the last good one*
-(:func:`airflow_kafka_spark.runtime.submit.promote_submitted`): the application a later rollback
+(:func:`airflow_kafka_spark.runtime.app_versions.promote_submitted`): the application a later rollback
 resubmits, and the compatibility version the safe-restart DAG's ``auto`` mode compares with. It
 also consumes the reset's ``next_starting_offsets`` once the new query has planned a batch from
 them (not at submit time: a driver that dies at start must not use them up).
@@ -42,7 +42,7 @@ from airflow_kafka_spark.errors import UserError
 from airflow_kafka_spark.lifecycle.events import DriverKind, LifecycleEvent
 from airflow_kafka_spark.lifecycle.record import LifecycleRecord
 from airflow_kafka_spark.registry.model import JobSpec
-from airflow_kafka_spark.runtime import submit
+from airflow_kafka_spark.runtime import app_versions, submit
 from airflow_kafka_spark.runtime.health import (
     FAILED,
     HEALTHY,
@@ -92,7 +92,7 @@ class StreamingHealthSensor(BaseSensorOperator):
     def _prepare(self) -> tuple[JobSpec, dict[str, Any]]:
         _, spec = load_job(self.job, self.registry_path)
         record = LifecycleRecord.load(spec.checkpoint)
-        sub = submit.submitted_app(record)
+        sub = app_versions.submitted_app(record)
         if record is None or sub is None or record.driver is None:
             raise UserError(f"job {spec.name}: no submitted driver is recorded beside {spec.checkpoint}; "
                             "submit the job before gating it")
@@ -198,7 +198,7 @@ class StreamingHealthSensor(BaseSensorOperator):
         if record.next_starting_offsets and state.offset_batch_ids:
             consumed = record.take_next_starting_offsets(actor=actor(context))
             submit.remove_starting_offsets(submit.starting_offsets_path(spec))
-        good = submit.promote_submitted(record, actor=actor(context)) if self.promote else None
+        good = app_versions.promote_submitted(record, actor=actor(context)) if self.promote else None
         record.add_event(LifecycleEvent.HEALTH_GATE_PASSED, actor=actor(context), new_batches=result.get("new_batches"),
                          last_committed=result.get("last_committed"), lag_records=result.get("lag_records"),
                          status=result.get("status"), idle=bool(result.get("idle")), promoted=bool(good))

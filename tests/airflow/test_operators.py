@@ -31,7 +31,7 @@ import yaml
 
 from airflow_kafka_spark.lifecycle.model import DriverInfo
 from airflow_kafka_spark.lifecycle.record import LifecycleRecord
-from airflow_kafka_spark.runtime import submit
+from airflow_kafka_spark.runtime import app_versions, submit
 from devstack import topics
 from devstack.produce import produce
 from tests.support.checkpoint_factory import commit_file, offsets_file, write_checkpoint
@@ -209,12 +209,11 @@ def record_fake_submit(env: Env, job: str, pid: int, *, committed_before: int | 
     state = read_checkpoint(ck)
     if committed_before is None and state.latest_committed is not None:
         committed_before = state.latest_committed.batch_id
-    submit.record_submit(record, app={"application": "app.py", "application_args": [], "compatibility_version": "7"},
-                         driver=DriverInfo(kind="local-pid", id=str(pid), host=socket.gethostname(),
-                                           started_at=int(time.time() * 1000)),
-                         master="local[2]", deploy_mode=None, mode=submit.DETACH_LOCAL,
-                         committed_before=committed_before, query_id_before=state.query_id, log_path=None,
-                         starting_offsets_file=None, actor="test")
+    app_versions.record_submit(
+        record, app={"application": "app.py", "application_args": [], "compatibility_version": "7"},
+        driver=DriverInfo(kind="local-pid", id=str(pid), host=socket.gethostname(), started_at=int(time.time() * 1000)),
+        master="local[2]", deploy_mode=None, mode=submit.DETACH_LOCAL, committed_before=committed_before,
+        query_id_before=state.query_id, log_path=None, starting_offsets_file=None, actor="test")
     record.save()
     return record
 
@@ -584,7 +583,7 @@ def test_health_sensor_defers_then_passes_promotes_and_consumes_starting_offsets
     assert gate["starting_offsets_consumed"] is not None
     rec = LifecycleRecord.load(str(ck))
     assert rec.next_starting_offsets is None
-    assert submit.last_good_app(rec)["compatibility_version"] == "7" and rec.compatibility_version == "7"
+    assert app_versions.last_good_app(rec)["compatibility_version"] == "7" and rec.compatibility_version == "7"
     assert [e["event"] for e in rec.history].count("health_gate_passed") == 2
 
 
