@@ -86,6 +86,8 @@ class LifecycleRecord:
     updated_at_ms: int | None = None
     extra: dict[str, Any] = field(default_factory=dict)             # unknown keys, kept on rewrite
     location: str = field(default="", compare=False)                # where the record is stored
+    # fsspec options for the record's file system (e.g. S3 credentials from --storage-option); never saved
+    storage_options: dict[str, Any] | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if not self.location:
@@ -95,18 +97,19 @@ class LifecycleRecord:
     # -- construction / loading --------------------------------------------------------------------
 
     @classmethod
-    def create(cls, job_name: str, checkpoint_location: str, *, location: str | None = None
-               ) -> LifecycleRecord:
+    def create(cls, job_name: str, checkpoint_location: str, *, location: str | None = None,
+               storage_options: dict[str, Any] | None = None) -> LifecycleRecord:
         """A new, unsaved record for ``job_name`` beside ``checkpoint_location``.
 
         The name goes through the one job-name rule (backup folders use it too), so
         ``../../etc`` or ``"orders\\n"`` never reaches a record or a path.
         """
         validate_job_name(job_name)
-        return cls(job_name=job_name, checkpoint_location=checkpoint_location, location=location or "")
+        return cls(job_name=job_name, checkpoint_location=checkpoint_location, location=location or "",
+                   storage_options=storage_options)
 
     @classmethod
-    def load(cls, location: str) -> LifecycleRecord | None:
+    def load(cls, location: str, *, storage_options: dict[str, Any] | None = None) -> LifecycleRecord | None:
         """The stored record, or None if there is none yet.
 
         ``location`` is a checkpoint location (the record beside it is read) or the record's own
@@ -115,10 +118,12 @@ class LifecycleRecord:
         S03/S06 checks rely on.
         """
         path = location if str(location).endswith(RECORD_SUFFIX) else record_location(location)
-        raw = _read_bytes(path)
+        raw = _read_bytes(path, storage_options)
         if raw is None:
             return None
-        return cls.from_json(raw, location=path)
+        found = cls.from_json(raw, location=path)
+        found.storage_options = storage_options
+        return found
 
     @classmethod
     def load_or_create(cls, job_name: str, checkpoint_location: str, *, location: str | None = None
@@ -284,8 +289,8 @@ class LifecycleRecord:
         (a stale object must not resurrect or drop someone else's lease), and history is merged,
         so events written by other processes since this object was loaded survive.
         """
-        with _record_lock(self.location, lock_timeout):
-            stored, version = _load_versioned(self.location)
+        with _record_lock(self.location, lock_timeout, self.storage_options):
+            stored, version = _load_versioned(self.location, self.storage_options)
             if stored is not None:
                 _check_same_job(stored, self.job_name)
                 self.lease = stored.lease
@@ -293,7 +298,7 @@ class LifecycleRecord:
             self.revision = max(self.revision, stored.revision if stored else 0) + 1
             self.updated_at_ms = now_ms()
             _pause()
-            _write_checked(self.location, self.to_json().encode(), version)
+            _write_checked(self.location, self.to_json().encode(), version, self.storage_options)
 
     # -- lease -------------------------------------------------------------------------------------
 
@@ -308,8 +313,8 @@ class LifecycleRecord:
         """
         if ttl_s <= 0:
             raise UserError(f"lease ttl must be positive, got {ttl_s}")
-        with _record_lock(self.location, lock_timeout):
-            stored, version = _load_versioned(self.location)
+        with _record_lock(self.location, lock_timeout, self.storage_options):
+            stored, version = _load_versioned(self.location, self.storage_options)
             if stored is not None:
                 _check_same_job(stored, self.job_name)
             now = now_ms()
@@ -337,7 +342,7 @@ class LifecycleRecord:
             target.revision = max(target.revision, self.revision) + 1
             target.updated_at_ms = now
             _pause()
-            _write_checked(self.location, target.to_json().encode(), version)
+            _write_checked(self.location, target.to_json().encode(), version, self.storage_options)
         self.lease = lease
         self.history = _merge_history(target.history, self.history)
         self.revision = target.revision
@@ -349,8 +354,8 @@ class LifecycleRecord:
         Releasing someone else's live lease needs ``force`` (an operator breaking a stuck run),
         and is audited as such.
         """
-        with _record_lock(self.location, lock_timeout):
-            stored, version = _load_versioned(self.location)
+        with _record_lock(self.location, lock_timeout, self.storage_options):
+            stored, version = _load_versioned(self.location, self.storage_options)
             if stored is None or stored.lease is None:
                 self.lease = None
                 return False
@@ -364,7 +369,7 @@ class LifecycleRecord:
             stored.add_event(event, actor=holder, run_id=current.run_id, holder=current.holder)
             stored.revision += 1
             stored.updated_at_ms = now_ms()
-            _write_checked(self.location, stored.to_json().encode(), version)
+            _write_checked(self.location, stored.to_json().encode(), version, self.storage_options)
         self.lease = None
         self.history = _merge_history(stored.history, self.history)
         self.revision = stored.revision
@@ -408,23 +413,26 @@ def _pause() -> None:
 # helpers: storage
 # --------------------------------------------------------------------------------------------------
 
-def _read_bytes(location: str) -> bytes | None:
-    return read_bytes(open_location(location, what="lifecycle record"), limit=JSON_MAX_BYTES)
+def _read_bytes(location: str, options: dict[str, Any] | None = None) -> bytes | None:
+    return read_bytes(open_location(location, options, what="lifecycle record"), limit=JSON_MAX_BYTES)
 
 
-def _load_versioned(location: str) -> tuple[LifecycleRecord | None, str | None]:
+def _load_versioned(location: str, options: dict[str, Any] | None = None
+                    ) -> tuple[LifecycleRecord | None, str | None]:
     """The stored record and its version for :func:`_write_checked` (S3: the ETag; else None)."""
-    raw, version = read_versioned(open_location(location, what="lifecycle record"), limit=JSON_MAX_BYTES)
+    raw, version = read_versioned(open_location(location, options, what="lifecycle record"),
+                                  limit=JSON_MAX_BYTES)
     return (None if raw is None else LifecycleRecord.from_json(raw, location=location)), version
 
 
-def _record_lock(location: str, timeout: float) -> LockFile:
+def _record_lock(location: str, timeout: float, options: dict[str, Any] | None = None) -> LockFile:
     """``<record>.lock``: held for milliseconds, so one older than a minute was left by a crash."""
-    return LockFile(open_location(location + LOCK_SUFFIX, what="lifecycle record lock"),
+    return LockFile(open_location(location + LOCK_SUFFIX, options, what="lifecycle record lock"),
                     what="lifecycle record", timeout=timeout, stale_after_s=60.0)
 
 
-def _write_checked(location: str, data: bytes, version: str | None) -> None:
+def _write_checked(location: str, data: bytes, version: str | None, options: dict[str, Any] | None = None
+                   ) -> None:
     """Readers see the old record or the new one, never a torn write; on S3 only if the record is
     still the ``version`` read under the lock (compare-and-swap), else a one-line WriteConflict."""
-    write_if_unchanged(open_location(location, what="lifecycle record"), data, version)
+    write_if_unchanged(open_location(location, options, what="lifecycle record"), data, version)

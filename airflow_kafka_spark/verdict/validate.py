@@ -97,7 +97,7 @@ def _validate_checkpoint(kafka: KafkaView, location: str, options: DeployOptions
         record_identity = False   # e.g. a bucket root: nowhere beside it to keep a record
         record = None
     else:
-        record = LifecycleRecord.load(lifecycle_location or location)
+        record = LifecycleRecord.load(lifecycle_location or location, storage_options=storage_options)
     if not checkpoint.exists and not options.expect_new_checkpoint \
             and not (record is not None and record.next_starting_offsets):
         raise UserError(f"checkpoint location {location} does not exist; check the path, or declare that "
@@ -115,7 +115,7 @@ def _validate_checkpoint(kafka: KafkaView, location: str, options: DeployOptions
                      f"{shown}: a recreated topic there could not be ruled out"),
             fix="keep the lifecycle record beside the checkpoint (validation writes it) so topic ids decide"))
     if record_identity and checkpoint.exists and verdict.severity != BLOCK:
-        problem = _record_identity(record, broker, location, lifecycle_location, job_name)
+        problem = _record_identity(record, broker, location, lifecycle_location, job_name, storage_options)
         if problem:
             extra.append(Finding("RECORD_NOT_WRITTEN", INFO, message=problem,
                                  fix="make the folder beside the checkpoint writable, or pass --no-record"))
@@ -147,12 +147,13 @@ def _probe_identity(kafka: KafkaView, checkpoint: CheckpointState, broker: Broke
 
 
 def _record_identity(record: LifecycleRecord | None, broker: BrokerState, location: str,
-                     lifecycle_location: str | None, job_name: str | None) -> str | None:
+                     lifecycle_location: str | None, job_name: str | None,
+                     storage_options: dict | None = None) -> str | None:
     """Save cluster id and topic ids seen now; return why it failed (the verdict stands either way)."""
     try:
         if record is None:
             record = LifecycleRecord.create(job_name or _default_job_name(location), location,
-                                            location=lifecycle_location)
+                                            location=lifecycle_location, storage_options=storage_options)
         topics: dict[str, Any] = dict(record.topics)
         topics.update(broker.topics)
         changed = (record.kafka_cluster_id != broker.cluster_id
