@@ -5,9 +5,10 @@ shared local SparkSession, so restarts take seconds) writes it to ``hdfs://`` on
 to ``s3a://`` on the S3 store, reading a real topic on the session broker. The scenario is set up
 as there (retention deletes records; the topic is recreated; a batch is left between offsets/N and
 commits/N), the product judges it through the command line users run (``aks validate --checkpoint
-webhdfs://… | s3://…``), then Spark restarts on the same checkpoint and the sink is counted against
-what Kafka acknowledged: the verdict's severity and the count it announces (lost / skipped /
-replayed) must be what Spark did. The observed rows are printed (``-s``) and kept in docs/scenarios.md.
+hdfs://…`` with ``HADOOP_CONF_DIR`` as on a worker; ``s3://…`` with ``--storage-option``), then
+Spark restarts on the same checkpoint and the sink is counted against what Kafka acknowledged: the
+verdict's severity and the count it announces (lost / skipped / replayed) must be what Spark did.
+The observed rows are printed (``-s``) and kept in docs/scenarios.md.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import json
 import os
 import subprocess
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -37,17 +38,22 @@ class Store:
 
     name: str                        # "HDFS" or "S3"
     spark_root: str                  # hdfs://… / s3a://…
-    product_root: str                # webhdfs://… / s3://…
-    storage_options: dict[str, str]  # what `aks … --storage-option k=v` passes (strings only)
+    product_root: str                # hdfs://… / s3://…
+    cli_options: dict[str, str]      # what `aks … --storage-option k=v` passes (strings only)
+    env: dict[str, str] = field(default_factory=dict)      # the CLI's environment (as on a worker)
+    options: dict[str, object] = field(default_factory=dict)  # in-process storage options (test helpers)
 
 
 @pytest.fixture(scope="module")
 def hdfs_store(hadoop) -> Store:
     # One DataNode: without this the client asks for 3 replicas of every checkpoint file.
     spark_session.set_hadoop_conf({"dfs.replication": "1"})
-    user = str(hadoop.fsspec_options()["user"])
-    return Store("HDFS", f"{hadoop.default_fs}/scenarios", f"webhdfs://{hadoop.webhdfs_address}/scenarios",
-                 {"user": user})
+    # The CLI finds the NameNode's HTTP port in HADOOP_CONF_DIR, as on a worker; this process must not
+    # set it (the shared SparkSession would take hdfs:// as its default file system), so the test's
+    # own reads name the port as a storage option.
+    root = f"{hadoop.default_fs}/scenarios"
+    port = int(hadoop.webhdfs_address.rsplit(":", 1)[1])
+    return Store("HDFS", root, root, {}, env={"HADOOP_CONF_DIR": str(hadoop.conf_dir)}, options={"port": port})
 
 
 @pytest.fixture(scope="module")
@@ -57,8 +63,8 @@ def spark_s3a(s3) -> Store:
         f"the shared SparkSession started without hadoop-aws: tests/cluster/conftest.py sets "
         f"{spark_session.S3A_ENV} when a selected test uses the spark_s3a fixture; start the run with it set")
     spark_session.set_hadoop_conf(s3.spark_conf())
-    return Store("S3", s3.s3a_url("scenarios"), s3.url("scenarios"),
-                 {"key": s3.access_key, "secret": s3.secret_key, "endpoint_url": s3.endpoint})
+    options = {"key": s3.access_key, "secret": s3.secret_key, "endpoint_url": s3.endpoint}
+    return Store("S3", s3.s3a_url("scenarios"), s3.url("scenarios"), options, options=dict(options))
 
 
 @pytest.fixture
@@ -68,18 +74,18 @@ def cluster_job(broker, tmp_path, topic_name):
         return Job(broker, tmp_path, [topic_name], sink, partitions,
                    spark_checkpoint=f"{store.spark_root}/{topic_name}/checkpoint",
                    checkpoint_url=f"{store.product_root}/{topic_name}/checkpoint",
-                   storage_options=dict(store.storage_options))
+                   storage_options=dict(store.options))
 
     return make
 
 
-def aks_validate(j: Job, *flags: str) -> dict:
+def aks_validate(store: Store, j: Job, *flags: str) -> dict:
     """``aks validate --json`` on the job's checkpoint, as a user runs it; the report, with its exit code."""
     cmd = [AKS, "validate", "--checkpoint", j.checkpoint_url, "--bootstrap-servers", j.bootstrap,
            "--topics", ",".join(j.topics), "--json", *flags]
-    for key, value in j.storage_options.items():
+    for key, value in store.cli_options.items():
         cmd += ["--storage-option", f"{key}={value}"]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=180, env=os.environ | {"NO_COLOR": "1"})
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=180, env=os.environ | store.env)
     assert proc.returncode in (0, 3), f"aks validate exited {proc.returncode}: {proc.stderr.strip()[-600:]}"
     report = json.loads(proc.stdout)
     assert report["exit_code"] == proc.returncode
@@ -120,7 +126,7 @@ def retention_past_checkpoint(store: Store, j: Job) -> None:
     assert sum(committed.values()) == 300
     topics.delete_records(j.bootstrap, j.topics[0], {p: o + 40 for p, o in committed.items()})
 
-    strict = aks_validate(j)
+    strict = aks_validate(store, j)
     assert strict["verdict"] == "BLOCK" and "OFFSET_BELOW_LOG_START" in codes(strict)
     announced = sum(f["numbers"]["records_lost"] for f in findings(strict, "OFFSET_BELOW_LOG_START"))
     assert announced == strict["summary"]["records_lost"] == 120
@@ -130,7 +136,7 @@ def retention_past_checkpoint(store: Store, j: Job) -> None:
     record(store, "S01 retention past checkpoint (failOnDataLoss=true)", strict, f"records_lost={announced}",
            "fails: " + short(res.error, 90))
 
-    lenient = aks_validate(j, "--fail-on-data-loss", "false")
+    lenient = aks_validate(store, j, "--fail-on-data-loss", "false")
     assert lenient["verdict"] == "BLOCK"
     assert {"OFFSET_BELOW_LOG_START", "FAIL_ON_DATA_LOSS_DISABLED"} <= codes(lenient)
     announced = lenient["summary"]["records_lost"]
@@ -160,7 +166,7 @@ def test_s03_topic_recreated_on_hdfs(hdfs_store, cluster_job):
     j = cluster_job(hdfs_store)
     first_run(j, 300)
     # the deploy before the incident validates, which keeps the topic ids in the lifecycle record on HDFS
-    before = aks_validate(j)
+    before = aks_validate(hdfs_store, j)
     assert before["verdict"] in ("PASS", "WARN"), before["headline"]
     fs, root = j.filesystem()
     assert fs.exists(f"{root}.lifecycle.json"), "validate keeps its lifecycle record beside the checkpoint"
@@ -169,7 +175,7 @@ def test_s03_topic_recreated_on_hdfs(hdfs_store, cluster_job):
     topics.create_topic(j.bootstrap, j.topics[0], 3)
     new = j.produce(450)  # 150 per partition, above the checkpoint's 100
 
-    report = aks_validate(j)
+    report = aks_validate(hdfs_store, j)
     assert report["verdict"] == "BLOCK" and "TOPIC_RESET" in codes(report)
     reset = findings(report, "TOPIC_RESET")
     assert len(reset) == 3 and all(f["numbers"]["recorded_topic_id"] != f["numbers"]["topic_id"] for f in reset)
@@ -193,7 +199,7 @@ def test_s07_pending_batch_replay_on_hdfs(hdfs_store, cluster_job):
     assert j.run(max_offsets_per_trigger=60).ok
     last = drop_latest(j, "commits")  # crash after offsets/N, before commits/N
 
-    report = aks_validate(j, "--sink", "append")
+    report = aks_validate(hdfs_store, j, "--sink", "append")
     assert report["verdict"] == "WARN", report["headline"]
     [pending] = findings(report, "PENDING_BATCH_REPLAY")
     assert pending["numbers"]["batch_id"] == last

@@ -5,8 +5,8 @@ Shared by tests/integration/test_scenarios.py (local disk) and tests/cluster/tes
 Kafka acknowledged, run the reference query with availableNow on the shared SparkSession, and
 compare the sink with the produced records. Only where the checkpoint lives differs: Spark writes
 it under ``spark_checkpoint`` (a path, ``hdfs://…`` or ``s3a://…``); the product and the test open
-the same place as ``checkpoint_url`` with ``storage_options`` (a path, ``webhdfs://``/``hdfs://`` or
-``s3://``). The sink stays on local disk: the oracle reads it there.
+the same place as ``checkpoint_url`` with ``storage_options`` (a path, ``hdfs://`` or ``s3://``).
+The sink stays on local disk: the oracle reads it there.
 """
 
 from __future__ import annotations
@@ -15,8 +15,6 @@ import posixpath
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-import fsspec
 
 from devstack import oracle
 from devstack.broker import LocalBroker
@@ -77,9 +75,14 @@ class Job:
                         storage_options=self.storage_options or None)
 
     def filesystem(self) -> tuple[Any, str]:
-        """The checkpoint's fsspec file system and its path there (to damage it as a crash would)."""
-        fs, path = fsspec.core.url_to_fs(self.checkpoint_url, **self.storage_options)
-        return fs, path.rstrip("/")
+        """The checkpoint's fsspec file system and its path there (to damage it as a crash would).
+
+        Opened as the product opens it (``hdfs://`` through WebHDFS, no libhdfs).
+        """
+        from airflow_kafka_spark._util.fs import open_location
+
+        loc = open_location(self.checkpoint_url, self.storage_options or None)
+        return loc.fs, loc.path
 
     def committed(self) -> dict:
         """End offsets of the last committed batch, as the product's reader sees them."""
