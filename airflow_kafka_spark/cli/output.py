@@ -92,13 +92,26 @@ def guarded(run: Callable[[], int], *, json_errors: bool = False) -> int:
     try:
         return run()
     except UserError as exc:
-        if json_errors:
-            emit(dump_json({"error": str(exc), "exit_code": exc.exit_code}, compact=True))
-        emit(error_line(str(exc)), sys.stderr)
-        return exc.exit_code
+        error = exc
     except KeyboardInterrupt:
         emit(error_line("interrupted"), sys.stderr)
         return ExitCode.INTERRUPTED
+    except Exception as exc:
+        if not _missing_credentials(exc):
+            raise
+        error = UserError(f"no credentials for the object store ({exc}): set AWS_ACCESS_KEY_ID and "
+                          "AWS_SECRET_ACCESS_KEY (or AWS_PROFILE, or an instance role) where this runs, or pass "
+                          "--storage-option key=... --storage-option secret=...")
+    if json_errors:
+        emit(dump_json({"error": str(error), "exit_code": error.exit_code}, compact=True))
+    emit(error_line(str(error)), sys.stderr)
+    return error.exit_code
+
+
+def _missing_credentials(exc: BaseException) -> bool:
+    """botocore's NoCredentialsError / PartialCredentialsError (raised through s3fs), known by name so
+    the command line needs no botocore import: a missing setting, not a bug, so one line and exit 2."""
+    return any(c.__name__ in ("NoCredentialsError", "PartialCredentialsError") for c in type(exc).__mro__)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -213,6 +213,26 @@ def test_s07_pending_batch_replay_on_hdfs(hdfs_store, cluster_job):
            f"replayed batch {last}: {cmp.duplicate_count} dups")
 
 
+# --------------------------------------------------------------------------- bad input
+
+
+def test_s3_checkpoint_without_credentials_is_one_line(s3, broker, tmp_path):
+    """No key/secret anywhere: one line naming the settings, exit 2, and nothing written to the store."""
+    fs = s3.filesystem()
+    before = sorted(fs.find(s3.url()))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")} | {
+        "AWS_CONFIG_FILE": str(tmp_path / "none"), "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "none"),
+        "AWS_EC2_METADATA_DISABLED": "true"}
+    proc = subprocess.run([AKS, "validate", "--checkpoint", s3.url("scenarios/nobody/checkpoint"),
+                           "--bootstrap-servers", broker.bootstrap_servers,
+                           "--storage-option", f"endpoint_url={s3.endpoint}"],
+                          capture_output=True, text=True, timeout=120, env=env)
+    assert proc.returncode == 2, proc.stderr[-800:]
+    assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr[-800:]
+    assert proc.stderr.startswith("error: no credentials") and "AWS_ACCESS_KEY_ID" in proc.stderr
+    assert sorted(fs.find(s3.url())) == before
+
+
 @pytest.fixture(scope="module", autouse=True)
 def _write_observed_table():
     yield
