@@ -21,7 +21,7 @@ from typing import Any
 from airflow_kafka_spark.lifecycle.events import LifecycleEvent
 from airflow_kafka_spark.lifecycle.model import DriverInfo
 from airflow_kafka_spark.lifecycle.record import LifecycleRecord
-from airflow_kafka_spark.registry.model import JobSpec
+from airflow_kafka_spark.registry.model import JobSpec, Sink
 
 SUBMITTED_KEY = "submitted_app"
 LAST_GOOD_KEY = "last_good_app"
@@ -48,6 +48,8 @@ def spec_for_app(spec: JobSpec, app: Mapping[str, Any]) -> JobSpec:
             value = tuple(str(v) for v in value or ())
         elif key == "spark_conf":
             value = {str(k): str(v) for k, v in (value or {}).items()}
+        elif key == "sink":
+            value = Sink(value)   # stored as its string value; JobSpec holds the enum (to_dict needs .value)
         values[key] = value
     return dataclasses.replace(spec, **values)
 

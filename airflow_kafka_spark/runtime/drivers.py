@@ -100,6 +100,15 @@ def _tail_lines(text: str, lines: int = 25) -> str:
     return "\n".join([ln for ln in text.splitlines() if ln.strip()][-lines:])
 
 
+_NM_FRAMING = ("Container: ", "LogAggregationType:", "LogType:", "LogLastModifiedTime:", "LogLength:", "LogContents:",
+               "End of LogType:", "=====", "*****")
+
+
+def _strip_nm_framing(text: str) -> str:
+    """The log itself, without the headers a NodeManager puts around a (locally aggregated) log file."""
+    return "\n".join(ln for ln in text.splitlines() if not ln.startswith(_NM_FRAMING))
+
+
 def _yarn_control(app_id: str, ep: ClusterEndpoint) -> DriverControl:
     rm = yarn.ResourceManager(list(ep.urls), user=ep.user)
 
@@ -119,7 +128,7 @@ def _yarn_control(app_id: str, ep: ClusterEndpoint) -> DriverControl:
         """The AM container's stdout: in cluster mode the Python driver's stdout *and* stderr land there."""
         try:
             app = rm.app(app_id)
-            text = _tail_lines(rm.driver_log_tail(app, file="stdout", max_bytes=16384))
+            text = _tail_lines(_strip_nm_framing(rm.driver_log_tail(app, file="stdout", max_bytes=16384)))
             return f"YARN {app.summary()}" + (f"\n{text}" if text else "")
         except yarn.YarnError as exc:
             return f"(driver log of {app_id} not readable: {exc})"
