@@ -143,7 +143,7 @@ def test_rm_address_order_registry_then_connection_then_yarn_site(tmp_path):
                                  conn_extra={"yarn-rm-webapp": "https://rm.conn:8090"}, env=env)
     assert job.urls == ("http://rm.job:8088",)
     assert ClusterEndpoint.from_dict(job.to_dict()) == job
-    with pytest.raises(UserError, match="ResourceManager's web address is unknown.*HADOOP_CONF_DIR"):
+    with pytest.raises(UserError, match=r"ResourceManager's web address is unknown.*HADOOP_CONF_DIR"):
         clusters.yarn_endpoint(spark_conf={}, conn_extra={}, env={})
     with pytest.raises(UserError, match="recorded cluster endpoint is unreadable"):
         ClusterEndpoint.from_dict({"kind": "mesos", "urls": []})
@@ -151,6 +151,6 @@ def test_rm_address_order_registry_then_connection_then_yarn_site(tmp_path):
 
 def test_a_local_driver_seen_from_another_host_fails_at_once_naming_the_fix():
     info = DriverInfo(kind=DriverKind.LOCAL.value, id="1", host=socket.gethostname() + "-elsewhere")
-    with pytest.raises(drivers.WrongHost, match="use cluster deploy mode.*or run the Airflow worker and triggerer "
-                                                "on the submitting host"):
+    with pytest.raises(drivers.WrongHost, match=r"use cluster deploy mode.*or run the Airflow worker and triggerer "
+                                                r"on the submitting host"):
         drivers.control(info).is_alive()
