@@ -194,7 +194,8 @@ def local_alive(driver: DriverInfo) -> bool:
         return False
     if Path(f"/proc/{pid}/stat").exists():
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
-        if b"spark" not in cmdline.lower() and b"python" not in cmdline.lower():
+        # empty while the process is inside exec(): not evidence of a reused pid
+        if cmdline.strip() and b"spark" not in cmdline.lower() and b"python" not in cmdline.lower():
             return False  # the pid was reused by something else
     return True
 
