@@ -31,6 +31,7 @@ from typing import Any
 
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
+from fsspec.implementations.memory import MemoryFileSystem
 
 from airflow_kafka_spark._util.stores import (
     hdfs_as_webhdfs,
@@ -349,6 +350,15 @@ def remove_tree(loc: Location) -> None:
     """Delete a directory tree this module's callers created themselves (staging, garbage)."""
     if loc.local:
         shutil.rmtree(loc.path, ignore_errors=True)
+        return
+    if isinstance(loc.fs, MemoryFileSystem):
+        # fsspec's memory rm is quadratic (every file's info() scans the whole store): a dry run's
+        # 20,000-file scratch copy took 8 minutes to delete. Drop the keys below ``loc`` directly.
+        top = loc.path.rstrip("/")
+        below = top + "/"
+        for key in [k for k in loc.fs.store if k == top or k.startswith(below)]:
+            loc.fs.store.pop(key, None)
+        loc.fs.pseudo_dirs[:] = [d for d in loc.fs.pseudo_dirs if not (d == top or d.startswith(below))]
         return
     with contextlib.suppress(FileNotFoundError):
         loc.fs.rm(loc.path, recursive=True)

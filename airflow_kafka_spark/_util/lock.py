@@ -24,10 +24,12 @@ import time
 import uuid
 
 from airflow_kafka_spark._util.conditional import create_exclusive
-from airflow_kafka_spark._util.fs import Location, mtime_of, remove_file
+from airflow_kafka_spark._util.fs import Location, mtime_of, os_reason, read_bytes, remove_file
 from airflow_kafka_spark._util.proc import pid_alive
 from airflow_kafka_spark._util.stores import cat_checked
 from airflow_kafka_spark.errors import UserError
+
+_TOKEN_MAX = 4096   # a token is ~80 bytes; anything longer is not ours
 
 
 class LockFile:
@@ -74,12 +76,17 @@ class LockFile:
         if self.loc.local:
             for _ in range(2):
                 try:
-                    fd = os.open(self.loc.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+                    fd = os.open(self.loc.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW, 0o644)
                 except FileExistsError:
                     return False
                 except FileNotFoundError:
-                    os.makedirs(os.path.dirname(self.loc.path), exist_ok=True)
+                    try:
+                        os.makedirs(os.path.dirname(self.loc.path), exist_ok=True)
+                    except OSError as exc:
+                        raise self._unusable(f"its folder cannot be created ({os_reason(exc)})") from None
                     continue
+                except OSError as exc:   # the folder is a FIFO or a file (ENOTDIR), read-only, ...
+                    raise self._unusable(os_reason(exc)) from None
                 try:
                     os.write(fd, self.token.encode())
                 finally:
@@ -96,10 +103,24 @@ class LockFile:
         return self._owner() == self.token
 
     def _owner(self) -> str | None:
+        """The lock file's token; None when it is gone. Local: a regular file only, opened without
+        blocking and read to at most 4 KiB — a FIFO or device planted as the lock is a one-line
+        :class:`UserError`, never a hang (fsspec's open would wait for a FIFO's writer forever)."""
+        if self.loc.local:
+            try:
+                data = read_bytes(self.loc, limit=_TOKEN_MAX, follow_links=False)
+            except UserError as exc:
+                raise self._unusable(str(exc)) from None
+            return None if data is None else data.decode(errors="replace")
         try:
-            return cat_checked(self.loc.fs, self.loc.path).decode(errors="replace")
+            return cat_checked(self.loc.fs, self.loc.path)[:_TOKEN_MAX].decode(errors="replace")
         except (FileNotFoundError, OSError):
             return None
+
+    def _unusable(self, why: str) -> UserError:
+        return UserError(f"the lock file {self.loc.url} of {self.what} cannot be used: {why}; airflow-kafka-spark "
+                         "only ever writes a small regular file there — remove what is there if no "
+                         "airflow-kafka-spark process is working on it")
 
     def _stale(self) -> str | None:
         """The lock's token if its owner is gone or it is too old, else None (also None if gone)."""

@@ -15,22 +15,35 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
+MAX_MS = 253_402_300_799_999   # 9999-12-31T23:59:59.999Z, the last instant datetime can show
+
+
+def _utc(ms: int | float, fmt: str) -> str | None:
+    """``ms`` formatted, or None when it is no representable instant (a number read from a file
+    can be anything: 10**20 raised OSError EOVERFLOW / OverflowError from the C library)."""
+    try:
+        return datetime.fromtimestamp(ms / 1000, tz=UTC).strftime(fmt)
+    except (OverflowError, OSError, ValueError, TypeError):
+        return None
+
+
 def iso_seconds(ms: int | None = None) -> str:
     """``2026-11-23T23:08:11Z``: lifecycle events and messages, stop markers (now when ``ms`` is None)."""
     ms = now_ms() if ms is None else ms
-    return datetime.fromtimestamp(ms / 1000, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return _utc(ms, "%Y-%m-%dT%H:%M:%SZ") or f"epoch-ms {ms}"
 
 
 def iso_millis(ms: int) -> str:
     """``2026-11-23T23:08:11.123Z``: backup manifests (two backups a second apart must differ)."""
-    return datetime.fromtimestamp(ms / 1000, tz=UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+    text = _utc(ms, "%Y-%m-%dT%H:%M:%S.%f")
+    return text[:-3] + "Z" if text else f"epoch-ms {ms}"
 
 
 def utc_display(ms: int | None) -> str:
     """``2026-11-23 23:08:11 UTC`` for reports a person reads; ``-`` when unknown."""
     if ms is None:
         return "-"
-    return datetime.fromtimestamp(ms / 1000, tz=UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    return _utc(ms, "%Y-%m-%d %H:%M:%S UTC") or f"epoch-ms {ms} (out of range)"
 
 
 def one_line(exc: BaseException, limit: int = 200) -> str:

@@ -8,12 +8,16 @@ group's committed offset. In ``startingOffsets`` JSON, -2 means earliest and -1 
 from __future__ import annotations
 
 import json
+import re
 from typing import NamedTuple
 
 from airflow_kafka_spark.errors import UserError
 
 EARLIEST = -2
 LATEST = -1
+# Kafka's topic-name rule (kafka.common.internals.Topic): a name outside it never reaches librdkafka
+# (a NUL in one raised "embedded null character" from the C client).
+TOPIC_NAME = re.compile(r"[A-Za-z0-9._-]{1,249}")
 
 
 class TopicPartition(NamedTuple):
@@ -39,6 +43,9 @@ def parse_offsets_json(text: str | bytes, *, what: str = "offsets") -> Partition
         raise UserError(f"{what} must be a JSON object like {{\"topic\":{{\"0\":23}}}}, got {type(doc).__name__}")
     out: PartitionOffsets = {}
     for topic, parts in doc.items():
+        if not TOPIC_NAME.fullmatch(topic):
+            raise UserError(f"{what}: {topic[:80]!r} is not a Kafka topic name (1-249 of A-Z a-z 0-9 . _ -); "
+                            "Kafka never created it, so these offsets were not written by Spark")
         if not isinstance(parts, dict):
             raise UserError(f"{what}: topic {topic!r} must map partitions to offsets, got {type(parts).__name__}")
         for part, off in parts.items():

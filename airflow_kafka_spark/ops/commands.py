@@ -14,7 +14,7 @@ from airflow_kafka_spark._util.lock import LockFile
 from airflow_kafka_spark.lifecycle.record import LifecycleRecord
 from airflow_kafka_spark.names import validate_job_name
 from airflow_kafka_spark.ops import reset, restore, seal
-from airflow_kafka_spark.ops.backup.manifest import LOCK_NAME, job_location, open_backup_root
+from airflow_kafka_spark.ops.backup.manifest import LOCK_NAME, job_location, open_backup_root, store_path
 from airflow_kafka_spark.ops.backup.prune import PruneResult, check_retention, prune_job
 from airflow_kafka_spark.ops.backup.take import BackupResult, take_backup
 from airflow_kafka_spark.ops.guards import operation_lock, refuse_if_interrupted
@@ -61,7 +61,7 @@ def prune_backups(backup_root: str, job: str, *, keep_last: int | None = None, m
     job_loc = job_location(open_backup_root(backup_root, storage_options), job)
     if grace_s is None:
         grace_s = 0.0 if job_loc.local else 3600.0
-    with LockFile(job_loc.child(LOCK_NAME), what=f"backups of job {job}"):
+    with LockFile(store_path(job_loc, LOCK_NAME), what=f"backups of job {job}"):
         return prune_job(job_loc, job, keep_last=keep_last, max_age_s=max_age_s, now_ms=now_ms,
                          dry_run=dry_run, grace_s=grace_s, seal_key=seal.resolve_key(seal_key))
 

@@ -24,14 +24,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_kafka_spark._util import faults
-from airflow_kafka_spark._util.fs import Location, exists, move_dir, open_location
+from airflow_kafka_spark._util.fs import Location, comparable, exists, move_dir, open_location
 from airflow_kafka_spark.checkpoint.model import CheckpointState
 from airflow_kafka_spark.checkpoint.reader import read_checkpoint
 from airflow_kafka_spark.checkpoint.sink_log import read_sink_log
 from airflow_kafka_spark.errors import OperationBlocked, UserError
 from airflow_kafka_spark.kafka.view import KafkaView
 from airflow_kafka_spark.lifecycle.events import LifecycleEvent
-from airflow_kafka_spark.lifecycle.journal import Journal, Operation, new_operation_id
+from airflow_kafka_spark.lifecycle.journal import Journal, Operation, is_operation_id, new_operation_id
 from airflow_kafka_spark.lifecycle.record import LifecycleRecord
 from airflow_kafka_spark.names import default_job_name, validate_job_name
 from airflow_kafka_spark.ops.backup.manifest import open_backup_root
@@ -169,6 +169,19 @@ def roll_forward(journal: Journal, ck: Location, *, storage_options: dict | None
     """Finish a journaled reset; every step is idempotent, so this is also the crash recovery."""
     pl = journal.payload
     op_id = journal.operation_id
+    # The journal is input too: the folders it moves things to must be exactly the ones run_reset
+    # derives (``<checkpoint>.reset-<op id>``, ``<sink>/_spark_metadata.reset-<op id>``) — checked
+    # before the first step, so an edited journal changes nothing (not even the record).
+    aside = _journal_path(journal, "aside", ck.sibling(f".reset-{op_id}"), storage_options)
+    sink_aside = None
+    if pl.get("sink_aside"):
+        out = pl.get("sink_output")
+        if not isinstance(out, str) or "::" in out:
+            raise UserError(f"operation journal {journal.location.url} names sink output {out!r}: it was edited; "
+                            "nothing was moved — inspect it, then move it away")
+        sink_aside = _journal_path(journal, "sink_aside",
+                                   open_location(out, storage_options).child(f"{SINK_LOG_DIR}.reset-{op_id}"),
+                                   storage_options)
     if not journal.is_done("record"):
         record = LifecycleRecord.load(ck.url)
         if record is None:
@@ -190,10 +203,10 @@ def roll_forward(journal: Journal, ck: Location, *, storage_options: dict | None
             record.save()
         journal.mark("record")
         faults.crash_point("reset.recorded")
-    if pl.get("sink_aside") and not journal.is_done("sink"):
+    if sink_aside is not None and not journal.is_done("sink"):
         out = open_location(pl["sink_output"], storage_options)
         src = out.child(SINK_LOG_DIR)
-        dst = open_location(pl["sink_aside"], storage_options)
+        dst = sink_aside
         if exists(src):
             if exists(dst) and src.local:
                 raise UserError(f"both {src.url} and {dst.url} exist: a new run wrote to the sink while a reset was "
@@ -202,7 +215,6 @@ def roll_forward(journal: Journal, ck: Location, *, storage_options: dict | None
         journal.mark("sink")
         faults.crash_point("reset.sink_moved")
     if not journal.is_done("aside"):
-        aside = open_location(pl["aside"], storage_options)
         if exists(ck):
             if exists(aside) and ck.local:
                 raise UserError(f"both {ck.url} and {aside.url} exist: something wrote to the location while a reset "
@@ -212,6 +224,21 @@ def roll_forward(journal: Journal, ck: Location, *, storage_options: dict | None
         faults.crash_point("reset.moved")
     journal.finish()
     return {"op": "reset", "operation_id": op_id, "payload": pl}
+
+
+def _journal_path(journal: Journal, key: str, expected: Location, storage_options: dict | None) -> Location:
+    """``expected`` if the journal's ``key`` names exactly that place; else a one-line error, nothing moved."""
+    given = journal.payload.get(key)
+    ok = is_operation_id(journal.operation_id) and isinstance(given, str) and "::" not in given
+    if ok:
+        try:
+            ok = comparable(open_location(given, storage_options)) == comparable(expected)
+        except UserError:
+            ok = False
+    if not ok:
+        raise UserError(f"operation journal {journal.location.url} names {key} {given!r}, not {expected.url}: it "
+                        "was edited; nothing was moved — inspect it, then move it away")
+    return expected
 
 
 def resumed_result(done: dict[str, Any], request: ResetRequest) -> ResetResult:

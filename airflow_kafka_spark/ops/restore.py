@@ -60,6 +60,7 @@ from airflow_kafka_spark.ops.guards import check_locations, running_reason
 from airflow_kafka_spark.ops.plan import PartitionMove, Plan
 from airflow_kafka_spark.ops.restore_plan import judge_restore
 from airflow_kafka_spark.verdict.findings import Verdict
+from airflow_kafka_spark.verdict.interrupted import interrupted_finding
 
 
 @dataclass
@@ -168,6 +169,10 @@ def run_restore(ck: Location, root: Location, manifest: Manifest, record: Lifecy
     plan.actions = [a for a in plan.actions if a]
     result = RestoreResult(plan=plan, verdict=verdict, backup=manifest, dry_run=dry_run, operation_id=op_id,
                            aside_location=aside.url if aside else None)
+    if dry_run:
+        interrupted = interrupted_finding(checkpoint_location, storage_options)
+        if interrupted is not None:   # the real run would finish (or refuse) that operation first
+            plan.add(interrupted.code, interrupted.severity, interrupted.message, interrupted.fix)
     if dry_run or plan.blocked:
         remove_tree(scratch)
         if dry_run:

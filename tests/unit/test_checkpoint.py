@@ -215,9 +215,16 @@ def test_offsets_v2_named_sources_and_commits_v2(tmp_path):
 
 
 def test_v2_line_splits_at_the_first_colon_only():
-    data = b'v2\n\n0:{"a:b":{"0":1}}'
+    data = b'v2\n\n0:{"a.b":{"0":1,"1":2}}'     # the JSON after the first colon has colons of its own
     parsed = parse_offsets_file(0, data)
-    assert parsed.sources == {"0": {TopicPartition("a:b", 0): 1}}
+    assert parsed.sources == {"0": {TopicPartition("a.b", 0): 1, TopicPartition("a.b", 1): 2}}
+
+
+def test_a_topic_name_kafka_would_refuse_is_a_format_error_not_a_librdkafka_crash():
+    # a NUL in a topic reached librdkafka and raised "embedded null character" (issue 17 corpus)
+    for topic in ("a:b", "t\\u0000x", "", "x" * 250):
+        with pytest.raises(CheckpointFormatError, match="not a Kafka topic name"):
+            parse_offsets_file(0, b'v1\n{}\n{"' + topic.encode() + b'":{"0":1}}')
 
 
 def test_spark_21_initial_offsets_without_version_line(tmp_path):

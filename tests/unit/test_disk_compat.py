@@ -103,8 +103,9 @@ def test_the_old_reset_journal_reads_blocks_and_rolls_forward(disk, expected):
     finding = interrupted_finding(str(disk / "ck"))
     assert finding is not None and finding.code == expected["interrupted_finding"]["code"]
     assert str(finding.severity) == expected["interrupted_finding"]["severity"]
-    # The journal's aside path is absolute as written; the copy's own aside is where the move lands.
-    payload_aside = Path(journal.payload["aside"])
+    # The journal's aside path is absolute as written; the copy's own aside is where the move lands —
+    # and roll-forward only accepts ``<checkpoint>.reset-<operation id>`` (issue 17: journals are input).
+    payload_aside = Path(f"ck.reset-{journal.operation_id}")
     data = json.loads((disk / "ck.operation.json").read_text())
     data["payload"]["aside"] = str(disk / payload_aside.name)
     (disk / "ck.operation.json").write_text(json.dumps(data))

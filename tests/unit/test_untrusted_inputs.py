@@ -209,7 +209,8 @@ def _journaled_reset(tmp_path) -> tuple:
     LifecycleRecord.create(JOB, ck.location).save()
     loc = open_location(ck.location, what="checkpoint location")
     payload = {"job": JOB, "actor": None, "request": {"mode": "preserve", "accept_data_loss": False},
-               "backup_root": str(tmp_path / "b"), "backup_id": "x", "aside": ck.location + ".reset-x",
+               "backup_root": str(tmp_path / "b"), "backup_id": "x",
+               "aside": ck.location + ".reset-20260101T000000Z-abcdef",
                "sink_output": None, "sink_aside": None, "starting_offsets": '{"orders":{"0":50,"1":50}}',
                "old_query_id": ck.query_id, "skipped": 0, "replayed": 0, "pending_replay": 0, "plan": {}}
     Journal.begin(loc, "reset", "20260101T000000Z-abcdef", payload)
@@ -250,7 +251,7 @@ def test_roll_forward_still_finishes_an_untouched_interruption(tmp_path):
     ck, _ = _journaled_reset(tmp_path)
     done = finish_interrupted(ck.location)
     assert done is not None and done["op"] == "reset"
-    assert not ck.root.exists() and Path(ck.location + ".reset-x").exists()
+    assert not ck.root.exists() and Path(ck.location + ".reset-20260101T000000Z-abcdef").exists()
     assert not (tmp_path / "ck.operation.json").exists()
 
 
@@ -292,7 +293,7 @@ def test_past_the_move_only_bookkeeping_is_left_and_a_new_run_does_not_block_it(
     journal = Journal.load(loc)
     for step in ("record", "sink"):
         journal.mark(step)
-    os.rename(ck.root, ck.location + ".reset-x")
+    os.rename(ck.root, ck.location + ".reset-20260101T000000Z-abcdef")
     journal.mark("aside")                                   # killed at reset.moved
     LifecycleRecord.load(ck.location).acquire_lease("new-run", 600)
     assert finish_interrupted(ck.location)["op"] == "reset"
@@ -321,3 +322,15 @@ def test_registry_with_nested_starting_offsets_is_one_short_line(tmp_path, neste
     with pytest.raises(UserError) as info:
         load_registry(path)
     assert len(one_line(info.value)) < 400 and str(path) in str(info.value)
+
+
+def test_a_reset_journal_whose_aside_leaves_the_checkpoint_is_refused_and_nothing_moves(tmp_path):
+    # issue 17 corpus journal__reset_aside_outside: roll-forward moved the checkpoint to outside/aside
+    ck, _ = _journaled_reset(tmp_path)
+    path = tmp_path / "ck.operation.json"
+    doc = json.loads(path.read_text())
+    doc["payload"]["aside"] = str(tmp_path / "outside" / "aside")
+    path.write_text(json.dumps(doc))
+    with pytest.raises(UserError, match=r"names aside .* it was edited; nothing was moved"):
+        finish_interrupted(ck.location)
+    assert ck.root.exists() and not (tmp_path / "outside").exists()

@@ -25,8 +25,8 @@ from typing import Any
 
 from airflow_kafka_spark._util.fs import Location, info_or_none, list_files, open_location, read_bytes
 from airflow_kafka_spark._util.jsonfile import MANIFEST_MAX_BYTES, load_json
-from airflow_kafka_spark._util.paths import check_relative
-from airflow_kafka_spark._util.text import iso_millis
+from airflow_kafka_spark._util.paths import check_relative, safe_child
+from airflow_kafka_spark._util.text import MAX_MS, iso_millis
 from airflow_kafka_spark.errors import UserError
 from airflow_kafka_spark.kafka.offsets import PartitionOffsets, parse_offsets_json, to_offsets_json
 from airflow_kafka_spark.names import is_backup_id, is_job_name, validate_backup_id, validate_job_name
@@ -153,7 +153,7 @@ class Manifest:
             files = tuple(FileEntry(path=_s(f["path"]), size=_i(f["size"]), sha256=_sha(f["sha256"]),
                                     mtime=_num(f.get("mtime")), ctime=_num(f.get("ctime"))) for f in doc["files"])
             m = cls(
-                backup_id=_s(doc["backup_id"]), job=_s(doc["job"]), created_at_ms=_i(doc["created_at_ms"]),
+                backup_id=_s(doc["backup_id"]), job=_s(doc["job"]), created_at_ms=_ms(doc["created_at_ms"]),
                 reason=str(doc.get("reason") or ""), checkpoint_location=_s(doc["checkpoint_location"]),
                 query_id=doc.get("query_id"), last_committed_batch=doc.get("last_committed_batch"),
                 committed_offsets=_offsets_of(doc.get("committed_offsets")),
@@ -230,6 +230,13 @@ def _i(v: Any) -> int:
     return v
 
 
+def _ms(v: Any) -> int:
+    """An epoch-millisecond time: a non-negative integer no later than year 9999."""
+    if _i(v) > MAX_MS:
+        raise ValueError(f"expected epoch milliseconds before year 10000, got {v!r}")
+    return v
+
+
 def _sha(v: Any) -> str:
     if not isinstance(v, str) or not re.fullmatch(r"[0-9a-f]{64}", v):
         raise ValueError(f"expected a sha256 hex digest, got {v!r}")
@@ -237,7 +244,15 @@ def _sha(v: Any) -> str:
 
 
 def job_location(root: Location, job: str) -> Location:
-    return root.child(job)
+    """``<root>/<job>``, refused (one line) when it is a symbolic link: every read and write of a
+    job's backups goes below it, and a link there would send them outside the backup root."""
+    return safe_child(root, job, what="job folder")
+
+
+def store_path(job_loc: Location, *parts: str) -> Location:
+    """A path below a job's folder (``backups/``, ``blobs/``, ``staging/``, ``.tmp/``, the lock),
+    proven to go through no symbolic link below the backup root before anything is written there."""
+    return safe_child(job_loc, "/".join(parts), what="backup store path")
 
 
 def blob_rel(sha: str) -> str:
@@ -291,7 +306,7 @@ def read_manifest(loc: Location) -> bytes | None:
 
 
 def read_catalog(job_loc: Location, job: str, seal_key: bytes | None) -> Catalog:
-    listing = list_files(job_loc.child(BACKUPS_DIR))
+    listing = list_files(store_path(job_loc, BACKUPS_DIR))
     backups: list[Manifest] = []
     invalid: list[tuple[str, str]] = []
     for rel in sorted(listing):
@@ -324,7 +339,7 @@ def load_backup(backup_root: str, job: str, backup_id: str, *, storage_options: 
     seal_key = seal.resolve_key(seal_key)
     root = open_backup_root(backup_root, storage_options)
     job_loc = job_location(root, job)
-    raw = read_manifest(job_loc.child(BACKUPS_DIR, f"{backup_id}.json"))
+    raw = read_manifest(store_path(job_loc, BACKUPS_DIR, f"{backup_id}.json"))
     if raw is None:
         others = [j for j in _jobs_holding(root, backup_id) if j != job]
         if others:

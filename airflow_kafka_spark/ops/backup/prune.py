@@ -26,6 +26,7 @@ from airflow_kafka_spark.ops.backup.manifest import (
     Manifest,
     read_catalog,
     read_manifest,
+    store_path,
 )
 
 
@@ -96,7 +97,7 @@ def prune_job(job_loc: Location, job: str, *, keep_last: int | None, max_age_s: 
         garbage.append((loc, int(info.get("size") or 0)))
     if not dry_run:
         for m in removed:
-            remove_file(job_loc.child(BACKUPS_DIR, f"{m.backup_id}.json"))
+            remove_file(store_path(job_loc, BACKUPS_DIR, f"{m.backup_id}.json"))
             faults.crash_point("prune.manifest")
         for loc, _ in garbage:
             remove_file(loc)

@@ -11,13 +11,23 @@ from __future__ import annotations
 import hashlib
 import os
 import posixpath
+import stat
 import uuid
 from collections.abc import Callable, Mapping
+from typing import Any
 
 from airflow_kafka_spark._util import faults
 from airflow_kafka_spark._util.conditional import rename_file
-from airflow_kafka_spark._util.fs import Location, fsync_dir, list_files, open_regular, os_reason, remove_file
-from airflow_kafka_spark._util.paths import safe_child
+from airflow_kafka_spark._util.fs import (
+    Location,
+    file_kind,
+    fsync_dir,
+    list_files,
+    open_regular,
+    os_reason,
+    remove_file,
+)
+from airflow_kafka_spark._util.paths import Contained
 from airflow_kafka_spark.errors import UserError
 from airflow_kafka_spark.ops.backup.manifest import (
     BLOBS_DIR,
@@ -92,6 +102,7 @@ class BlobWriter:
 
     def __init__(self, job_loc: Location, index: dict[str, int]) -> None:
         self.job_loc = job_loc
+        self.below = Contained(job_loc)   # .tmp/ and blobs/ never through a link out of the store
         self.index = index
         self.written: set[str] = set()
         self.bytes_written = 0
@@ -105,7 +116,7 @@ class BlobWriter:
         and is read to at most its listed size: a file that grows meanwhile is an error, not an
         endless copy.
         """
-        tmp = self.job_loc.child(TMP_DIR, f"{uuid.uuid4().hex}.blob")
+        tmp = self.below.child(f"{TMP_DIR}/{uuid.uuid4().hex}.blob", what="backup store path")
         h = hashlib.sha256()
         size = 0
         if tmp.local:
@@ -119,9 +130,6 @@ class BlobWriter:
                         raise UserError(f"{src.url} grew while it was copied (listed with {listed_size:,} bytes): "
                                         "something writes into the checkpoint; stop the query and back up again")
                     fout.write(chunk)
-                if tmp.local:
-                    fout.flush()
-                    os.fsync(fout.fileno())
         except FileNotFoundError:
             remove_file(tmp)
             raise
@@ -134,14 +142,30 @@ class BlobWriter:
         sha = h.hexdigest()
         self.files_hashed += 1
         self.bytes_hashed += size
-        final = self.job_loc.child(blob_rel(sha))
         if self.index.get(sha) == size:
             remove_file(tmp)
             return sha, size
+        try:
+            final = self.below.child(blob_rel(sha), what="backup store path")
+        except UserError:
+            remove_file(tmp)
+            raise
         faults.crash_point("backup.blob")
         if tmp.local:
-            os.makedirs(os.path.dirname(final.path), exist_ok=True)
-            os.replace(tmp.path, final.path)
+            try:
+                _fsync_file(tmp.path)   # only a blob that is kept: a reused body costs no fsync
+                os.makedirs(os.path.dirname(final.path), exist_ok=True)
+                if not stat.S_ISREG(_lmode(final.path, stat.S_IFREG)):
+                    raise UserError(f"blob {final.url} is {file_kind(_lmode(final.path, 0))}, not a regular file: "
+                                    "something other than airflow-kafka-spark wrote into the backup store; remove it "
+                                    "and back up again")
+                os.replace(tmp.path, final.path)
+            except OSError as exc:
+                remove_file(tmp)
+                raise UserError(f"cannot store blob {final.url}: {os_reason(exc)}") from None
+            except UserError:
+                remove_file(tmp)
+                raise
         elif not rename_file(tmp, final):   # HDFS: a racing backup stored the same blob first
             remove_file(tmp)
         self.index[sha] = size
@@ -156,13 +180,38 @@ class BlobWriter:
                 fsync_dir(d)
 
 
+def _open_new(target: Location) -> Any:
+    """``target`` opened for writing; local: never through a link planted at its name."""
+    if not target.local:
+        return target.fs.open(target.path, "wb")
+    fd = os.open(target.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0),
+                 0o644)
+    return os.fdopen(fd, "wb")
+
+
+def _fsync_file(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _lmode(path: str, missing: int) -> int:
+    """``lstat`` mode of ``path`` (never through a link); ``missing`` when nothing is there."""
+    try:
+        return os.lstat(path).st_mode
+    except FileNotFoundError:
+        return missing
+
+
 def materialize(manifest: Manifest, backup_root: str, dest: Location, *,
                 storage_options: dict | None = None, hash_only: Callable[[str], bool] | None = None) -> None:
     """Write every file of ``manifest`` below ``dest``, each checked against its sha256 while copied.
 
     ``dest`` must be a fresh folder the caller owns (a staging folder beside the checkpoint, or
     ``memory://`` for a dry run): a mismatch raises :class:`UserError` and the caller deletes it.
-    Every path is proven to stay below ``dest`` before it is opened (:func:`safe_child`;
+    Every path is proven to stay below ``dest`` before it is opened (:class:`Contained`;
     ``from_json`` already refused unsafe ones); blobs are read as regular files only, at most
     their recorded size plus one byte. Files for which ``hash_only(path)`` is true are checked
     but written empty (a dry run judged in memory needs state files to exist, not their bodies).
@@ -171,15 +220,21 @@ def materialize(manifest: Manifest, backup_root: str, dest: Location, *,
     job_loc = job_location(open_backup_root(backup_root, storage_options), manifest.job)
     if dest.local:
         os.makedirs(dest.path, exist_ok=True)
+    # Linear in the number of files (state stores reach 40,000): each folder is checked and
+    # created once, each blob's path proven once, local files written without fsspec's overhead.
+    below_dest, below_job = Contained(dest), Contained(job_loc)
+    blobs: dict[str, Location] = {}
+    made: set[str] = set()
     for f in manifest.files:
-        blob = job_loc.child(blob_rel(f.sha256))
-        target = safe_child(dest, f.path, what=f"file path of backup {manifest.backup_id}")
-        if target.local:
-            os.makedirs(os.path.dirname(target.path), exist_ok=True)
+        blob = blobs.get(f.sha256) or blobs.setdefault(f.sha256, below_job.child(blob_rel(f.sha256), what="blob path"))
+        target = below_dest.child(f.path, what=f"file path of backup {manifest.backup_id}")
+        if target.local and (parent := os.path.dirname(target.path)) not in made:
+            os.makedirs(parent, exist_ok=True)
+            made.add(parent)
         h = hashlib.sha256()
+        left = f.size + 1
         try:
-            with open_regular(blob, follow_links=False) as fin, target.fs.open(target.path, "wb") as fout:
-                left = f.size + 1
+            with open_regular(blob, follow_links=False) as fin, _open_new(target) as fout:
                 body = not (hash_only and hash_only(f.path))
                 while left > 0 and (chunk := fin.read(min(_CHUNK, left))):
                     h.update(chunk)
@@ -192,6 +247,9 @@ def materialize(manifest: Manifest, backup_root: str, dest: Location, *,
         except OSError as exc:
             raise UserError(f"cannot copy {f.path} of backup {manifest.backup_id} to {dest.url}: "
                             f"{os_reason(exc)}") from None
+        if left != 1:   # read size != recorded size: a dry run judges what the real run would copy
+            raise UserError(f"backup {manifest.backup_id} is damaged: the blob for {f.path} has "
+                            f"{f.size + 1 - left:,} bytes, the manifest says {f.size:,}; restore from another backup")
         if h.hexdigest() != f.sha256:
             raise UserError(f"backup {manifest.backup_id} is damaged: the blob for {f.path} does not match its "
                             "sha256; restore from another backup")

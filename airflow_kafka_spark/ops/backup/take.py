@@ -39,7 +39,7 @@ from airflow_kafka_spark._util.fs import (
     write_atomic,
 )
 from airflow_kafka_spark._util.lock import LockFile
-from airflow_kafka_spark._util.paths import check_relative, irregular_entries, safe_child
+from airflow_kafka_spark._util.paths import Contained, check_relative, irregular_entries
 from airflow_kafka_spark.checkpoint.formats import parse_offsets_file
 from airflow_kafka_spark.checkpoint.model import CheckpointState
 from airflow_kafka_spark.checkpoint.reader import read_checkpoint
@@ -57,6 +57,7 @@ from airflow_kafka_spark.ops.backup.manifest import (
     job_location,
     open_backup_root,
     read_catalog,
+    store_path,
 )
 from airflow_kafka_spark.ops.backup.prune import check_retention, prune_job
 from airflow_kafka_spark.ops.backup.selection import log_ids, select_files
@@ -146,7 +147,7 @@ def take_backup(checkpoint_location: str, backup_root: str, *, job: str | None =
         # under the same name without being told again (the record is ours, beside the checkpoint).
         record = LifecycleRecord.create(job, checkpoint_location)
         record.save()
-    with LockFile(job_loc.child(LOCK_NAME), what=f"backups of job {job}"):
+    with LockFile(store_path(job_loc, LOCK_NAME), what=f"backups of job {job}"):
         for attempt in range(3):
             try:
                 result = _backup_once(ck, state, job_loc, job, record, reason=reason, force=force,
@@ -185,6 +186,7 @@ def _backup_once(ck: Location, state: CheckpointState, job_loc: Location, job: s
     writer = BlobWriter(job_loc, index)
     entries: list[FileEntry] = []
     reused = 0
+    below_ck = Contained(ck)   # each checkpoint folder checked once (state stores hold 10,000s of files)
     for rel in sorted(sel.files):
         check_relative(rel, what="checkpoint file")   # a name the manifest could not carry safely
         info = sel.files[rel]
@@ -196,7 +198,7 @@ def _backup_once(ck: Location, state: CheckpointState, job_loc: Location, job: s
             entries.append(FileEntry(rel, size, prev.sha256, mtime, ctime))
             reused += 1
             continue
-        sha, actual = writer.put(safe_child(ck, rel, what="checkpoint file"), size)
+        sha, actual = writer.put(below_ck.child(rel, what="checkpoint file"), size)
         entries.append(FileEntry(rel, actual, sha, mtime, ctime))
     writer.sync()
 
@@ -241,7 +243,7 @@ def _backup_once(ck: Location, state: CheckpointState, job_loc: Location, job: s
     ).sealed(seal_key)
 
     # Stage, read back, verify, publish.
-    staging = job_loc.child(STAGING_DIR, f"{backup_id}.json")
+    staging = store_path(job_loc, STAGING_DIR, f"{backup_id}.json")
     write_atomic(staging, manifest.to_json())
     faults.crash_point("backup.staged")
     v0 = time.monotonic()
@@ -252,7 +254,7 @@ def _backup_once(ck: Location, state: CheckpointState, job_loc: Location, job: s
     check_blobs(job_loc, staged, deep_shas=set(writer.written), index=blob_index(job_loc))
     verify_seconds = time.monotonic() - v0
     faults.crash_point("backup.verified")
-    write_atomic(job_loc.child(BACKUPS_DIR, f"{backup_id}.json"), raw)
+    write_atomic(store_path(job_loc, BACKUPS_DIR, f"{backup_id}.json"), raw)
     faults.crash_point("backup.published")
     remove_file(staging)
     return BackupResult(
