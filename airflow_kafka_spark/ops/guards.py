@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 
-from airflow_kafka_spark._util.fs import Location, is_within, open_location
+from airflow_kafka_spark._util.fs import Location, comparable, is_within, open_location
 from airflow_kafka_spark._util.lock import LockFile
 from airflow_kafka_spark.errors import OperationBlocked, UserError
 from airflow_kafka_spark.lifecycle.journal import (
@@ -18,6 +18,7 @@ from airflow_kafka_spark.lifecycle.journal import (
     STALE_INTERRUPTED_OPERATION,
     Journal,
     checkpoint_marks,
+    is_operation_id,
 )
 from airflow_kafka_spark.lifecycle.record import LifecycleRecord
 
@@ -87,3 +88,22 @@ def refuse_stale_roll_forward(journal: Journal, checkpoint: Location) -> None:
                             if guard.get(k) != now.get(k)) or "metadata (query id) changed"
         raise OperationBlocked(f"{head}: the checkpoint moved on since the journal was written ({changed}): a query "
                                f"ran on it meanwhile; {abandon}", code=STALE_INTERRUPTED_OPERATION)
+
+
+def journal_path(journal: Journal, key: str, expected: Location, storage_options: dict | None) -> Location:
+    """``expected`` if the journal's ``key`` names exactly that place; else a one-line error, nothing moved.
+
+    Why: a resumed reset/restore moves whatever its journal names, so an edited journal must not
+    point the move anywhere but the place the operation id implies.
+    """
+    given = journal.payload.get(key)
+    ok = is_operation_id(journal.operation_id) and isinstance(given, str) and "::" not in given
+    if ok:
+        try:
+            ok = comparable(open_location(given, storage_options)) == comparable(expected)
+        except UserError:
+            ok = False
+    if not ok:
+        raise UserError(f"operation journal {journal.location.url} names {key} {given!r}, not {expected.url}: it "
+                        "was edited; nothing was moved — inspect it, then move it away")
+    return expected

@@ -24,19 +24,19 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_kafka_spark._util import faults
-from airflow_kafka_spark._util.fs import Location, comparable, exists, move_dir, open_location
+from airflow_kafka_spark._util.fs import Location, exists, move_dir, open_location
 from airflow_kafka_spark.checkpoint.model import CheckpointState
 from airflow_kafka_spark.checkpoint.reader import read_checkpoint
 from airflow_kafka_spark.checkpoint.sink_log import read_sink_log
 from airflow_kafka_spark.errors import OperationBlocked, UserError
 from airflow_kafka_spark.kafka.view import KafkaView
 from airflow_kafka_spark.lifecycle.events import LifecycleEvent
-from airflow_kafka_spark.lifecycle.journal import Journal, Operation, is_operation_id, new_operation_id
+from airflow_kafka_spark.lifecycle.journal import Journal, Operation, new_operation_id
 from airflow_kafka_spark.lifecycle.record import LifecycleRecord
 from airflow_kafka_spark.names import default_job_name, validate_job_name
 from airflow_kafka_spark.ops.backup.manifest import open_backup_root
 from airflow_kafka_spark.ops.backup.take import take_backup
-from airflow_kafka_spark.ops.guards import check_locations, running_reason
+from airflow_kafka_spark.ops.guards import check_locations, journal_path, running_reason
 from airflow_kafka_spark.ops.modes import SinkLogPolicy
 from airflow_kafka_spark.ops.plan import PartitionMove, Plan
 from airflow_kafka_spark.ops.reset_plan import SINK_LOG_DIR, ResetRequest, SinkInfo, build_reset_plan, old_positions
@@ -172,14 +172,14 @@ def roll_forward(journal: Journal, ck: Location, *, storage_options: dict | None
     # The journal is input too: the folders it moves things to must be exactly the ones run_reset
     # derives (``<checkpoint>.reset-<op id>``, ``<sink>/_spark_metadata.reset-<op id>``) — checked
     # before the first step, so an edited journal changes nothing (not even the record).
-    aside = _journal_path(journal, "aside", ck.sibling(f".reset-{op_id}"), storage_options)
+    aside = journal_path(journal, "aside", ck.sibling(f".reset-{op_id}"), storage_options)
     sink_aside = None
     if pl.get("sink_aside"):
         out = pl.get("sink_output")
         if not isinstance(out, str) or "::" in out:
             raise UserError(f"operation journal {journal.location.url} names sink output {out!r}: it was edited; "
                             "nothing was moved — inspect it, then move it away")
-        sink_aside = _journal_path(journal, "sink_aside",
+        sink_aside = journal_path(journal, "sink_aside",
                                    open_location(out, storage_options).child(f"{SINK_LOG_DIR}.reset-{op_id}"),
                                    storage_options)
     if not journal.is_done("record"):
@@ -205,40 +205,24 @@ def roll_forward(journal: Journal, ck: Location, *, storage_options: dict | None
         faults.crash_point("reset.recorded")
     if sink_aside is not None and not journal.is_done("sink"):
         out = open_location(pl["sink_output"], storage_options)
-        src = out.child(SINK_LOG_DIR)
-        dst = sink_aside
-        if exists(src):
-            if exists(dst) and src.local:
-                raise UserError(f"both {src.url} and {dst.url} exist: a new run wrote to the sink while a reset was "
-                                "interrupted; inspect them before re-running")
-            move_dir(src, dst)
+        _move_aside(out.child(SINK_LOG_DIR), sink_aside, "a new run wrote to the sink")
         journal.mark("sink")
         faults.crash_point("reset.sink_moved")
     if not journal.is_done("aside"):
-        if exists(ck):
-            if exists(aside) and ck.local:
-                raise UserError(f"both {ck.url} and {aside.url} exist: something wrote to the location while a reset "
-                                "was interrupted; inspect them before re-running")
-            move_dir(ck, aside)
+        _move_aside(ck, aside, "something wrote to the location")
         journal.mark("aside")
         faults.crash_point("reset.moved")
     journal.finish()
     return {"op": "reset", "operation_id": op_id, "payload": pl}
 
 
-def _journal_path(journal: Journal, key: str, expected: Location, storage_options: dict | None) -> Location:
-    """``expected`` if the journal's ``key`` names exactly that place; else a one-line error, nothing moved."""
-    given = journal.payload.get(key)
-    ok = is_operation_id(journal.operation_id) and isinstance(given, str) and "::" not in given
-    if ok:
-        try:
-            ok = comparable(open_location(given, storage_options)) == comparable(expected)
-        except UserError:
-            ok = False
-    if not ok:
-        raise UserError(f"operation journal {journal.location.url} names {key} {given!r}, not {expected.url}: it "
-                        "was edited; nothing was moved — inspect it, then move it away")
-    return expected
+def _move_aside(src: Location, dst: Location, meanwhile: str) -> None:
+    """Move ``src`` to ``dst`` if it is still there; both present (local) means ``meanwhile`` happened."""
+    if exists(src):
+        if exists(dst) and src.local:
+            raise UserError(f"both {src.url} and {dst.url} exist: {meanwhile} while a reset was interrupted; "
+                            "inspect them before re-running")
+        move_dir(src, dst)
 
 
 def resumed_result(done: dict[str, Any], request: ResetRequest) -> ResetResult:

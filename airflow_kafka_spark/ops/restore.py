@@ -38,7 +38,6 @@ from typing import Any
 from airflow_kafka_spark._util import faults
 from airflow_kafka_spark._util.fs import (
     Location,
-    comparable,
     exists,
     list_files,
     move_dir,
@@ -56,7 +55,7 @@ from airflow_kafka_spark.ops import seal
 from airflow_kafka_spark.ops.backup.manifest import Manifest, load_backup, open_backup_root
 from airflow_kafka_spark.ops.backup.store import materialize
 from airflow_kafka_spark.ops.backup.take import take_backup
-from airflow_kafka_spark.ops.guards import check_locations, running_reason
+from airflow_kafka_spark.ops.guards import check_locations, journal_path, running_reason
 from airflow_kafka_spark.ops.plan import PartitionMove, Plan
 from airflow_kafka_spark.ops.restore_plan import judge_restore
 from airflow_kafka_spark.verdict.findings import Verdict
@@ -223,8 +222,11 @@ def roll_forward(journal: Journal, ck: Location, *, storage_options: dict | None
     checkpoint is put back where it was and the command fails with one line.
     """
     pl = journal.payload
-    staging = _journal_path(journal, ck, "staging", ".staging-", storage_options)
-    aside = _journal_path(journal, ck, "aside", ".restore-", storage_options) if pl.get("aside") else None
+    op_id = journal.operation_id
+    staging = journal_path(journal, "staging", ck.sibling(f".staging-{op_id}"), storage_options)
+    aside = None
+    if pl.get("aside"):
+        aside = journal_path(journal, "aside", ck.sibling(f".restore-{op_id}"), storage_options)
     if not journal.is_done("in_place") and not exists(staging):
         expected = pl.get("staged_fingerprint")
         if not exists(ck):
@@ -271,23 +273,6 @@ def roll_forward(journal: Journal, ck: Location, *, storage_options: dict | None
         journal.mark("record")
     journal.finish()
     return {"op": "restore", "operation_id": journal.operation_id, "payload": pl}
-
-
-def _journal_path(journal: Journal, ck: Location, key: str, infix: str, storage_options: dict | None) -> Location:
-    """The journal's ``staging``/``aside`` path, accepted only if it is ``<checkpoint><infix><op id>``."""
-    op_id = journal.operation_id
-    expected = ck.sibling(f"{infix}{op_id}")
-    given = journal.payload.get(key)
-    ok = is_operation_id(op_id) and isinstance(given, str) and "::" not in given
-    if ok:
-        try:
-            ok = comparable(open_location(given, storage_options)) == comparable(expected)
-        except UserError:
-            ok = False
-    if not ok:
-        raise UserError(f"operation journal {journal.location.url} names {key} {given!r}, not "
-                        f"{expected.url}: it was edited; nothing was moved — inspect it, then move it away")
-    return expected
 
 
 def fingerprint(loc: Location) -> str:
