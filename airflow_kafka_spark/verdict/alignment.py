@@ -97,9 +97,7 @@ def check_start(pos: ResumePosition, broker: BrokerState, record: LifecycleRecor
             continue
         ls, le = broker.earliest.get(tp), broker.latest.get(tp)
         if ls is None or le is None:
-            out.append(Finding("OFFSETS_UNAVAILABLE", BLOCK, **place(tp), numbers=base,
-                               message=f"{broker.bootstrap_servers} returned no log start/end for {tp}",
-                               fix="check the partition's leader and retry the validation"))
+            out.append(offsets_unavailable(tp, broker, base))
             continue
         nums = {**base, "log_start": ls, "log_end": le}
         here: list[Finding] = []
@@ -286,11 +284,8 @@ def _new_partitions(pos: ResumePosition, broker: BrokerState, deploy_topics: Ite
         info = broker.topics.get(topic)
         if info is None:
             if topic not in ckpt_topics:
-                out.append(Finding("TOPIC_NOT_FOUND", WARN, topic=topic,
-                                   message=(f"subscribed topic {topic} does not exist on "
-                                            f"{broker.bootstrap_servers}: the query reads nothing from it "
-                                            f"until it is created"),
-                                   fix="check the topic name, or create the topic before deploying"))
+                out.append(topic_not_found_finding(topic, broker,
+                                                   ": the query reads nothing from it until it is created"))
             continue
         tps = [TopicPartition(topic, p) for p in range(info.partitions)]
         new = [tp for tp in tps if tp not in known]
@@ -301,9 +296,7 @@ def _new_partitions(pos: ResumePosition, broker: BrokerState, deploy_topics: Ite
         for tp in new:
             ls, le = broker.earliest.get(tp), broker.latest.get(tp)
             if ls is None or le is None:
-                out.append(Finding("OFFSETS_UNAVAILABLE", BLOCK, **place(tp),
-                                   message=f"{broker.bootstrap_servers} returned no log start/end for {tp}",
-                                   fix="check the partition's leader and retry the validation"))
+                out.append(offsets_unavailable(tp, broker))
                 continue
             nums: dict[str, Number] = {"checkpoint_offset": None, "log_start": ls, "log_end": le}
             if ls > 0:
@@ -331,6 +324,20 @@ def _new_partitions(pos: ResumePosition, broker: BrokerState, deploy_topics: Ite
 
 def topic_not_found(topic: str, broker: BrokerState) -> str:
     return f"subscribed topic {topic} does not exist on {broker.bootstrap_servers}"
+
+
+def topic_not_found_finding(topic: str, broker: BrokerState, consequence: str = "") -> Finding:
+    """TOPIC_NOT_FOUND for a subscribed topic: one wording for every check that meets it."""
+    return Finding("TOPIC_NOT_FOUND", WARN, topic=topic, message=topic_not_found(topic, broker) + consequence,
+                   fix="check the topic name, or create the topic before deploying")
+
+
+def offsets_unavailable(tp: TopicPartition, broker: BrokerState,
+                        numbers: Mapping[str, Number] | None = None) -> Finding:
+    """OFFSETS_UNAVAILABLE (BLOCK) for a partition the broker gave no log start/end for."""
+    return Finding("OFFSETS_UNAVAILABLE", BLOCK, **place(tp), numbers=numbers if numbers is not None else {},
+                   message=f"{broker.bootstrap_servers} returned no log start/end for {tp}",
+                   fix="check the partition's leader and retry the validation")
 
 
 def backlog_finding(backlog: int, options: DeployOptions) -> Finding:

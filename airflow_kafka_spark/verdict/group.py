@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from airflow_kafka_spark.checkpoint.position import ResumePosition
 from airflow_kafka_spark.kafka.offsets import PartitionOffsets, TopicPartition
-from airflow_kafka_spark.verdict.alignment import backlog_finding, check_start, place, topic_not_found
+from airflow_kafka_spark.verdict.alignment import backlog_finding, check_start, place, topic_not_found_finding
 from airflow_kafka_spark.verdict.findings import INFO, WARN, Finding, Number, Verdict
 from airflow_kafka_spark.verdict.options import DeployOptions
 from airflow_kafka_spark.verdict.query_checks import apply_strict
@@ -66,9 +66,7 @@ def _group_new_partitions(start: PartitionOffsets, broker: BrokerState, deploy_t
         info = broker.topics.get(topic)
         if info is None:
             if not any(tp.topic == topic for tp in start):
-                out.append(Finding("TOPIC_NOT_FOUND", WARN, topic=topic,
-                                   message=topic_not_found(topic, broker),
-                                   fix="check the topic name, or create the topic before deploying"))
+                out.append(topic_not_found_finding(topic, broker))
             continue
         for p in range(info.partitions):
             tp = TopicPartition(topic, p)

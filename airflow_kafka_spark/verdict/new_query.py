@@ -14,7 +14,7 @@ from airflow_kafka_spark.kafka.offsets import (
     parse_offsets_json,
     to_offsets_json,
 )
-from airflow_kafka_spark.verdict.alignment import place, topic_not_found
+from airflow_kafka_spark.verdict.alignment import offsets_unavailable, place, topic_not_found_finding
 from airflow_kafka_spark.verdict.findings import BLOCK, INFO, PASS, WARN, Finding, Number
 from airflow_kafka_spark.verdict.options import DeployOptions
 
@@ -52,17 +52,13 @@ def new_query_findings(cp: CheckpointState, broker: BrokerState, record: Lifecyc
     for topic in topics:
         info = broker.topics.get(topic)
         if info is None:
-            out.append(Finding("TOPIC_NOT_FOUND", WARN, topic=topic,
-                               message=topic_not_found(topic, broker),
-                               fix="check the topic name, or create the topic before deploying"))
+            out.append(topic_not_found_finding(topic, broker))
             continue
         for p in range(info.partitions):
             tp = TopicPartition(topic, p)
             ls, le = broker.earliest.get(tp), broker.latest.get(tp)
             if ls is None or le is None:
-                out.append(Finding("OFFSETS_UNAVAILABLE", BLOCK, **place(tp),
-                                   message=f"{broker.bootstrap_servers} returned no log start/end for {tp}",
-                                   fix="check the partition's leader and retry the validation"))
+                out.append(offsets_unavailable(tp, broker))
                 continue
             if explicit is None:
                 if mode == "earliest":
