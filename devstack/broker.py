@@ -9,9 +9,6 @@ a 1 s retention check, and immediate segment deletion once retention passes them
 from __future__ import annotations
 
 import base64
-import contextlib
-import os
-import signal
 import socket
 import subprocess
 import sys
@@ -21,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from airflow_kafka_spark.errors import UserError
-from devstack import jars
+from devstack import jars, process
 
 LOG4J2 = """\
 status = warn
@@ -126,57 +123,46 @@ class LocalBroker:
                 if line.startswith("cluster.id="):
                     self.cluster_id = line.split("=", 1)[1]
         cp = jars.kafka_classpath().as_java_classpath()
-        out = open(self.data_dir / "broker.stdout", "ab")  # noqa: SIM115 - owned by the child
-        self.process = subprocess.Popen(
+        self.process = process.spawn(
             ["java", f"-Xmx{self.heap}", "-Xms128m", "-XX:+UseG1GC", "-Djava.awt.headless=true",
              f"-Dlog4j2.configurationFile={self.data_dir / 'log4j2.properties'}",
              "-cp", cp, "kafka.Kafka", str(props)],
-            stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-        (self.data_dir / "broker.pid").write_text(str(self.process.pid))
+            stdout=self.data_dir / "broker.stdout", pid_file=self.data_dir / "broker.pid")
         self._wait_ready(timeout)
         return self
 
     def _wait_ready(self, timeout: float) -> None:
         from confluent_kafka.admin import AdminClient
 
-        deadline = time.monotonic() + timeout
         admin = None
-        last = ""
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise UserError(f"Kafka broker exited with {self.process.returncode} at start; see {self.log_file}")
+
+        def probe() -> str | None:
+            nonlocal admin
             if admin is None:
                 # Wait for the port first: librdkafka logs every refused connection.
                 try:
                     socket.create_connection(("127.0.0.1", self.port), timeout=0.5).close()
                 except OSError as exc:
-                    last = str(exc)
-                    time.sleep(0.2)
-                    continue
+                    return str(exc)
                 admin = AdminClient({"bootstrap.servers": self.bootstrap_servers, "socket.timeout.ms": 2000})
             try:
                 md = admin.list_topics(timeout=2)
                 if md.brokers and md.controller_id >= 0:
-                    return
+                    return None
+                return "no broker or controller in the metadata yet"
             except Exception as exc:  # not ready yet
-                last = str(exc)
-            time.sleep(0.2)
-        self.stop()
-        raise UserError(f"Kafka broker did not answer metadata requests in {timeout:.0f}s ({last}); "
-                        f"see {self.log_file}")
+                return str(exc)
+
+        last = process.wait_ready(
+            probe, deadline=time.monotonic() + timeout, interval=0.2,
+            exited=[(self.process, lambda rc: f"Kafka broker exited with {rc} at start; see {self.log_file}")])
+        if last is not None:
+            self.stop()
+            raise UserError(f"Kafka broker did not answer metadata requests in {timeout:.0f}s ({last}); "
+                            f"see {self.log_file}")
 
     def stop(self, timeout: float = 30.0) -> None:
-        if self.process is None:
-            return
-        if self.process.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.process.pid, signal.SIGTERM)
-            try:
-                self.process.wait(timeout)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(self.process.pid, signal.SIGKILL)
-                self.process.wait(10)
+        process.stop_group(self.process, timeout)
         self.process = None
 
     def run_tool(self, main_class: str, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:

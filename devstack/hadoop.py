@@ -16,11 +16,9 @@ Ready means: NameNode out of safe mode, RM REST ``STARTED`` and one active NM.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -31,7 +29,7 @@ from pathlib import Path
 from xml.etree import ElementTree
 
 from airflow_kafka_spark.errors import UserError
-from devstack import maven
+from devstack import maven, process
 from devstack.broker import free_port
 
 # What Spark's launcher opens for Java 17; Hadoop's Guice/cglib needs java.lang.
@@ -178,14 +176,12 @@ class HadoopCluster:
         }
 
     def _java(self, classpath: list[Path | str], main: str, *args: str, heap: str, log: Path,
-              stdout: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
+              stdout: Path, pid_file: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
         (self.data_dir / f"{log.stem}.log4j.properties").write_text(LOG4J.format(log=log))
-        out = open(stdout, "ab")  # noqa: SIM115 - owned by the child
         cmd = ["java", f"-Xmx{heap}", "-Djava.net.preferIPv4Stack=true", *JAVA_OPENS,
                f"-Dlog4j.configuration=file:{self.data_dir / f'{log.stem}.log4j.properties'}",
                "-cp", os.pathsep.join(str(c) for c in classpath), main, *args]
-        return subprocess.Popen(cmd, cwd=self.data_dir, stdout=out, stderr=subprocess.STDOUT,
-                                start_new_session=True, env=env)
+        return process.spawn(cmd, stdout=stdout, pid_file=pid_file, cwd=self.data_dir, env=env)
 
     def start(self, timeout: float = 180.0) -> HadoopCluster:
         if self.process is not None:
@@ -201,8 +197,8 @@ class HadoopCluster:
         self.process = self._java([classes, *jar_list], "MiniCluster", str(self.conf_dir),
                                   str(self._ports["nn"]), str(self._ports["nn_http"]), *args,
                                   heap=self.cluster_heap, log=self.log_file,
-                                  stdout=self.data_dir / "minicluster.out")
-        (self.data_dir / "minicluster.pid").write_text(str(self.process.pid))
+                                  stdout=self.data_dir / "minicluster.out",
+                                  pid_file=self.data_dir / "minicluster.pid")
         deadline = t0 + timeout
         try:
             self._wait_cluster(deadline)
@@ -216,13 +212,12 @@ class HadoopCluster:
 
     def _wait_cluster(self, deadline: float) -> None:
         ready = self.conf_dir / "ready"
-        while not ready.exists():
-            if self.process.poll() is not None:
-                raise UserError(f"the Hadoop minicluster exited with {self.process.returncode} at start; "
-                                f"see {self.data_dir / 'minicluster.out'} and {self.log_file}")
-            if time.monotonic() > deadline:
-                raise UserError(f"the Hadoop minicluster did not come up in time; see {self.log_file}")
-            time.sleep(0.2)
+        late = process.wait_ready(
+            lambda: None if ready.exists() else "no ready file yet", deadline=deadline, interval=0.2,
+            exited=[(self.process, lambda rc: (f"the Hadoop minicluster exited with {rc} at start; "
+                                               f"see {self.data_dir / 'minicluster.out'} and {self.log_file}"))])
+        if late is not None:
+            raise UserError(f"the Hadoop minicluster did not come up in time; see {self.log_file}")
         self.ready = dict(line.split("=", 1) for line in ready.read_text().splitlines() if "=" in line)
         info = _http_json(f"http://{self.webhdfs_address}/jmx?qry=Hadoop:service=NameNode,name=NameNodeInfo")
         if info["beans"][0].get("Safemode"):
@@ -239,43 +234,34 @@ class HadoopCluster:
         env["JAVA_HOME"] = java_home()  # containers start "$JAVA_HOME/bin/java"
         self.nm_process = self._java([nm_conf, *jar_list], "org.apache.hadoop.yarn.server.nodemanager.NodeManager",
                                      heap=self.nm_heap, log=self.nm_log_file,
-                                     stdout=self.data_dir / "nodemanager.out", env=env)
-        (self.data_dir / "nodemanager.pid").write_text(str(self.nm_process.pid))
+                                     stdout=self.data_dir / "nodemanager.out",
+                                     pid_file=self.data_dir / "nodemanager.pid", env=env)
 
     def _wait_yarn(self, deadline: float) -> None:
-        last = ""
-        while time.monotonic() < deadline:
-            for proc, what in ((self.process, "minicluster"), (self.nm_process, "nodemanager")):
-                if proc.poll() is not None:
-                    raise UserError(f"the {what} JVM exited with {proc.returncode} at start; "
-                                    f"see {self.data_dir / (what + '.out')}")
+        def probe() -> str | None:
             try:
                 state = _http_json(f"{self.rm_url}/ws/v1/cluster/info")["clusterInfo"]["state"]
                 active = _http_json(f"{self.rm_url}/ws/v1/cluster/metrics")["clusterMetrics"]["activeNodes"]
                 if state == "STARTED" and active >= 1:
-                    return
-                last = f"state {state}, {active} active NodeManagers"
+                    return None
+                return f"state {state}, {active} active NodeManagers"
             except (OSError, ValueError, KeyError) as exc:
-                last = str(exc)
-            time.sleep(0.3)
-        raise UserError(f"YARN did not report a started RM with one active NodeManager in time ({last}); "
-                        f"see {self.log_file} and {self.nm_log_file}")
+                return str(exc)
+
+        def exited(what: str):
+            return lambda rc: f"the {what} JVM exited with {rc} at start; see {self.data_dir / (what + '.out')}"
+
+        last = process.wait_ready(probe, deadline=deadline, interval=0.3,
+                                  exited=[(self.process, exited("minicluster")),
+                                          (self.nm_process, exited("nodemanager"))])
+        if last is not None:
+            raise UserError(f"YARN did not report a started RM with one active NodeManager in time ({last}); "
+                            f"see {self.log_file} and {self.nm_log_file}")
 
     def stop(self, timeout: float = 30.0) -> None:
         """SIGTERM (the launcher's shutdown hook stops YARN, then HDFS); SIGKILL the group after ``timeout``."""
         for attr in ("nm_process", "process"):
-            proc: subprocess.Popen | None = getattr(self, attr)
-            if proc is None:
-                continue
-            if proc.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGTERM)
-                try:
-                    proc.wait(timeout)
-                except subprocess.TimeoutExpired:
-                    with contextlib.suppress(ProcessLookupError):
-                        os.killpg(proc.pid, signal.SIGKILL)
-                    proc.wait(10)
+            process.stop_group(getattr(self, attr), timeout)
             setattr(self, attr, None)
 
     def __enter__(self) -> HadoopCluster:
@@ -289,26 +275,18 @@ def main() -> int:
     """``python -m devstack.hadoop [DATA_DIR]``: run HDFS + YARN until Ctrl-C."""
     data = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(tempfile.mkdtemp(prefix="devstack-hadoop-"))
     cluster = HadoopCluster(data_dir=data)
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # `kill <pid>` stops the JVMs too
-    try:
-        cluster.start()
-    except UserError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    print(f"HDFS + YARN ready in {cluster.start_seconds:.1f}s (data and logs in {data})")
-    print(f"  fs.defaultFS      {cluster.default_fs}")
-    print(f"  WebHDFS           http://{cluster.webhdfs_address}/webhdfs/v1/")
-    print(f"  ResourceManager   {cluster.rm_url}/cluster")
-    print(f"  NodeManager       {cluster.nm_url}/node")
-    print(f"  export HADOOP_CONF_DIR={cluster.conf_dir} YARN_CONF_DIR={cluster.conf_dir}")
-    try:
-        while cluster.process.poll() is None and cluster.nm_process.poll() is None:
-            time.sleep(1)
-    except KeyboardInterrupt:
-        pass
-    finally:
-        cluster.stop()
-    return 0
+
+    def banner() -> str:
+        return "\n".join([
+            f"HDFS + YARN ready in {cluster.start_seconds:.1f}s (data and logs in {data})",
+            f"  fs.defaultFS      {cluster.default_fs}",
+            f"  WebHDFS           http://{cluster.webhdfs_address}/webhdfs/v1/",
+            f"  ResourceManager   {cluster.rm_url}/cluster",
+            f"  NodeManager       {cluster.nm_url}/node",
+            f"  export HADOOP_CONF_DIR={cluster.conf_dir} YARN_CONF_DIR={cluster.conf_dir}"])
+
+    return process.serve(cluster, banner, lambda: all(
+        p is not None and p.poll() is None for p in (cluster.process, cluster.nm_process)))
 
 
 if __name__ == "__main__":

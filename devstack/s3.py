@@ -14,9 +14,7 @@ is therefore created here with ``CreateBucket`` directly.
 
 from __future__ import annotations
 
-import contextlib
 import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -27,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from airflow_kafka_spark.errors import UserError
-from devstack import maven
+from devstack import maven, process
 from devstack.broker import free_port
 
 LOGBACK = """\
@@ -123,12 +121,10 @@ class S3Store:
             "jclouds.credential": self.secret_key,
         }.items()))
         (self.data_dir / "logback.xml").write_text(LOGBACK.format(log=self.log_file))
-        out = open(self.data_dir / "s3proxy.out", "ab")  # noqa: SIM115 - owned by the child
-        self.process = subprocess.Popen(
+        self.process = process.spawn(
             ["java", f"-Xmx{self.heap}", f"-Dlogback.configurationFile={self.data_dir / 'logback.xml'}",
              "-cp", os.pathsep.join(str(j) for j in jar_list), "org.gaul.s3proxy.Main", "--properties", str(props)],
-            stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-        (self.data_dir / "s3proxy.pid").write_text(str(self.process.pid))
+            stdout=self.data_dir / "s3proxy.out", pid_file=self.data_dir / "s3proxy.pid")
         try:
             self._wait_ready(t0 + timeout)
             self.filesystem().call_s3("create_bucket", Bucket=self.bucket)
@@ -139,32 +135,23 @@ class S3Store:
         return self
 
     def _wait_ready(self, deadline: float) -> None:
-        last = ""
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise UserError(f"S3Proxy exited with {self.process.returncode} at start; see {self.log_file}")
+        def probe() -> str | None:
             try:
                 urllib.request.urlopen(self.endpoint + "/", timeout=1).close()
-                return
+                return None
             except urllib.error.HTTPError:
-                return  # an S3 error document (anonymous request): the server answers
+                return None  # an S3 error document (anonymous request): the server answers
             except OSError as exc:
-                last = str(exc)
-            time.sleep(0.1)
-        raise UserError(f"S3Proxy did not answer on {self.endpoint} in time ({last}); see {self.log_file}")
+                return str(exc)
+
+        last = process.wait_ready(
+            probe, deadline=deadline, interval=0.1,
+            exited=[(self.process, lambda rc: f"S3Proxy exited with {rc} at start; see {self.log_file}")])
+        if last is not None:
+            raise UserError(f"S3Proxy did not answer on {self.endpoint} in time ({last}); see {self.log_file}")
 
     def stop(self, timeout: float = 20.0) -> None:
-        if self.process is None:
-            return
-        if self.process.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.process.pid, signal.SIGTERM)
-            try:
-                self.process.wait(timeout)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(self.process.pid, signal.SIGKILL)
-                self.process.wait(10)
+        process.stop_group(self.process, timeout)
         self.process = None
 
     def __enter__(self) -> S3Store:
@@ -178,21 +165,11 @@ def main() -> int:
     """``python -m devstack.s3 [DATA_DIR]``: run the object store until Ctrl-C."""
     data = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(tempfile.mkdtemp(prefix="devstack-s3-"))
     store = S3Store(data_dir=data)
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # `kill <pid>` stops the JVMs too
-    try:
-        store.start()
-    except UserError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    print(f"S3 store ready in {store.start_seconds:.1f}s at {store.endpoint}, bucket {store.bucket!r} "
-          f"(access key {store.access_key}, secret {store.secret_key}); objects under {data / 'blobs'}")
-    try:
-        store.process.wait()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        store.stop()
-    return 0
+    return process.serve(
+        store, lambda: (f"S3 store ready in {store.start_seconds:.1f}s at {store.endpoint}, bucket "
+                        f"{store.bucket!r} (access key {store.access_key}, secret {store.secret_key}); "
+                        f"objects under {data / 'blobs'}"),
+        lambda: store.process is not None and store.process.poll() is None)
 
 
 if __name__ == "__main__":
