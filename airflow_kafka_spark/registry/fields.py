@@ -226,12 +226,17 @@ def starting_offsets(ctx: Context, where: str, value: Any, topics: list[str]) ->
                       sort_keys=True)
 
 
+def _settings(ctx: Context, where: str, value: Any, keys: tuple[str, ...], example: str) -> None:
+    """A settings block (retention, health gate) must be a mapping of known keys; else one line naming ``example``."""
+    if not isinstance(value, dict):
+        ctx.fail(where, f"must be a mapping, got {kind(value)}", example)
+    check_keys(ctx, where, value, keys)
+
+
 def retention(ctx: Context, where: str, value: Any) -> BackupRetention:
     if value is None:
         return BackupRetention()
-    if not isinstance(value, dict):
-        ctx.fail(where, f"must be a mapping, got {kind(value)}", "write {keep_last: 5, max_age_days: 30}")
-    check_keys(ctx, where, value, RETENTION_KEYS)
+    _settings(ctx, where, value, RETENTION_KEYS, "write {keep_last: 5, max_age_days: 30}")
     keep = integer(ctx, f"{where}.keep_last", value.get("keep_last", BackupRetention.keep_last), minimum=1)
     age = number(ctx, f"{where}.max_age_days", value["max_age_days"], None, positive=True) \
         if "max_age_days" in value else BackupRetention.max_age_days
@@ -242,9 +247,7 @@ def retention(ctx: Context, where: str, value: Any) -> BackupRetention:
 def health_gate(ctx: Context, where: str, value: Any) -> HealthGate:
     if value is None:
         return HealthGate()
-    if not isinstance(value, dict):
-        ctx.fail(where, f"must be a mapping, got {kind(value)}", "write {min_batches: 1, timeout_s: 600}")
-    check_keys(ctx, where, value, HEALTH_GATE_KEYS)
+    _settings(ctx, where, value, HEALTH_GATE_KEYS, "write {min_batches: 1, timeout_s: 600}")
     batches = integer(ctx, f"{where}.min_batches", value.get("min_batches", HealthGate.min_batches), minimum=1)
     timeout = number(ctx, f"{where}.timeout_s", value.get("timeout_s"), HealthGate.timeout_s, positive=True)
     idle: float | None = HealthGate.idle_pass_s

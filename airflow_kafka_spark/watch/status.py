@@ -254,6 +254,15 @@ class _Trend:
     extra: dict[str, Any]
 
 
+def _age_limit(given: float | None, med_interval: float | None, factor: float, floor: float) -> tuple[float, str]:
+    """A batch-age limit and where it came from: the threshold, else ``factor`` x the job's rhythm (>= floor)."""
+    if given is not None:
+        return float(given), "threshold"
+    if med_interval is not None:
+        return max(factor * med_interval, floor), "derived"
+    return floor, "default (fewer than 2 timed batches)"
+
+
 def _non_decreasing(vals: Sequence[int]) -> bool:
     return all(b >= a for a, b in pairwise(vals))
 
@@ -372,18 +381,8 @@ def evaluate_status(
     intervals = [(b.batch_timestamp_ms - a.batch_timestamp_ms) / 1000.0 for a, b in pairwise(timed)
                  if b.batch_timestamp_ms > a.batch_timestamp_ms]
     med_interval = statistics.median(intervals) if intervals else None
-    if th.stall_after_s is not None:
-        stall_after, stall_src = float(th.stall_after_s), "threshold"
-    elif med_interval is not None:
-        stall_after, stall_src = max(STALL_FACTOR * med_interval, STALL_FLOOR_S), "derived"
-    else:
-        stall_after, stall_src = STALL_FLOOR_S, "default (fewer than 2 timed batches)"
-    if th.stopped_after_s is not None:
-        stopped_after, stopped_src = float(th.stopped_after_s), "threshold"
-    elif med_interval is not None:
-        stopped_after, stopped_src = max(STOPPED_FACTOR * med_interval, STOPPED_FLOOR_S), "derived"
-    else:
-        stopped_after, stopped_src = STOPPED_FLOOR_S, "default (fewer than 2 timed batches)"
+    stall_after, stall_src = _age_limit(th.stall_after_s, med_interval, STALL_FACTOR, STALL_FLOOR_S)
+    stopped_after, stopped_src = _age_limit(th.stopped_after_s, med_interval, STOPPED_FACTOR, STOPPED_FLOOR_S)
     stopped_after = max(stopped_after, stall_after)
     t_last = max((b.batch_timestamp_ms for b in timed), default=None)
     age_s = (now_ms - t_last) / 1000.0 if t_last is not None else None
