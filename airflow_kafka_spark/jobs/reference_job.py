@@ -23,6 +23,12 @@ stops the query, and, if a batch was cut anyway (``offsets/N`` without ``commits
 is always behind never shows a gap between batches; after ``--stop-grace`` seconds it is stopped
 inside a batch and that batch is replayed the same way.
 It exits 0 only when the last planned batch is committed; it prints one JSON status line.
+
+Compatibility probe (``--aks-probe``, docs/probe.md): the product starts the new application on a
+staged copy of the checkpoint to learn whether Spark accepts it. The query then writes to Spark's
+``noop`` sink (never the real one), runs the one batch the staged copy has pending (``once``
+trigger) and exits: 0 when the batch ran, 1 with Spark's error otherwise. It prints
+``AKS_PROBE {...}`` lines: the first acknowledges the swapped sink, the last carries the outcome.
 """
 
 from __future__ import annotations
@@ -58,6 +64,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--kafka-option", action="append", default=[], metavar="KEY=VALUE",
                    help="extra kafka.* consumer options (e.g. kafka.security.protocol=SASL_SSL)")
     p.add_argument("--fail-at-start", action="store_true", help="exit 1 right away (a broken build, for tests)")
+    p.add_argument("--aks-probe", action="store_true",
+                   help="compatibility probe: noop sink, one batch (the staged checkpoint's pending one), then exit")
     return p.parse_args(argv)
 
 
@@ -94,6 +102,9 @@ def build_query(spark, args: argparse.Namespace, *, trigger: str | None = None):
         df = df.groupBy("key").count()
 
     writer = df.writeStream.queryName(args.query_name).option("checkpointLocation", args.checkpoint)
+    mode = "update" if args.stateful == "count_by_key" else "append"
+    if getattr(args, "aks_probe", False):
+        return start_probe(writer, mode)
     trig = trigger or args.trigger
     if trig == "availableNow":
         writer = writer.trigger(availableNow=True)
@@ -135,8 +146,40 @@ def build_query(spark, args: argparse.Namespace, *, trigger: str | None = None):
         else:
             out.write.mode("append").json(args.output)
 
-    mode = "update" if args.stateful == "count_by_key" else "append"
     return writer.foreachBatch(write_batch).outputMode(mode).start()
+
+
+PROBE_PREFIX = "AKS_PROBE "
+
+
+def start_probe(writer, mode: str):
+    """The probe's side of the contract: the same query into the ``noop`` sink, one batch (``once``).
+
+    Same output mode as the real sink (Spark checks it against the plan). ``once`` runs exactly the
+    batch the staged checkpoint has pending and plans no new one.
+    """
+    print(PROBE_PREFIX + json.dumps({"event": "sink", "sink": "noop", "trigger": "once"}), flush=True)
+    return writer.format("noop").outputMode(mode).trigger(once=True).start()
+
+
+def run_probe(query) -> int:
+    """Wait for the probe's one batch; print its outcome; 0 if it ran, 1 with Spark's error if not."""
+    error = None
+    try:
+        query.awaitTermination()
+    except Exception as exc:  # StreamingQueryException: Spark's own error class is in the text
+        error = str(exc)
+    if error is None and query.exception() is not None:
+        error = str(query.exception())
+    progress = query.lastProgress or {}
+    print(PROBE_PREFIX + json.dumps({"event": "result", "ok": error is None, "error": (error or "")[:4000],
+                                     "batch_id": progress.get("batchId")}), flush=True)
+    return 0 if error is None else 1
+
+
+def probe_refused(exc: BaseException) -> None:
+    """The outcome line when Spark refused the query before its batch (``start()`` raised)."""
+    print(PROBE_PREFIX + json.dumps({"event": "result", "ok": False, "error": str(exc)[:4000]}), flush=True)
 
 
 def _checkpoint_boundary(spark, checkpoint: str) -> tuple[int | None, int | None]:
@@ -193,6 +236,13 @@ def main(argv: list[str] | None = None) -> int:
              .config("spark.sql.streaming.stopTimeout", "60s")
              .getOrCreate())
     spark.sparkContext.setLogLevel("WARN")
+    if args.aks_probe:
+        try:
+            query = build_query(spark, args)
+        except Exception as exc:  # refused at start (sources, analysis): the outcome line carries it
+            probe_refused(exc)
+            return 1
+        return run_probe(query)
     query = build_query(spark, args)
     _status(event="started", query_id=str(query.id), run_id=str(query.runId), pid=os.getpid())
     if args.trigger == "availableNow" or not args.stop_marker:
