@@ -24,7 +24,24 @@ class Parser(argparse.ArgumentParser):
     """argparse that reports usage mistakes as one ``error:`` line instead of usage + message."""
 
     def error(self, message: str) -> NoReturn:
-        raise UsageError(f"{message} (see {self.prog} --help)")
+        raise UsageError(f"{_hide_values(message)} (see {self.prog} --help)")
+
+
+def _hide_values(message: str) -> str:
+    """argparse's "unrecognized arguments: a b" with every non-flag word hidden.
+
+    ``-X sasl.password hunter2`` leaves ``hunter2`` unrecognized; quoting it would print the password.
+    """
+    head, sep, rest = message.partition("unrecognized arguments: ")
+    if not sep:
+        return message
+    words = rest.split()
+    flags = [w for w in words if w.startswith("-")]
+    hidden = len(words) - len(flags)
+    shown = " ".join(flags)
+    if hidden:
+        shown = f"{shown} and {hidden} value(s) not shown" if shown else f"{hidden} value(s), not shown"
+    return f"{head}unrecognized arguments: {shown}"
 
 
 @dataclass(frozen=True)
@@ -36,10 +53,13 @@ class Command:
 
 
 def key_value(text: str) -> tuple[str, str]:
-    """``k=v`` → ``(k, v)``; argparse turns the ValueError into a one-line usage error."""
+    """``k=v`` → ``(k, v)``; argparse turns the error into a one-line usage error.
+
+    The argument is not quoted back: ``-X sasl.password hunter2`` is the usual way to get this wrong.
+    """
     key, sep, value = text.partition("=")
     if not sep or not key.strip():
-        raise argparse.ArgumentTypeError(f"expected key=value, got {text!r}")
+        raise argparse.ArgumentTypeError("expected KEY=VALUE (the argument is not shown: it may hold a secret)")
     return key.strip(), value.strip()
 
 
@@ -75,87 +95,48 @@ def positive_int(text: str) -> int:
 def add_kafka_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("Kafka")
     g.add_argument("--bootstrap-servers", metavar="HOST:PORT[,...]", help="Kafka bootstrap servers")
-    g.add_argument("--kafka-config", metavar="FILE", type=Path,
-                   help="librdkafka settings as .json, or Java-style .properties (SASL/SSL...)")
+    g.add_argument("--kafka-config", "--command-config", metavar="FILE", type=Path,
+                   help="client settings as Java .properties (key=value, key: value or key value) or a .json "
+                        "object; the place for credentials (SASL/SSL). Also read: AKS_KAFKA_<KEY> variables "
+                        "(AKS_KAFKA_SASL_PASSWORD -> sasl.password)")
     g.add_argument("-X", "--kafka-property", metavar="KEY=VALUE", type=key_value, action="append", default=[],
-                   help="one more librdkafka setting (repeatable)")
+                   help="one more librdkafka setting (repeatable); for a secret give a reference, "
+                        "-X sasl.password=@env:NAME or =@file:PATH, not the value (ps shows arguments)")
     g.add_argument("--timeout", metavar="SECONDS", type=positive_float, default=10.0,
                    help="deadline of each Kafka request (default 10)")
 
 
 def kafka_config_from_args(args: argparse.Namespace) -> dict[str, Any]:
-    """The librdkafka dict from ``--kafka-config``, ``-X`` and ``--bootstrap-servers`` (in that order)."""
+    """The librdkafka dict from ``--kafka-config``, ``AKS_KAFKA_*``, ``-X`` and ``--bootstrap-servers`` (in that order).
+
+    A secret given as a literal ``-X`` value works but is warned about on stderr: every user of the
+    host sees it in ``ps``.
+    """
+    import sys
+
+    from airflow_kafka_spark.kafka.client_config import (
+        env_config,
+        read_config_file,
+        resolve_references,
+        secrets_on_argv,
+    )
+
     config: dict[str, Any] = {}
     if args.kafka_config is not None:
-        config.update(read_kafka_config_file(args.kafka_config))
+        config.update(read_config_file(args.kafka_config))
+    config.update(env_config())
     config.update(dict(args.kafka_property))
+    for key in secrets_on_argv(args.kafka_property):
+        print(f"warning: -X {key}=... puts a secret on the command line, where ps and shell history show it; "
+              f"use --kafka-config FILE, AKS_KAFKA_{key.upper().replace('.', '_')} or -X {key}=@env:NAME",
+              file=sys.stderr)
+    config = resolve_references(config)
     if args.bootstrap_servers:
         config["bootstrap.servers"] = args.bootstrap_servers
     if not config.get("bootstrap.servers"):
         raise UsageError("no Kafka cluster given: pass --bootstrap-servers HOST:PORT or --kafka-config FILE "
                          "with bootstrap.servers")
     return config
-
-
-def read_kafka_config_file(path: Path) -> dict[str, Any]:
-    """A Kafka client config file: JSON object, or Java ``.properties`` (``key=value``/``key: value``).
-
-    Java clients' ``sasl.jaas.config`` with a username/password is translated to librdkafka's
-    ``sasl.username``/``sasl.password`` because librdkafka does not know the JAAS syntax.
-    """
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise UsageError(f"Kafka config file {path} does not exist") from None
-    except IsADirectoryError:
-        raise UsageError(f"Kafka config file {path} is a directory") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"cannot read Kafka config file {path}: {exc}") from None
-    if path.suffix.lower() == ".json":
-        from airflow_kafka_spark._util.jsonfile import load_json
-
-        try:
-            doc = load_json(text, what="it")
-        except ValueError as exc:
-            raise UsageError(f"Kafka config file {path} is not valid JSON: {exc}") from None
-        if not isinstance(doc, dict):
-            raise UsageError(f"Kafka config file {path} must hold a JSON object of librdkafka settings")
-        return {str(k): v for k, v in doc.items()}
-    return _translate_jaas(_parse_properties(text, path))
-
-
-def _parse_properties(text: str, path: Path) -> dict[str, str]:
-    out: dict[str, str] = {}
-    logical = ""
-    for number, raw in enumerate(text.splitlines(), start=1):
-        line = raw.strip() if not logical else raw.lstrip()
-        if not logical and (not line or line[0] in "#!"):
-            continue
-        if line.endswith("\\") and not line.endswith("\\\\"):
-            logical += line[:-1]
-            continue
-        line, logical = logical + line, ""
-        cut = min((i for i in (line.find("="), line.find(":")) if i >= 0), default=-1)
-        if cut <= 0:
-            raise UsageError(f"Kafka config file {path} line {number}: expected key=value, got "
-                             f"{raw.strip()!r}")
-        out[line[:cut].strip()] = line[cut + 1:].strip()
-    return out
-
-
-def _translate_jaas(props: dict[str, str]) -> dict[str, str]:
-    import re
-
-    jaas = props.get("sasl.jaas.config")
-    if jaas is None:
-        return props
-    user = re.search(r"""username\s*=\s*["']([^"']*)["']""", jaas)
-    password = re.search(r"""password\s*=\s*["']([^"']*)["']""", jaas)
-    out = {k: v for k, v in props.items() if k != "sasl.jaas.config"}
-    if user and password:
-        out.setdefault("sasl.username", user.group(1))
-        out.setdefault("sasl.password", password.group(1))
-    return out
 
 
 def add_json_argument(p: argparse.ArgumentParser) -> None:

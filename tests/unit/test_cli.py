@@ -22,9 +22,9 @@ from airflow_kafka_spark.cli._args import (
     add_json_argument,
     add_kafka_arguments,
     kafka_config_from_args,
-    read_kafka_config_file,
 )
 from airflow_kafka_spark.errors import UserError
+from airflow_kafka_spark.kafka.client_config import read_config_file as read_kafka_config_file
 from airflow_kafka_spark.verdict.findings import BLOCK, INFO, PASS, WARN, Finding, Verdict
 
 AKS = Path(sys.executable).with_name("aks")
@@ -97,8 +97,8 @@ def test_file_instead_of_checkpoint_folder(tmp_path):
 
 
 @pytest.mark.parametrize(("args", "fragment"), [
-    (["--conf", "spark.sql.shuffle.partitions"], "key=value"),
-    (["--conf", "=8"], "key=value"),
+    (["--conf", "spark.sql.shuffle.partitions"], "KEY=VALUE"),
+    (["--conf", "=8"], "KEY=VALUE"),
     (["--fail-on-data-loss", "maybe"], "true or false"),
     (["--timeout", "0"], "positive"),
     (["--max-offsets-per-trigger", "-5"], "positive"),
@@ -175,8 +175,8 @@ def test_json_config_file_and_precedence(tmp_path):
 
 @pytest.mark.parametrize(("name", "text", "fragment"), [
     ("k.json", "[1, 2]", "JSON object"),
-    ("k.json", "{nope", "not valid JSON"),
-    ("k.properties", "justakey\n", "expected key=value"),
+    ("k.json", "{nope", "is not JSON"),
+    ("k.properties", "=novalue-key\n", "a setting without a key"),
 ])
 def test_bad_config_files(tmp_path, name, text, fragment):
     f = tmp_path / name
