@@ -44,11 +44,12 @@ def evaluate_group(group_offsets: PartitionOffsets, broker: BrokerState, options
     elif batch_trail_note:
         findings.append(Finding(
             "GROUP_COMMIT_TRAILS_ONE_BATCH", WARN,
-            numbers={"backlog": backlog, "partitions": len(start)},
+            numbers={"backlog": backlog, "partitions": len(start), "records_to_replay": backlog},
             message=(f"{label} is committed by commitAsync, which only queues offsets and commits them "
                      f"during the next batch: the last batch processed before the stop was never "
-                     f"committed and will be read again on restart (at most the {backlog:,} records "
-                     f"between the group's offsets and the log end; exactly the last batch's range)"),
+                     f"committed and will be read again on restart — {backlog:,} records between the "
+                     f"group's offsets and the log end, all of them re-read if the job had caught up "
+                     f"before it stopped (0 after a graceful stop whose last batch was empty)"),
             fix=("make the output idempotent or store offsets with the output; for a clean stop let one "
                  "more (empty) batch run after the last data so the queued commit drains")))
     if backlog:
