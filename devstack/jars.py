@@ -3,17 +3,20 @@
 Two classpaths are needed and they must not mix: the Kafka broker (plus the Kafka command-line
 tools, used as an independent witness in tests) and the ``spark-sql-kafka-0-10`` connector at
 exactly the Spark version of the installed ``pyspark``. Each is described by a small POM under
-``stack/jvm/``; ``mvn dependency:copy-dependencies`` copies it into ``<cache>/jars/<name>/``. A
+``devstack/jvm/``; ``mvn dependency:copy-dependencies`` copies it into ``<cache>/jars/<name>/``. A
 stamp file holding the POM's hash makes a second run a no-op (no Maven start, no network).
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -54,8 +57,20 @@ def _pom_hash(pom: Path) -> str:
     return hashlib.sha256(pom.read_bytes()).hexdigest()[:16]
 
 
+@contextlib.contextmanager
+def file_lock(path: Path) -> Iterator[None]:
+    """An flock on a local file: two processes (test runs, helpers) fetch or install only once."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
 def fetch(name: str, *, quiet: bool = False) -> Classpath:
-    """Copy the runtime dependencies of ``stack/jvm/<name>/pom.xml`` into the cache, once."""
+    """Copy the runtime dependencies of ``devstack/jvm/<name>/pom.xml`` into the cache, once."""
     pom = JVM_DIR / name / "pom.xml"
     target = cache_dir() / "jars" / name
     stamp = target / ".stamp"
@@ -63,6 +78,13 @@ def fetch(name: str, *, quiet: bool = False) -> Classpath:
     if stamp.exists() and stamp.read_text().strip() == digest and any(target.glob("*.jar")):
         return Classpath(name, target)
     _require_tools()
+    with file_lock(cache_dir() / "jars" / f".{name}.lock"):
+        if stamp.exists() and stamp.read_text().strip() == digest and any(target.glob("*.jar")):
+            return Classpath(name, target)  # another process fetched it while this one waited
+        return _fetch_locked(name, pom, target, digest, quiet)
+
+
+def _fetch_locked(name: str, pom: Path, target: Path, digest: str, quiet: bool) -> Classpath:
     staging = target.with_name(name + ".partial")
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
@@ -97,14 +119,19 @@ def spark_home() -> Path:
 
 
 def spark_kafka_jars() -> list[Path]:
-    """The connector and the dependencies Spark itself does not already ship.
+    """The default runtime's connector jars (``devstack.spark_runtimes`` has the 3.5 runtime's)."""
+    return connector_jars("spark-kafka", spark_home())
+
+
+def connector_jars(pom: str, home: Path) -> list[Path]:
+    """The connector of ``devstack/jvm/<pom>`` and the dependencies the Spark at ``home`` does not ship.
 
     Maven's runtime closure also contains Hadoop, Scala and compression jars that the pyspark
     wheel already has (``pyspark/jars``); adding a second copy to the classpath invites version
     clashes, so those are left out.
     """
-    cp = fetch("spark-kafka")
-    shipped = {_artifact(j.name) for j in (spark_home() / "jars").glob("*.jar")}
+    cp = fetch(pom)
+    shipped = {_artifact(j.name) for j in (home / "jars").glob("*.jar")}
     return [j for j in cp.jars if _artifact(j.name) not in shipped]
 
 

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
 
 from airflow_kafka_spark.checkpoint.reader import read_checkpoint
 from airflow_kafka_spark.kafka.offsets import TopicPartition
-from devstack import jars, oracle, spark, topics
+from devstack import jars, oracle, spark, spark_runtimes, topics
 from devstack.produce import produce
 from tests.support.kafka import end_offsets
 from tests.support.waiting import wait_until
@@ -20,13 +22,34 @@ pytestmark = pytest.mark.integration
 N, M, PARTS = 900, 450, 3
 
 
-def test_pyspark_python_files_match_the_jars():
-    """pyspark-client (pulled in by the Spark provider) must not leave other Python files than the jars."""
-    import pyspark
+_PROBE = """
+import importlib.metadata as md, json, os, pyspark
+dists = {}
+for d in ("pyspark", "pyspark-client"):
+    try:
+        dists[d] = md.version(d)
+    except md.PackageNotFoundError:
+        pass
+print(json.dumps({"python_files": pyspark.__version__, "home": os.path.dirname(pyspark.__file__), "dists": dists}))
+"""
 
-    assert pyspark.__version__ == spark.spark_submit_version()
-    kafka_jar = [j.name for j in jars.spark_kafka_jars() if j.name.startswith("spark-sql-kafka")]
-    assert kafka_jar == [f"spark-sql-kafka-0-10_2.13-{pyspark.__version__}.jar"]
+
+@pytest.mark.parametrize("name", ["default", pytest.param("3.5", marks=pytest.mark.spark35)])
+def test_pyspark_python_files_match_the_jars(name):
+    """Per runtime: pyspark's Python files (and pyspark-client's, which the Spark provider pulls in and
+    which installs into the same package) = its JVM jars = spark-submit's version = the connector."""
+    rt = spark_runtimes.runtime(name)
+    probe = json.loads(subprocess.run([str(rt.python), "-c", _PROBE], capture_output=True, text=True,
+                                      env=rt.env(), check=True, timeout=120).stdout)
+    assert Path(probe["home"]) == rt.home
+    assert probe["python_files"] == rt.version
+    assert set(probe["dists"].values()) == {rt.version}, probe["dists"]
+    assert spark.spark_submit_version(rt) == rt.version
+    assert (rt.home / "jars" / f"spark-core_{rt.scala}-{rt.version}.jar").is_file()
+    names = {j.name for j in rt.kafka_jars()}
+    assert {f"spark-sql-kafka-0-10_{rt.scala}-{rt.version}.jar",
+            f"spark-token-provider-kafka-0-10_{rt.scala}-{rt.version}.jar"} <= names, names
+    assert not any(n.startswith(("spark-core", "scala-library", "hadoop-client")) for n in names), names
 
 
 def test_second_fetch_does_not_call_maven(monkeypatch):
