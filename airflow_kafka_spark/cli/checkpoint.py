@@ -213,17 +213,19 @@ def _restore(args: argparse.Namespace) -> int:
     from airflow_kafka_spark.errors import OperationBlocked, UserError
     from airflow_kafka_spark.ops.backup.manifest import list_backups
     from airflow_kafka_spark.ops.commands import restore_checkpoint
+    from airflow_kafka_spark.ops.restore import restore_job_name
 
     config = kafka_config_from_args(args)
     key = _seal_key(args)
     backup_id = args.backup
     if backup_id == "latest":
-        if not args.job:
-            raise UserError("--backup latest needs --job to know whose backups to look at")
-        newest = list_backups(args.backup_root, args.job, storage_options=_opts(args.backup_storage_option),
+        job = restore_job_name(args.checkpoint, args.job, _opts(args.storage_option))
+        newest = list_backups(args.backup_root, job, storage_options=_opts(args.backup_storage_option),
                               seal_key=key).newest
         if newest is None:
-            raise UserError(f"job {args.job} has no backups under {args.backup_root}")
+            raise UserError(f"job {job} has no backups under {args.backup_root}"
+                            + ("" if args.job else " (the job name comes from the lifecycle record, else the "
+                                                   "checkpoint folder's name; pass --job NAME for another)"))
         backup_id = newest.backup_id
     try:
         result = restore_checkpoint(

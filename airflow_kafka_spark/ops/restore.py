@@ -50,7 +50,7 @@ from airflow_kafka_spark.errors import OperationBlocked, UserError
 from airflow_kafka_spark.lifecycle.events import LifecycleEvent
 from airflow_kafka_spark.lifecycle.journal import Journal, Operation, is_operation_id, new_operation_id
 from airflow_kafka_spark.lifecycle.record import LifecycleRecord
-from airflow_kafka_spark.names import validate_job_name
+from airflow_kafka_spark.names import default_job_name, validate_job_name
 from airflow_kafka_spark.ops import seal
 from airflow_kafka_spark.ops.backup.manifest import Manifest, load_backup, open_backup_root
 from airflow_kafka_spark.ops.backup.store import materialize
@@ -101,12 +101,31 @@ class RestoreTarget:
     seal_key: bytes | None
 
 
+def job_of(checkpoint_location: str, job: str | None, record: LifecycleRecord | None) -> str:
+    """Whose backups a restore reads: ``job``, else the lifecycle record's, else the checkpoint folder's name.
+
+    The same rule ``aks backup`` files backups by (:func:`~airflow_kafka_spark.names.default_job_name`),
+    so a checkpoint backed up without ``--job`` is restored without it too.
+    """
+    name = job if job is not None else default_job_name(checkpoint_location, record.job_name if record else None)
+    validate_job_name(name)
+    return name
+
+
+def restore_job_name(checkpoint_location: str, job: str | None, storage_options: dict | None = None) -> str:
+    """:func:`job_of` with the lifecycle record read from beside ``checkpoint_location``."""
+    if job is not None:
+        return job_of(checkpoint_location, job, None)
+    return job_of(checkpoint_location, None, LifecycleRecord.load(checkpoint_location, storage_options=storage_options))
+
+
 def open_restore(checkpoint_location: str, backup_root: str, backup_id: str, *, job: str | None,
                  storage_options: dict | None, backup_storage_options: dict | None,
                  seal_key: bytes | None) -> RestoreTarget:
     """Check everything a restore needs before it takes the lock; changes nothing.
 
-    ``job`` defaults to the lifecycle record's job name (a backup of another job is refused).
+    ``job`` defaults to the lifecycle record's job name, else the folder's (:func:`job_of`; a backup of
+    another job is refused).
     Raises :class:`OperationBlocked` (exit 3) while the job runs, :class:`UserError` (exit 2) for
     bad input (unknown or tampered backup, wrong job). ``seal_key`` (default:
     ``$AKS_SEAL_KEY_FILE``'s) requires the keyed seal on the manifest.
@@ -115,12 +134,8 @@ def open_restore(checkpoint_location: str, backup_root: str, backup_id: str, *, 
     ck = open_location(checkpoint_location, storage_options, what="checkpoint location")
     root = open_backup_root(backup_root, backup_storage_options)
     check_locations(ck, root)
-    record = LifecycleRecord.load(checkpoint_location)
-    if job is None:
-        if record is None:
-            raise UserError(f"no lifecycle record beside {checkpoint_location} names its job: pass --job")
-        job = record.job_name
-    validate_job_name(job)
+    record = LifecycleRecord.load(checkpoint_location, storage_options=storage_options)
+    job = job_of(checkpoint_location, job, record)
     if record is not None and record.job_name != job:
         raise UserError(f"checkpoint {checkpoint_location} belongs to job {record.job_name!r}, not {job!r}: restore "
                         f"it from {record.job_name}'s backups")
