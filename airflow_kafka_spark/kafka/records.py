@@ -1,17 +1,23 @@
 """Single records, read with a short-lived consumer: offsets are not dense (S25).
 
 Transaction markers and compaction leave gaps, so "the record at C-1" may not exist:
-:meth:`RecordProbe.first_record_at_or_after` and :meth:`RecordProbe.last_record_before` read what
+:meth:`RecordProbe.first_records_at_or_after` and :meth:`RecordProbe.last_records_before` read what
 is physically there instead of assuming. A mixin over
 :class:`~airflow_kafka_spark.kafka.client.KafkaClient`; :class:`KafkaView` has it.
+
+Why batched: a probe consumer costs ~13 ms to create and one fetch round trip per partition, so one
+consumer per partition made a 1,000-partition job take seconds. Every call here takes all its
+partitions at once: one ``list_offsets`` for the bounds, one consumer assigned to every partition at
+its start offset, and fetches that serve all partitions together; a partition leaves the assignment
+(``incremental_unassign``) as soon as its answer is known, so nothing more is fetched for it.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from confluent_kafka import Consumer, KafkaError
 from confluent_kafka import TopicPartition as KTP
@@ -23,9 +29,16 @@ from airflow_kafka_spark.kafka.secrets import scrub
 
 log = logging.getLogger(__name__)
 
+#: ``(offset, timestamp_ms)`` of one record; the timestamp is None when the record carries none.
+Found = tuple[int, int | None]
+#: ``{tp: (start, stop)}``: read the records with ``start <= offset < stop`` of each partition.
+Ranges = dict[TopicPartition, tuple[int, int]]
+_FIRST_WINDOW = 16      # records read before C in the first pass of last_records_before
+_WINDOW_GROWTH = 8
+
 
 class RecordProbe(KafkaClient):
-    """The single-record calls of a Kafka view."""
+    """The single-record calls of a Kafka view, one consumer per call whatever the partition count."""
 
     def record_timestamp(self, tp: TopicPartition, offset: int) -> int | None:
         """Timestamp (ms) of the record stored at exactly ``offset``; None if there is none.
@@ -34,32 +47,46 @@ class RecordProbe(KafkaClient):
         away). The §1.3 identity heuristic needs the *physical* record, so this reads with
         ``read_uncommitted`` and never commits.
         """
-        found = self._first_at_or_after(TopicPartition(*tp), int(offset), exact=True)
-        return found[1] if found is not None and found[0] == offset else None
+        tp = TopicPartition(*tp)
+        bounds = self._bounds_of([tp]).get(tp)
+        if bounds is None or not bounds[0] <= offset < bounds[1]:
+            return None
+        found = self._read_ranges({tp: (int(offset), int(offset) + 1)}, first_only=True).get(tp)
+        return found[0][1] if found and found[0][0] == offset else None
 
-    def first_record_at_or_after(self, tp: TopicPartition, offset: int) -> tuple[int, int | None] | None:
+    def first_record_at_or_after(self, tp: TopicPartition, offset: int) -> Found | None:
         """``(offset, timestamp_ms)`` of the first readable record at or after ``offset``.
 
         Offsets below the log start begin at the log start. None when nothing is readable up to the
         log end (only markers left, or ``offset`` ≥ log end).
         """
-        return self._first_at_or_after(TopicPartition(*tp), int(offset), exact=False)
+        tp = TopicPartition(*tp)
+        return self.first_records_at_or_after({tp: int(offset)}).get(tp)
 
-    def _first_at_or_after(self, tp: TopicPartition, offset: int, *, exact: bool
-                           ) -> tuple[int, int | None] | None:
-        bounds = self._bounds(tp)
-        if bounds is None:
-            return None
-        earliest, latest = bounds
-        if offset >= latest or (exact and offset < earliest):
-            return None
-        start = max(offset, earliest)
-        with self._probe() as read:
-            for off, ts in read(tp, start):
-                return off, ts
-        return None
+    def first_records_at_or_after(self, positions: Mapping[TopicPartition, int], *,
+                                  deadline: float | None = None) -> dict[TopicPartition, Found | None]:
+        """:meth:`first_record_at_or_after` for many partitions with one consumer.
 
-    def last_record_before(self, tp: TopicPartition, offset: int) -> tuple[int, int | None] | None:
+        Partitions not answered by ``deadline`` (``time.monotonic()``; default: ``timeout`` from
+        now) are left out of the result, so a caller with a budget can fall back for them.
+        """
+        tps = [TopicPartition(*tp) for tp in positions]
+        bounds = self._bounds_of(tps)
+        out: dict[TopicPartition, Found | None] = {}
+        ranges: Ranges = {}
+        for tp in tps:
+            b = bounds.get(tp)
+            offset = int(positions[tp])
+            if b is None or offset >= b[1]:
+                out[tp] = None
+            else:
+                ranges[tp] = (max(offset, b[0]), b[1])
+        read = self._read_ranges(ranges, first_only=True, deadline=deadline, partial=deadline is not None)
+        for tp, records in read.items():
+            out[tp] = records[0] if records else None
+        return out
+
+    def last_record_before(self, tp: TopicPartition, offset: int) -> Found | None:
         """``(offset, timestamp_ms)`` of the last readable record with an offset below ``offset``.
 
         This is "the record at C-1" made robust for S25: after a transaction the checkpoint's C is
@@ -67,37 +94,52 @@ class RecordProbe(KafkaClient):
         grows (16, 128, 1024, ... records) until a record is found or the log start is reached.
         """
         tp = TopicPartition(*tp)
-        bounds = self._bounds(tp)
-        if bounds is None:
-            return None
-        earliest, latest = bounds
-        end = min(int(offset), latest)
-        if end <= earliest:
-            return None
-        window = 16
-        with self._probe() as read:
-            while True:
-                start = max(earliest, end - window)
-                best: tuple[int, int | None] | None = None
-                for off, ts in read(tp, start, stop=end):
-                    if off >= end:
-                        break
-                    best = (off, ts)
-                if best is not None:
-                    return best
-                if start <= earliest:
-                    return None
-                window *= 8
+        return self.last_records_before({tp: int(offset)}).get(tp)
 
+    def last_records_before(self, offsets: Mapping[TopicPartition, int], *,
+                            deadline: float | None = None) -> dict[TopicPartition, Found | None]:
+        """:meth:`last_record_before` for many partitions: one consumer, windows grown per partition.
 
-    @contextlib.contextmanager
-    def _probe(self) -> Iterator[Callable[[TopicPartition, int], Iterator[tuple[int, int | None]]]]:
-        """A throwaway consumer positioned by ``assign`` (no subscribe, no group join, no commits).
-
-        Yields ``read(tp, start, stop=None)``: an iterator over ``(offset, timestamp)`` from
-        ``start`` to the log end (``enable.partition.eof`` ends it without waiting) or to the record
-        at ``stop - 1``. The consumer is always closed.
+        Partitions not answered by ``deadline`` are left out of the result (see
+        :meth:`first_records_at_or_after`).
         """
+        tps = [TopicPartition(*tp) for tp in offsets]
+        bounds = self._bounds_of(tps)
+        out: dict[TopicPartition, Found | None] = {}
+        todo: dict[TopicPartition, tuple[int, int]] = {}  # tp -> (log start, end of the search)
+        for tp in tps:
+            b = bounds.get(tp)
+            end = min(int(offsets[tp]), b[1]) if b is not None else 0
+            if b is None or end <= b[0]:
+                out[tp] = None
+            else:
+                todo[tp] = (b[0], end)
+        window = _FIRST_WINDOW
+        while todo:
+            ranges = {tp: (max(start, end - window), end) for tp, (start, end) in todo.items()}
+            read = self._read_ranges(ranges, first_only=False, deadline=deadline, partial=deadline is not None)
+            nxt: dict[TopicPartition, tuple[int, int]] = {}
+            for tp, (start, end) in todo.items():
+                if tp not in read:          # deadline: left out
+                    continue
+                if read[tp]:
+                    out[tp] = read[tp][-1]
+                elif ranges[tp][0] <= start:
+                    out[tp] = None
+                else:
+                    nxt[tp] = (start, ranges[tp][0])
+            todo = nxt
+            window *= _WINDOW_GROWTH
+        return out
+
+    # -- internals ---------------------------------------------------------------------------------
+
+    def _bounds_of(self, tps: Iterable[TopicPartition]) -> dict[TopicPartition, tuple[int, int]]:
+        """(earliest, latest) of every partition that exists, in one pair of ``list_offsets`` requests."""
+        raise NotImplementedError  # KafkaView
+
+    def _probe_consumer(self) -> Any:
+        """A throwaway consumer positioned by ``assign`` (no subscribe, no group join, no commits)."""
         conf = dict(self.config)
         conf.setdefault("group.id", PROBE_GROUP_ID)  # librdkafka requires one; nothing is committed
         conf.update({
@@ -107,45 +149,78 @@ class RecordProbe(KafkaClient):
             # At the log end a fetch parks for fetch.wait.max.ms (500 ms default) before EOF is
             # reported; a probe wants the answer "nothing there" now.
             "fetch.wait.max.ms": 20,
+            # A probe needs one record (or a 16-record window) per partition: small fetches keep
+            # the memory of a 5,000-partition probe bounded (a larger record still comes whole).
+            "max.partition.fetch.bytes": 65536, "queued.max.messages.kbytes": 16384,
             "error_cb": self._errors, "logger": self._logger,
         })
-        consumer = self._construct(Consumer, conf, "Kafka consumer")
-        deadline = self._deadline()
+        return self._construct(Consumer, conf, "Kafka consumer")
 
-        def read(tp: TopicPartition, start: int, stop: int | None = None) -> Iterator[tuple[int, int | None]]:
-            consumer.assign([KTP(tp.topic, tp.partition, int(start))])
-            t0 = time.monotonic()
-            while True:
+    def _read_ranges(self, ranges: Ranges, *, first_only: bool, deadline: float | None = None,
+                     partial: bool = False) -> dict[TopicPartition, list[Found]]:
+        """The records in ``[start, stop)`` of every partition (only the first with ``first_only``).
+
+        One consumer assigned to all partitions; a partition is done at its first record
+        (``first_only``), at the record ``stop - 1``, at the first record beyond, or at the log end
+        (``enable.partition.eof``). At ``deadline`` the unfinished partitions are left out when
+        ``partial``, else the call fails as unreachable.
+        """
+        out: dict[TopicPartition, list[Found]] = {tp: [] for tp in ranges}
+        if not ranges:
+            return out
+        deadline = self._deadline() if deadline is None else deadline
+        t0 = time.monotonic()
+        pending = {(tp.topic, tp.partition): tp for tp, (start, stop) in ranges.items() if start < stop}
+        consumer = self._probe_consumer()
+        try:
+            consumer.assign([KTP(tp.topic, tp.partition, int(ranges[tp][0])) for tp in pending.values()])
+            while pending:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
-                    raise self._unreachable(f"read {tp} at offset {start}", t0)
-                msg = consumer.poll(min(remaining, 0.5))
-                if msg is None:
-                    continue
-                err = msg.error()
-                if err is None:
-                    if msg.offset() < start:  # left over from a previous assignment
+                    if partial:
+                        for tp in pending.values():
+                            out.pop(tp, None)
+                        break
+                    sample = next(iter(pending.values()))
+                    raise self._unreachable(f"read {sample} at offset {ranges[sample][0]} "
+                                            f"(and {len(pending) - 1} more partitions)", t0)
+                done: list[TopicPartition] = []
+                for msg in consumer.consume(num_messages=max(64, min(len(pending) * 4, 10_000)),
+                                            timeout=min(remaining, 0.5)):
+                    err = msg.error()
+                    tp = pending.get((msg.topic(), msg.partition()))
+                    if tp is None:
+                        if err is not None and (err.fatal() or err.code() == KafkaError._AUTHENTICATION):
+                            raise UserError(f"Kafka at {self.bootstrap_servers} failed to read records: "
+                                            f"{clean(err.str(), self.config)}")
                         continue
-                    kind, ts = msg.timestamp()
-                    yield msg.offset(), (ts if kind != 0 and ts >= 0 else None)
-                    if stop is not None and msg.offset() >= stop - 1:
-                        return
-                    continue
-                if err.code() == KafkaError._PARTITION_EOF:
-                    if msg.offset() is not None and msg.offset() < start:
+                    start, stop = ranges[tp]
+                    if err is None:
+                        off = msg.offset()
+                        if off < start:  # left over from a previous position
+                            continue
+                        if off < stop:
+                            kind, ts = msg.timestamp()
+                            out[tp].append((off, ts if kind != 0 and ts >= 0 else None))
+                        if first_only or off >= stop - 1:
+                            done.append(pending.pop((tp.topic, tp.partition)))
                         continue
-                    return
-                if err.code() in (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE):
-                    return
-                if err.fatal() or err.code() == KafkaError._AUTHENTICATION:
-                    raise UserError(f"Kafka at {self.bootstrap_servers} failed to read {tp}: "
-                                    f"{clean(err.str(), self.config)}")
-                # transport hiccups: librdkafka retries, we keep waiting until the deadline
-
-        try:
-            yield read
+                    code = err.code()
+                    if code == KafkaError._PARTITION_EOF:
+                        if msg.offset() is not None and msg.offset() < start:
+                            continue
+                        done.append(pending.pop((tp.topic, tp.partition)))
+                    elif code in (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE):
+                        done.append(pending.pop((tp.topic, tp.partition)))
+                    elif err.fatal() or code == KafkaError._AUTHENTICATION:
+                        raise UserError(f"Kafka at {self.bootstrap_servers} failed to read {tp}: "
+                                        f"{clean(err.str(), self.config)}")
+                    # transport hiccups: librdkafka retries, we keep waiting until the deadline
+                if done and pending:
+                    consumer.incremental_unassign([KTP(tp.topic, tp.partition) for tp in done])
         finally:
             try:
                 consumer.close()
             except Exception as exc:  # closing must not hide the real result
                 log.debug("closing probe consumer: %s", scrub(str(exc), self.config))
+        return out

@@ -282,7 +282,9 @@ class KafkaView(GroupOffsets, RecordProbe):
         for ktp, fut in futs.items():
             tp = TopicPartition(ktp.topic, ktp.partition)
             try:
-                out[tp] = self._result(fut, what, deadline, raw=True).offset
+                # All futures are done after the one wait above: no per-partition wait (2 × 1,000
+                # ``concurrent.futures.wait`` calls cost ~0.1 s at 1,000 partitions).
+                out[tp] = (fut.result(0) if fut.done() else self._result(fut, what, deadline, raw=True)).offset
             except KafkaException as exc:
                 err = err_of(exc)
                 code = err.code() if err is not None else None
@@ -349,15 +351,16 @@ class KafkaView(GroupOffsets, RecordProbe):
             todo = next_todo
         return {k: {tp: o for tp, o in v.items() if tp not in gone} for k, v in results.items()}, gone
 
-    def _bounds(self, tp: TopicPartition) -> tuple[int, int] | None:
-        """(earliest, latest) of one partition; None if the topic or partition does not exist."""
-        deadline = self._deadline()
+    def _bounds_of(self, tps: Iterable[TopicPartition]) -> dict[TopicPartition, tuple[int, int]]:
+        """(earliest, latest) of every partition of ``tps`` that exists: one request per offset kind."""
+        tps = list(dict.fromkeys(tps))
+        if not tps:
+            return {}
         result, gone = self._offsets_retrying(
-            {"earliest": (OffsetSpec.earliest(), [tp]), "latest": (OffsetSpec.latest(), [tp])},
-            deadline, f"offsets of {tp}", exist=False)
-        if gone or tp not in result["earliest"] or tp not in result["latest"]:
-            return None
-        return result["earliest"][tp], result["latest"][tp]
+            {"earliest": (OffsetSpec.earliest(), tps), "latest": (OffsetSpec.latest(), tps)},
+            self._deadline(), "offsets of the probed partitions", exist=False)
+        early, late = result["earliest"], result["latest"]
+        return {tp: (early[tp], late[tp]) for tp in tps if tp not in gone and tp in early and tp in late}
 
     def _confirm(self, tps: list[TopicPartition], reference: PartitionOffsets,
                  first: PartitionOffsets | None, attempts: int, delay: float

@@ -127,22 +127,15 @@ def _probe_identity(kafka: KafkaView, checkpoint: CheckpointState, broker: Broke
                     ) -> tuple[dict[TopicPartition, ProbedRecord], list[TopicPartition]]:
     """Read the last record below ``C`` where only timestamps can tell a recreated topic (§1.3 item 5).
 
-    One probe consumer per partition, in order, until the budget is spent: a topic reset affects
-    every partition of the topic, so the first partitions already carry the evidence; the rest are
-    reported as unverified rather than slowing the deploy down.
+    All partitions are read by one probe consumer (``last_records_before``) until the budget is
+    spent; partitions not answered by then are reported as unverified rather than slowing the
+    deploy down.
     """
     wanted = identity_probes(checkpoint, broker, record, options)
     found: dict[TopicPartition, ProbedRecord] = {}
-    unprobed: list[TopicPartition] = []
-    deadline = time.monotonic() + max(budget_s, 0.0)
-    for tp, c in wanted.items():
-        if time.monotonic() >= deadline:
-            unprobed.append(tp)
-            continue
-        probe = kafka.last_record_before(tp, c)
-        found[tp] = probe
-        if probe is None or probe[1] is None:
-            unprobed.append(tp)
+    if wanted:
+        found.update(kafka.last_records_before(wanted, deadline=time.monotonic() + max(budget_s, 0.0)))
+    unprobed = [tp for tp in wanted if found.get(tp) is None or found[tp][1] is None]
     return found, unprobed
 
 

@@ -24,9 +24,9 @@ Consumer-group jobs (DStream ``commitAsync``, plain consumers) have no checkpoin
 is the group's committed offsets, and their "history" is made of the samples, one pseudo-batch per
 distinct committed position at the time it was first seen (Burrow's window, built from our polls).
 
-Reading first-unread records costs one short-lived consumer per lagging partition. The reads stop
-when ``probe_budget_s`` is spent; the remaining partitions fall back to interpolation, so a topic
-with hundreds of partitions is slower to refine, never wrong by omission (``method`` says which).
+Reading first-unread records takes one short-lived consumer assigned to every lagging partition at
+once (one fetch serves them all). The reads stop when ``probe_budget_s`` is spent; the partitions not
+answered by then fall back to interpolation, never wrong by omission (``method`` says which).
 """
 
 from __future__ import annotations
@@ -133,8 +133,8 @@ def _first_unread(kafka: KafkaView, positions: PartitionOffsets, broker: BrokerS
                   ) -> tuple[dict[TopicPartition, FirstUnread], list[TopicPartition], float]:
     """First readable record at or after the position of every lagging partition, within a budget.
 
-    Partitions are read worst first (largest backlog), so when the budget runs out it is the
-    small lags that fall back to interpolation, not the one that decides the job's time lag.
+    All lagging partitions are read together by one consumer; those not answered within the budget
+    fall back to interpolation.
     """
     lagging: list[tuple[int, TopicPartition, int]] = []
     topics = {tp.topic for tp in positions}
@@ -148,15 +148,12 @@ def _first_unread(kafka: KafkaView, positions: PartitionOffsets, broker: BrokerS
         if end > readable_from:
             lagging.append((end - readable_from, tp, readable_from))
     lagging.sort(key=lambda x: (-x[0], x[1]))
-    found: dict[TopicPartition, FirstUnread] = {}
-    unprobed: list[TopicPartition] = []
     t0 = time.monotonic()
-    deadline = t0 + max(0.0, budget_s)
-    for _, tp, offset in lagging:
-        if time.monotonic() >= deadline:
-            unprobed.append(tp)
-            continue
-        found[tp] = kafka.first_record_at_or_after(tp, offset)
+    found: dict[TopicPartition, FirstUnread] = {}
+    if lagging:
+        found.update(kafka.first_records_at_or_after({tp: offset for _, tp, offset in lagging},
+                                                     deadline=t0 + max(0.0, budget_s)))
+    unprobed = [tp for _, tp, _ in lagging if tp not in found]
     return found, sorted(unprobed), time.monotonic() - t0
 
 

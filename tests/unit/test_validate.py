@@ -44,6 +44,15 @@ class FakeView:
         self.probed.append((tp, offset))
         return self.probes.get(tp)
 
+    def last_records_before(self, offsets, *, deadline=None):
+        """KafkaView's batched call: partitions not reached by ``deadline`` are left out."""
+        out = {}
+        for tp, offset in offsets.items():
+            if deadline is not None and time.monotonic() >= deadline:
+                break
+            out[tp] = self.last_record_before(tp, offset)
+        return out
+
     def group_offsets(self, group_id, topics=None):
         return dict(self.group)
 

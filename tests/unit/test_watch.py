@@ -56,6 +56,9 @@ class FakeView:
             return None
         return offset, self.record_ts.get(tp)
 
+    def first_records_at_or_after(self, positions, *, deadline=None):
+        return {tp: self.first_record_at_or_after(tp, offset) for tp, offset in positions.items()}
+
     def group_offsets(self, group_id, topics=None):
         return dict(self.group)
 
