@@ -119,7 +119,7 @@ def _missing_credentials(exc: BaseException) -> bool:
 # --------------------------------------------------------------------------------------------------
 
 _COLUMNS = ("checkpoint_offset", "log_start", "log_end")
-VERDICT_HEADERS = ("SEVERITY", "CODE", "PARTITION", "CHECKPOINT", "LOG START", "LOG END", "NUMBERS",
+VERDICT_HEADERS = ("SEVERITY", "CODE", "PARTITION", "CHECKPOINT", "LOG START", "LOG END", "RECORDS", "NUMBERS",
                    "MESSAGE")
 
 
@@ -138,7 +138,7 @@ def finding_row(f: Finding) -> list[Any]:
     n = f.numbers
     code = f.code + ("*" if f.inferred else "")
     return [str(f.severity), code, f.where, n.get("checkpoint_offset"), n.get("log_start"), n.get("log_end"),
-            _numbers(n), f.message]
+            f.records.describe() or "-", _numbers(n), f.message]
 
 
 def render_verdict(verdict: Verdict, *, max_ok_rows: int = 20) -> str:
@@ -149,7 +149,7 @@ def render_verdict(verdict: Verdict, *, max_ok_rows: int = 20) -> str:
     shown = findings if max_ok_rows < 0 or len(ok) <= max_ok_rows else [f for f in findings if f.code != "OK"]
     rows = [finding_row(f) for f in shown]
     if len(shown) < len(findings):
-        rows.append(["PASS", "OK", f"{len(ok)} partitions", "-", "-", "-",
+        rows.append(["PASS", "OK", f"{len(ok)} partitions", "-", "-", "-", "-",
                      f"backlog={fmt(sum(int(f.numbers.get('backlog') or 0) for f in ok))}",
                      "aligned (use --all to list them)"])
     lines = []

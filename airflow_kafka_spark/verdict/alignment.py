@@ -27,7 +27,8 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_kafka_spark.checkpoint.position import ResumePosition
 from airflow_kafka_spark.kafka.offsets import TopicPartition
-from airflow_kafka_spark.verdict.findings import BLOCK, INFO, PASS, WARN, Finding, Number
+from airflow_kafka_spark.verdict.counts import reset_outcome, reset_skip
+from airflow_kafka_spark.verdict.findings import BLOCK, INFO, PASS, WARN, Bound, Finding, Number, RecordCounts
 from airflow_kafka_spark.verdict.options import DeployOptions
 from airflow_kafka_spark.verdict.query_checks import recorded_topic_id
 
@@ -93,7 +94,7 @@ def check_start(pos: ResumePosition, broker: BrokerState, record: LifecycleRecor
                    "restore the topic/partitions, or reset the checkpoint for the current partitions with an "
                    "explicit override")
             out.append(Finding("PARTITIONS_GONE", BLOCK, **place(tp), numbers=base,
-                               message=gone_why + unread, fix=fix))
+                               message=gone_why + unread, fix=fix, counts={tp: _gone_counts(tp, c, broker)}))
             continue
         ls, le = broker.earliest.get(tp), broker.latest.get(tp)
         if ls is None or le is None:
@@ -108,12 +109,12 @@ def check_start(pos: ResumePosition, broker: BrokerState, record: LifecycleRecor
                 here.append(reset)
         if c is None:  # a partition first seen in the pending batch: the re-run reads it from earliest
             if ls > 0:
-                here.append(_truncated_new_partition(tp, ls, le, nums, inferred=True))
+                here.append(_truncated_new_partition(tp, ls, le, nums, inferred=True, compacted=compacted))
         else:
             if ls > c:
                 here.append(_below_log_start(tp, c, ls, nums, compacted, pos.label, group))
             if c > le:
-                here.append(_ahead_of_log_end(tp, c, le, nums, broker))
+                here.append(_ahead_of_log_end(tp, c, ls, le, nums, broker))
             elif tp in broker.resampled:
                 samples = broker.latest_samples.get(tp, ())
                 here.append(Finding(
@@ -146,15 +147,16 @@ def _identity(tp: TopicPartition, c: int, ls: int, le: int, pos: ResumePosition,
               info: Any, options: DeployOptions, probe: ProbedRecord, nums: dict[str, Number]
               ) -> Finding | None:
     recorded = recorded_topic_id(record, tp.topic, info)
+    skip = reset_skip(c, ls, le)
     if recorded:
         if recorded == info.topic_id:
             return None
         return Finding(
-            "TOPIC_RESET", BLOCK, **place(tp),
+            "TOPIC_RESET", BLOCK, **place(tp), counts={tp: skip},
             numbers={**nums, "recorded_topic_id": recorded, "topic_id": info.topic_id},
             message=(f"topic {tp.topic} was deleted and recreated since it was recorded (topic id "
                      f"{recorded} → {info.topic_id}): offset {c:,} of the old topic names a different record "
-                     f"of the new one (Spark would silently skip or fail, S02/S03)"),
+                     f"of the new one; {reset_outcome(c, ls, le, skip)} (S02/S03)"),
             fix=(f"do not reuse these offsets for {tp.topic}: reset its position explicitly (e.g. earliest "
                  f"of the new topic) with a backup and an audited override"))
     if probe is None or pos.reference_ts is None:
@@ -164,14 +166,15 @@ def _identity(tp: TopicPartition, c: int, ls: int, le: int, pos: ResumePosition,
         return None
     ahead = ts - pos.reference_ts
     return Finding(
-        "TOPIC_RESET", BLOCK, **place(tp), inferred=True,
+        "TOPIC_RESET", BLOCK, **place(tp), inferred=True, counts={tp: skip},
         numbers={**nums, "record_offset": offset, "record_timestamp_ms": ts, "batch_id": pos.reference_batch,
                  "batch_timestamp_ms": pos.reference_ts, "newer_by_ms": ahead,
                  "clock_skew_ms": options.clock_skew_ms},
         message=(f"suspected topic reset: the record now at offset {offset:,} of {tp} (below the "
                  f"checkpoint's {c:,}) is {ahead / 1000:,.1f}s newer than batch {pos.reference_batch}, which "
                  f"had already read past it: the offsets now name different records (recreated topic or "
-                 f"another cluster; inferred from record timestamps, no lifecycle record)"),
+                 f"another cluster; inferred from record timestamps, no lifecycle record); "
+                 f"{reset_outcome(c, ls, le, skip)}"),
         fix=(f"if {tp.topic} was recreated, reset its position explicitly instead of reusing these offsets; "
              f"if producers stamp future event times, raise the clock-skew tolerance"))
 
@@ -183,6 +186,7 @@ def _below_log_start(tp: TopicPartition, c: int, ls: int, nums: dict[str, Number
     who = "the group" if group else "the checkpoint"
     return Finding(
         "OFFSET_BELOW_LOG_START", BLOCK, **place(tp), numbers={**nums, "records_lost": lost},
+        counts={tp: RecordCounts(lost=lost, bound=Bound.AT_MOST if compacted else Bound.EXACT)},
         message=(f"{who} resumes {tp} at {c:,} (from {label}) but the log now starts at {ls:,}: "
                  f"{bound}{lost:,} unread records were deleted (retention or delete-records, S01)"
                  + ("; compaction may already have removed some of them" if compacted else "")),
@@ -191,7 +195,7 @@ def _below_log_start(tp: TopicPartition, c: int, ls: int, nums: dict[str, Number
              f"silently"))
 
 
-def _ahead_of_log_end(tp: TopicPartition, c: int, le: int, nums: dict[str, Number],
+def _ahead_of_log_end(tp: TopicPartition, c: int, ls: int, le: int, nums: dict[str, Number],
                       broker: BrokerState) -> Finding:
     samples = broker.latest_samples.get(tp, ())
     extra: dict[str, Number] = {"records_ahead": c - le}
@@ -199,25 +203,40 @@ def _ahead_of_log_end(tp: TopicPartition, c: int, le: int, nums: dict[str, Numbe
     if tp in broker.resampled:
         extra["samples"] = len(samples)
         again = f", in all {len(samples)} samples"
+    skip = reset_skip(c, ls, le)
     return Finding(
-        "OFFSET_AHEAD_OF_LOG_END", BLOCK, **place(tp), numbers={**nums, **extra},
+        "OFFSET_AHEAD_OF_LOG_END", BLOCK, **place(tp), numbers={**nums, **extra}, counts={tp: skip},
         message=(f"the checkpoint resumes {tp} at {c:,} but the log ends at {le:,}{again}: the topic was "
-                 f"recreated or truncated, or this is another cluster (Spark: offset was changed from "
-                 f"{c} to {le}, S02)"),
+                 f"recreated or truncated, or this is another cluster; {reset_outcome(c, ls, le, skip)} "
+                 f"(S02)"),
         fix=(f"find out why {tp} went backwards; if the topic was recreated, reset its position explicitly "
              f"(its records from 0 to {le:,} are new) instead of starting on this checkpoint"))
 
 
 def _truncated_new_partition(tp: TopicPartition, ls: int, le: int, nums: dict[str, Number], *,
-                             inferred: bool) -> Finding:
+                             inferred: bool, compacted: bool = False) -> Finding:
+    """Spark reads a new partition from earliest: with failOnDataLoss=true it fails (ADDED_PARTITION_DOES_
+    NOT_START_FROM_OFFSET_ZERO), with false it starts at ``ls`` — records ``[0, ls)`` are lost either way."""
     return Finding(
         "NEW_PARTITION_TRUNCATED", BLOCK, **place(tp), inferred=inferred,
+        counts={tp: RecordCounts(lost=ls, bound=Bound.AT_MOST if compacted else Bound.EXACT)},
         numbers={**nums, "records_lost": ls, "records": le - ls},
         message=(f"{tp} is new to the checkpoint and Spark reads new partitions from earliest, but its log "
                  f"starts at {ls:,}, not 0: {ls:,} records were deleted before the query saw them (Spark: "
                  f"Added partition {tp} starts from {ls} instead of 0, S04)"),
         fix=(f"accept the loss of {tp}'s first {ls:,} records explicitly (audited override), or restore them "
              f"from an archive"))
+
+
+def _gone_counts(tp: TopicPartition, c: int | None, broker: BrokerState) -> RecordCounts:
+    """A partition Spark drops (failOnDataLoss=false) or fails on: if it still exists (the deploy stopped
+    subscribing to it) its records from ``c`` on are never read by this query; if it was deleted, its
+    unread tail went with it and cannot be counted any more (0, at least)."""
+    info = broker.topics.get(tp.topic)
+    le = broker.latest.get(tp)
+    if info is None or tp.partition >= info.partitions or le is None:
+        return RecordCounts(bound=Bound.AT_LEAST)
+    return RecordCounts(skipped=le - (c or 0), bound=Bound.AT_LEAST)
 
 
 @dataclass(frozen=True)
@@ -247,11 +266,13 @@ def _pending_replay(pos: ResumePosition, replay: list[_Replay], options: DeployO
                                   "partitions": sum(1 for r in replay if r.records)}
     if unreadable:
         numbers["unreadable_partitions"] = len(unreadable)
+        counts = {r.tp: RecordCounts(lost=min(r.log_start, r.end) - r.start) if r.log_start is not None
+                  else RecordCounts(bound=Bound.AT_LEAST) for r in unreadable}
         r = unreadable[0]
         now = (f"the log now [{r.log_start:,}, {r.log_end:,})" if r.log_start is not None
                and r.log_end is not None else "the partition gone")
         return Finding(
-            "PENDING_BATCH_REPLAY", BLOCK, numbers=numbers,
+            "PENDING_BATCH_REPLAY", BLOCK, numbers=numbers, counts=counts,
             message=(f"batch {batch} was planned but not committed, and Spark re-runs exactly its recorded "
                      f"range ({records:,} records), but {len(unreadable)} partition range(s) are no longer "
                      f"readable, e.g. {r.tp} [{r.start:,}, {r.end:,}) with {now}: the replay cannot be "
@@ -262,16 +283,24 @@ def _pending_replay(pos: ResumePosition, replay: list[_Replay], options: DeployO
         sev, sink = INFO, ("the sink is idempotent for a re-run batch id (it overwrites, or a file sink skips it): no "
                            "duplicates")
     elif options.idempotent_sink is False:
-        sev, sink = WARN, f"the sink is not idempotent: up to {records:,} duplicate records expected"
+        sev, sink = WARN, f"the sink is not idempotent: {records:,} duplicate records expected"
         numbers["duplicates_expected"] = records
     else:
         sev, sink = WARN, f"a sink that is not idempotent gets up to {records:,} duplicate records"
+    counts = {} if options.idempotent_sink is True else replay_duplicates(replay, options.idempotent_sink)
     return Finding(
-        "PENDING_BATCH_REPLAY", sev, numbers=numbers,
+        "PENDING_BATCH_REPLAY", sev, numbers=numbers, counts=counts,
         message=(f"batch {batch} was planned but not committed: on restart Spark re-runs it with the same "
                  f"range ({records:,} records{': ' + ranges if ranges else ''}); {sink} (S07/S14)"),
         fix=("use an idempotent sink (batchId-keyed writes, MERGE) or accept the duplicates; stop queries on "
              "a batch boundary to avoid this"))
+
+
+def replay_duplicates(replay: Iterable[_Replay], idempotent_sink: bool | None) -> dict[TopicPartition, RecordCounts]:
+    """Spark re-runs a pending batch with exactly its recorded range, under the same batch id: a sink
+    that is not idempotent gets each record of it twice (``at_most`` while the sink is unknown)."""
+    bound = Bound.EXACT if idempotent_sink is False else Bound.AT_MOST
+    return {r.tp: RecordCounts(duplicated=r.records, bound=bound) for r in replay if r.records}
 
 
 def _new_partitions(pos: ResumePosition, broker: BrokerState, deploy_topics: Iterable[str],
@@ -300,7 +329,8 @@ def _new_partitions(pos: ResumePosition, broker: BrokerState, deploy_topics: Ite
                 continue
             nums: dict[str, Number] = {"checkpoint_offset": None, "log_start": ls, "log_end": le}
             if ls > 0:
-                out.append(_truncated_new_partition(tp, ls, le, nums, inferred=is_new_topic))
+                compacted = "compact" in (getattr(info, "cleanup_policy", "") or "")
+                out.append(_truncated_new_partition(tp, ls, le, nums, inferred=is_new_topic, compacted=compacted))
                 continue
             total += le - ls
             if not is_new_topic:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from airflow_kafka_spark.checkpoint.position import resume_position
 from airflow_kafka_spark.kafka.offsets import TopicPartition, parse_offsets_json
 from airflow_kafka_spark.verdict.alignment import ProbedRecord, alignment_findings
+from airflow_kafka_spark.verdict.counts import with_query_counts
 from airflow_kafka_spark.verdict.findings import Finding, Verdict
 from airflow_kafka_spark.verdict.new_query import new_query_findings
 from airflow_kafka_spark.verdict.options import DeployOptions
@@ -96,6 +97,7 @@ def evaluate(checkpoint: CheckpointState, broker: BrokerState, record: Lifecycle
         findings += existing_checkpoint_option_findings(checkpoint, pos, record, options)
         if pos.known:
             findings += alignment_findings(pos, broker, record, options, timestamps or {}, bool(mismatch))
+    findings = with_query_counts(findings, pos, broker, options.idempotent_sink)
     if not options.fail_on_data_loss:
         findings.append(fail_on_data_loss_finding(findings))
     return Verdict.of(apply_strict(findings, options), source="checkpoint", subject=checkpoint.location)

@@ -10,7 +10,7 @@ must not change.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
@@ -115,6 +115,85 @@ CODES: dict[str, tuple[Severity, str]] = {
 Number = int | float | str | None
 
 
+class Bound(StrEnum):
+    """How exact a :class:`RecordCounts` is: ``exact``; ``at_most`` (offsets are sparse — compaction,
+    transaction markers — or the sink may dedupe); ``at_least`` (records produced before the restart add
+    to it, or part of it cannot be seen any more, e.g. a deleted partition's unread tail)."""
+
+    EXACT = "exact"
+    AT_MOST = "at_most"
+    AT_LEAST = "at_least"
+
+    @property
+    def prefix(self) -> str:
+        return {"exact": "", "at_most": "≤", "at_least": "≥"}[self.value]
+
+
+@dataclass(frozen=True)
+class RecordCounts:
+    """What a restart does to the records of one partition, counted (issue 14):
+
+    * ``lost``: deleted from Kafka before the query read them — no restart can read them;
+    * ``skipped``: Spark will never read them although they are (or were, when planned) in the log;
+    * ``duplicated``: written to the sink a second time.
+
+    Findings carry one per partition; the verdict merges them per partition by taking the largest of
+    each kind (two findings about one partition describe the same records from two angles).
+    """
+
+    lost: int = 0
+    skipped: int = 0
+    duplicated: int = 0
+    bound: Bound = Bound.EXACT
+
+    def __post_init__(self) -> None:
+        for kind in ("lost", "skipped", "duplicated"):
+            object.__setattr__(self, kind, max(int(getattr(self, kind)), 0))
+
+    @property
+    def total(self) -> int:
+        return self.lost + self.skipped + self.duplicated
+
+    def merged(self, other: RecordCounts) -> RecordCounts:
+        """The larger of each kind (``exact`` only if both are)."""
+        mine, theirs = (self.lost, self.skipped, self.duplicated), (other.lost, other.skipped, other.duplicated)
+        return RecordCounts(*(max(a, b) for a, b in zip(mine, theirs, strict=True)), bound=self._bound_with(other))
+
+    def plus(self, other: RecordCounts) -> RecordCounts:
+        """Sum over partitions."""
+        return RecordCounts(self.lost + other.lost, self.skipped + other.skipped,
+                            self.duplicated + other.duplicated, self._bound_with(other))
+
+    def _bound_with(self, other: RecordCounts) -> Bound:
+        """A loose bound wins over ``exact``; ``at_most`` with ``at_least`` is only ``at_least``-ish: say so."""
+        loose = {c.bound for c in (self, other) if c.total or c.bound == Bound.AT_LEAST} - {Bound.EXACT}
+        return loose.pop() if len(loose) == 1 else Bound.AT_LEAST if loose else Bound.EXACT
+
+    def describe(self) -> str:
+        """``lost 120``, ``skipped ≥30, duplicated 60``; empty when nothing is counted."""
+        p = self.bound.prefix
+        return ", ".join(f"{kind} {p}{n:,}" for kind, n in
+                         (("lost", self.lost), ("skipped", self.skipped), ("duplicated", self.duplicated)) if n)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"lost": self.lost, "skipped": self.skipped, "duplicated": self.duplicated, "bound": str(self.bound)}
+
+
+Counts = Mapping[TopicPartition, RecordCounts]
+
+
+def total_counts(counts: Counts) -> RecordCounts:
+    out = RecordCounts()
+    for c in counts.values():
+        out = out.plus(c)
+    return out
+
+
+def counts_to_list(counts: Counts) -> list[dict[str, Any]]:
+    """JSON form: one object per partition, in partition order."""
+    return [{"topic": tp.topic, "partition": tp.partition, **c.to_dict()} for tp, c in sorted(counts.items())]
+
+
 @dataclass(frozen=True)
 class Finding:
     """One observation: a stable ``code``, its ``severity``, where (``topic``/``partition``, None for
@@ -122,6 +201,8 @@ class Finding:
 
     ``inferred`` marks findings that rest on a heuristic or on version facts not confirmed against
     Spark (record timestamps, log-version support tables): still acted on, but said so.
+    ``counts``: for findings that predict loss, skip or duplication, the records per partition
+    (:class:`RecordCounts`); the oracle tests compare them with what Spark then did.
     """
 
     code: str
@@ -132,6 +213,23 @@ class Finding:
     message: str = ""
     fix: str = ""
     inferred: bool = False
+    counts: Counts = field(default_factory=dict)
+
+    @property
+    def records(self) -> RecordCounts:
+        """The counts summed over partitions (all zero for a finding that counts nothing)."""
+        return total_counts(self.counts)
+
+    def __post_init__(self) -> None:
+        # A partition finding that states records_lost / records_skipped counts them: findings built
+        # elsewhere (reset plans, the consumer-group checks) need no second field for the same number.
+        if not self.counts and self.tp is not None:
+            lost, skipped = count_of(self.numbers.get("records_lost")), count_of(self.numbers.get("records_skipped"))
+            if lost or skipped:
+                object.__setattr__(self, "counts", {self.tp: RecordCounts(lost=lost, skipped=skipped)})
+
+    def with_counts(self, counts: Counts) -> Finding:
+        return replace(self, counts=dict(counts))
 
     @property
     def tp(self) -> TopicPartition | None:
@@ -149,7 +247,8 @@ class Finding:
     def to_dict(self) -> dict[str, Any]:
         return {"code": self.code, "severity": str(self.severity), "topic": self.topic,
                 "partition": self.partition, "numbers": dict(self.numbers), "message": self.message,
-                "fix": self.fix, "inferred": self.inferred}
+                "fix": self.fix, "inferred": self.inferred, "records": self.records.to_dict(),
+                "counts": counts_to_list(self.counts)}
 
 
 def verdict_severity(findings: Iterable[Finding]) -> Severity:
@@ -167,6 +266,7 @@ class Verdict:
     source: str = "checkpoint"          # "checkpoint" or "group"
     subject: str | None = None          # checkpoint location or group id
     summary: Mapping[str, int] = field(default_factory=dict)
+    counts: Counts = field(default_factory=dict)   # per partition, merged over findings
 
     @classmethod
     def of(cls, findings: Iterable[Finding], *, source: str = "checkpoint",
@@ -177,11 +277,18 @@ class Verdict:
             counts[f.severity.value] += 1
         summary: dict[str, int] = dict(counts)
         summary["partitions"] = len({f.tp for f in ordered if f.tp is not None})
-        for key in ("records_lost", "records_to_replay"):
-            summary[key] = sum(count_of(f.numbers.get(key)) for f in ordered)
+        counts = merged_counts(ordered)
+        total = total_counts(counts)
+        summary.update(records_lost=total.lost, records_skipped=total.skipped, records_duplicated=total.duplicated)
+        summary["records_to_replay"] = sum(count_of(f.numbers.get("records_to_replay")) for f in ordered)
         summary["backlog"] = sum(count_of(f.numbers.get("backlog")) for f in ordered if f.code == "BACKLOG")
         return cls(severity=verdict_severity(ordered), findings=ordered, source=source, subject=subject,
-                   summary=summary)
+                   summary=summary, counts=counts)
+
+    @property
+    def records(self) -> RecordCounts:
+        """What the restart loses, skips and duplicates in all (with the loosest bound)."""
+        return total_counts(self.counts)
 
     @property
     def exit_code(self) -> int:
@@ -223,8 +330,10 @@ class Verdict:
                 shown = ", ".join(places[:3]) + (f" +{len(places) - 3}" if len(places) > 3 else "")
                 items.append(f"{code} ({shown})" if places else code)
             parts.append("; ".join(items))
-        totals = [f"{k.replace('_', ' ')} {self.summary.get(k, 0):,}"
-                  for k in ("records_lost", "records_to_replay", "backlog") if self.summary.get(k)]
+        counted = self.records.describe()
+        totals = [f"records {counted}"] if counted else []
+        totals += [f"{k.replace('_', ' ')} {self.summary.get(k, 0):,}"
+                   for k in ("records_to_replay", "backlog") if self.summary.get(k)]
         if totals:
             parts.append(", ".join(totals))
         return " — ".join(parts)
@@ -236,7 +345,8 @@ class Verdict:
     def to_dict(self) -> dict[str, Any]:
         return {"verdict": str(self.severity), "exit_code": self.exit_code, "source": self.source,
                 "subject": self.subject, "summary": dict(self.summary), "headline": self.headline,
-                "fix": self.fix, "findings": [f.to_dict() for f in self.findings]}
+                "fix": self.fix, "records": self.records.to_dict(), "counts": counts_to_list(self.counts),
+                "findings": [f.to_dict() for f in self.findings]}
 
 
 def _ordered(findings: Iterable[Finding]) -> tuple[Finding, ...]:
@@ -251,3 +361,12 @@ def _ordered(findings: Iterable[Finding]) -> tuple[Finding, ...]:
 
 def count_of(value: Any) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def merged_counts(findings: Iterable[Finding]) -> dict[TopicPartition, RecordCounts]:
+    """Per partition, the largest count of each kind over all findings (see :class:`RecordCounts`)."""
+    out: dict[TopicPartition, RecordCounts] = {}
+    for f in findings:
+        for tp, c in f.counts.items():
+            out[tp] = out[tp].merged(c) if tp in out else c
+    return {tp: c for tp, c in sorted(out.items()) if c.total}

@@ -15,7 +15,7 @@ from airflow_kafka_spark.kafka.offsets import (
     to_offsets_json,
 )
 from airflow_kafka_spark.verdict.alignment import offsets_unavailable, place, topic_not_found_finding
-from airflow_kafka_spark.verdict.findings import BLOCK, INFO, PASS, WARN, Finding, Number
+from airflow_kafka_spark.verdict.findings import BLOCK, INFO, PASS, WARN, Bound, Finding, Number, RecordCounts
 from airflow_kafka_spark.verdict.options import DeployOptions
 
 if TYPE_CHECKING:  # types only: the verdict stays free of Kafka client and fsspec imports
@@ -45,6 +45,7 @@ def new_query_findings(cp: CheckpointState, broker: BrokerState, record: Lifecyc
     mode = options.starting_offsets if options.starting_offsets in ("earliest", "latest") else "latest"
     topics = list(options.topics or sorted({tp.topic for tp in explicit or {}}))
     to_read = skipped = 0
+    skips: dict[TopicPartition, RecordCounts] = {}   # startingOffsets=latest: what is there now is never read
     incomplete: list[str] = []
     if explicit is not None:
         extra = sorted({tp.topic for tp in explicit} - set(topics))
@@ -65,6 +66,8 @@ def new_query_findings(cp: CheckpointState, broker: BrokerState, record: Lifecyc
                     to_read += le - ls
                 else:
                     skipped += le - ls
+                    if le > ls:
+                        skips[tp] = RecordCounts(skipped=le - ls, bound=Bound.AT_LEAST)
                 continue
             if tp not in explicit:
                 incomplete.append(str(tp))
@@ -75,6 +78,7 @@ def new_query_findings(cp: CheckpointState, broker: BrokerState, record: Lifecyc
             if o < ls:
                 out.append(Finding(
                     "OFFSET_BELOW_LOG_START", BLOCK, **place(tp), numbers={**nums, "records_lost": ls - o},
+                    counts={tp: RecordCounts(lost=ls - o)},
                     message=(f"{origin} start {tp} at {o:,} but the log now starts at {ls:,}: {ls - o:,} "
                              f"records were deleted since the position was taken"),
                     fix=f"accept the loss explicitly (start {tp} at {ls:,}) or restore the records"))
@@ -108,7 +112,7 @@ def new_query_findings(cp: CheckpointState, broker: BrokerState, record: Lifecyc
     if explicit is not None:
         numbers["starting_offsets"] = to_offsets_json(explicit)
     out.append(Finding(
-        "NO_CHECKPOINT", INFO if expected else WARN, numbers=numbers,
+        "NO_CHECKPOINT", INFO if expected else WARN, numbers=numbers, counts=skips,
         message=(f"no checkpoint at {where}: Spark starts a new query (new id, batch 0) that {what}"
                  + ("" if expected else "; the deploy did not say it expects a new checkpoint")),
         fix="" if expected else ("if this query ran before, point the deploy at its checkpoint (or reset "
