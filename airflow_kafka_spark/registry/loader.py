@@ -26,7 +26,8 @@ from the fields below; see ``MANAGED_FLAGS``), spark_conn_id (spark_default), sp
 (kafka_default), topics, checkpoint, output, sink (idempotent|append|parquet), backup_root (may
 be shared: backups live in ``<backup_root>/<job>/``), backup_retention {keep_last: 5,
 max_age_days: 30}, stop_timeout_s (300), stop_marker (``<checkpoint>.stop``),
-compatibility_version ("1"), starting_offsets_default (earliest|latest|offsets JSON),
+compatibility_version ("1"), compatibility_probe (false: true when the application implements
+``--aks-probe``, docs/probe.md), probe_timeout_s (600), starting_offsets_default (earliest|latest|offsets JSON),
 fail_on_data_loss (true), max_offsets_per_trigger, max_lag_records, max_lag_seconds,
 min_headroom_s, stall_after_s (unset = not checked), mirror_group, health_gate {min_batches: 1,
 timeout_s: 600, idle_pass_s: 120}. Unknown keys are errors (with a "did you mean"), and so are duplicate keys,
@@ -86,7 +87,8 @@ TOP_LEVEL_KEYS = ("version", "vars", "allowed_roots", "defaults", "jobs")
 JOB_KEYS = (
     "name", "application", "application_args", "spark_conn_id", "spark_conf", "deploy_mode",
     "kafka_conn_id", "topics", "checkpoint", "output", "sink", "backup_root", "backup_retention",
-    "stop_timeout_s", "stop_marker", "compatibility_version", "starting_offsets_default",
+    "stop_timeout_s", "stop_marker", "compatibility_version", "compatibility_probe", "probe_timeout_s",
+    "starting_offsets_default",
     "fail_on_data_loss", "max_offsets_per_trigger", "max_lag_records", "max_lag_seconds",
     "min_headroom_s", "stall_after_s", "mirror_group", "health_gate",
 )
@@ -343,6 +345,8 @@ def _parse_job(ctx: Context, index: int, raw: Any, defaults: dict, roots: list[L
         stop_marker=stop_marker.text,
         compatibility_version=fields.compat(ctx, f"{job}.compatibility_version",
                                       v.get("compatibility_version", "1")),
+        compatibility_probe=fields.boolean(ctx, f"{job}.compatibility_probe", v.get("compatibility_probe", False)),
+        probe_timeout_s=fields.number(ctx, f"{job}.probe_timeout_s", v.get("probe_timeout_s"), 600.0, positive=True),
         starting_offsets_default=fields.starting_offsets(ctx, f"{job}.starting_offsets_default",
                                                    v.get("starting_offsets_default", "earliest"), topics),
         fail_on_data_loss=fields.boolean(ctx, f"{job}.fail_on_data_loss", v.get("fail_on_data_loss", True)),

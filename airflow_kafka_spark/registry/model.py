@@ -121,6 +121,9 @@ class JobSpec:
     backup_retention: BackupRetention = field(default_factory=BackupRetention)
     stop_timeout_s: float = 300.0
     compatibility_version: str = "1"          # bump it for a checkpoint-breaking change
+    # The application implements the probe contract (--aks-probe, docs/probe.md): ``auto`` asks Spark.
+    compatibility_probe: bool = False
+    probe_timeout_s: float = 600.0
     starting_offsets_default: str = "earliest"  # earliest | latest | Spark offsets JSON
     fail_on_data_loss: bool = True
     max_offsets_per_trigger: int | None = None
