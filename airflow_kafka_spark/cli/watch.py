@@ -291,7 +291,8 @@ def _audit(args: argparse.Namespace) -> int:
                  "; ".join(f"{x['code']}: {x['message']}" for x in a.alerts) or "-"] for a in result.audits]
         lines = [report.render_table(("JOB", "RESULT", "STATUS", "LAG", "LAG (TIME)", "HEADROOM", "ALERTS"), rows,
                                      right=(3, 4, 5)),
-                 f"report: {result.paths.get('markdown')}", f"chart: {result.paths.get('png')}"]
+                 f"report: {result.paths.get('markdown')}",
+                 f"chart: {result.paths.get('png') or 'none (matplotlib missing: the [chart] extra)'}"]
         report.emit("\n".join(lines))
     return ExitCode.BLOCKED if result.failed else ExitCode.OK
 

@@ -1,6 +1,9 @@
 """The audit's PNG: lag (records, seconds) and retention headroom per job over the last runs.
 
 matplotlib is imported inside :func:`render_chart` only: ``aks`` and the DAG parse must not pay for it.
+It is the ``[chart]`` extra, not a dependency: an Airflow image without it still audits, and the
+report degrades to JSON + Markdown without the PNG (:func:`chart_available`; the report step says so
+in one line).
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from airflow_kafka_spark._util.text import utc_display
+from airflow_kafka_spark.errors import UserError
 from airflow_kafka_spark.watch.observation import fmt_duration
 
 MAX_CHART_JOBS = 12
@@ -18,6 +22,18 @@ STATUS_COLORS = {
     "OK": "#2e7d32", "IDLE": "#78909c", "UNKNOWN": "#9e9e9e", "WARN": "#ef6c00",
     "STALLED": "#e53935", "STOPPED": "#6d0000", "REWIND": "#8e24aa", "ERROR": "#212121",
 }
+
+
+CHART_MISSING = "no PNG chart: matplotlib is not installed (pip install 'airflow-kafka-spark[chart]')"
+
+
+def chart_available() -> bool:
+    """Whether :func:`render_chart` can draw (matplotlib, the ``[chart]`` extra, is importable)."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 _UNITS = (("s", 1.0), ("min", 60.0), ("h", 3600.0), ("d", 86400.0))
@@ -40,6 +56,8 @@ def render_chart(runs: Sequence[Mapping[str, Any]], *, title: str | None = None)
     job's ``min_headroom_s``. Infinite headroom (nothing retention could delete) is written, not
     drawn. Each duration panel picks its own unit so the ticks are round numbers.
     """
+    if not chart_available():
+        raise UserError(CHART_MISSING)
     import matplotlib
 
     matplotlib.use("Agg", force=True)

@@ -13,6 +13,7 @@ the per-job audits; :func:`run_audit` chains audit and write for the command lin
 from __future__ import annotations
 
 import json
+import logging
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -22,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_kafka_spark._util.fs import Location, list_files, open_location, os_reason, remove_file, write_atomic
 from airflow_kafka_spark.errors import UserError
-from airflow_kafka_spark.watch.audit.chart import render_chart
+from airflow_kafka_spark.watch.audit.chart import CHART_MISSING, chart_available, render_chart
 from airflow_kafka_spark.watch.audit.history import HISTORY_FILE, KEEP_RUNS, AuditHistory, with_growth
 from airflow_kafka_spark.watch.audit.job import JobAudit, audit_job, thresholds_of
 from airflow_kafka_spark.watch.audit.render import render_markdown, report_document
@@ -32,6 +33,7 @@ if TYPE_CHECKING:
     from airflow_kafka_spark.registry.model import JobSpec, Registry
 
 LATEST = "latest"
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -61,6 +63,7 @@ def write_report(audits: Sequence[JobAudit], out_dir: str, *, now_ms: int | None
 
     Files are written whole (one atomic write each) so a reader — or the next run — never sees a
     half report. Per-run files beyond the newest ``keep_runs`` are deleted with the history.
+    Without matplotlib (the ``[chart]`` extra) the report is written without its PNG, with one warning.
     """
     generated = int(time.time() * 1000) if now_ms is None else int(now_ms)
     root = open_location(out_dir, storage_options, what="audit folder")
@@ -69,6 +72,9 @@ def write_report(audits: Sequence[JobAudit], out_dir: str, *, now_ms: int | None
     audits = [with_growth(a, history.previous(a.job)) for a in sorted(audits, key=lambda a: a.job)]
     history.append(generated, audits, keep=keep_runs)
 
+    if chart and not chart_available():
+        log.warning(CHART_MISSING)
+        chart = False
     stamp = _stamp(generated)
     base = f"audit-{stamp}"
     files: dict[str, tuple[str, bytes]] = {}
