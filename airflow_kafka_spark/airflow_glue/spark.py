@@ -6,9 +6,11 @@ builds from it are what ``SparkSubmitOperator`` users already rely on; a connect
 there must work here unchanged.
 
 The hook keeps the resolved connection and the command builder private (``_connection``,
-``_build_spark_submit_command``). Each private use sits in exactly one function below, so a
-provider upgrade that renames them breaks here and in ``tests/airflow/test_spark_hook.py``, nowhere
-else. Written against apache-airflow-providers-apache-spark 6.3.4.
+``_build_spark_submit_command``). Each private use sits in exactly one function below and goes
+through :func:`~airflow_kafka_spark.hooks._provider_api.private_member`, so a provider release that
+renames them fails here with one line naming the provider version and the supported range, and
+fails tests/support/provider_contract.py (run on the newest provider in tests/airflow and on the
+oldest supported one, 6.0.0, in tests/install) before any user sees it.
 """
 
 from __future__ import annotations
@@ -21,8 +23,11 @@ from airflow.sdk import BaseHook
 from airflow.sdk.exceptions import AirflowNotFoundException
 
 from airflow_kafka_spark.errors import UserError
+from airflow_kafka_spark.hooks._provider_api import private_member
 from airflow_kafka_spark.registry.model import JobSpec
 from airflow_kafka_spark.runtime.submit import SparkTarget
+
+SPARK_PROVIDER = "apache-airflow-providers-apache-spark"
 
 
 def spark_hook(spec: JobSpec, **kwargs: Any) -> SparkSubmitHook:
@@ -48,7 +53,7 @@ def resolved_connection(hook: SparkSubmitHook) -> Mapping[str, Any]:
 
     PRIVATE API: ``SparkSubmitHook._connection`` (set in its ``__init__`` by ``_resolve_connection``).
     """
-    return hook._connection
+    return private_member(hook, SparkSubmitHook, "_connection", SPARK_PROVIDER)
 
 
 def build_command(hook: SparkSubmitHook, application: str) -> list[str]:
@@ -57,7 +62,7 @@ def build_command(hook: SparkSubmitHook, application: str) -> list[str]:
     PRIVATE API: ``SparkSubmitHook._build_spark_submit_command`` (``submit()`` would also run it,
     attached, which is exactly what a weeks-long driver must not do).
     """
-    return list(hook._build_spark_submit_command(application))
+    return list(private_member(hook, SparkSubmitHook, "_build_spark_submit_command", SPARK_PROVIDER)(application))
 
 
 def spark_target(spec: JobSpec) -> SparkTarget:

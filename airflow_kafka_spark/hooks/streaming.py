@@ -5,8 +5,8 @@ Why a subclass of the Kafka provider's ``KafkaBaseHook`` and not our own connect
 already does the parts that are easy to get wrong (the ``[apache_kafka] callback_allowlist`` check
 for dotted-path callbacks, the Amazon MSK IAM and Google Managed Kafka OAuth callbacks). Reusing
 it means a connection that works for the Kafka provider's operators works here, unchanged, and no
-second connection type competes for ``kafka`` in the UI. ``_build_config`` is private API; the
-pinned provider (2.1.0) is what this was written against.
+second connection type competes for ``kafka`` in the UI. ``_build_config`` is private API, used in
+:func:`provider_config` only; the allowlist came with provider 2.0.0, the lower bound of the range.
 
 Secrets: the config holds passwords, JAAS lines and OAuth secrets. Airflow masks the connection's
 password and its extra *as one JSON string* only, so a lone ``sasl.password`` value that a library
@@ -27,10 +27,20 @@ from airflow.sdk.exceptions import AirflowNotFoundException
 from airflow.sdk.log import mask_secret
 
 from airflow_kafka_spark.errors import UserError
+from airflow_kafka_spark.hooks._provider_api import private_member
 from airflow_kafka_spark.kafka.secrets import bootstrap_servers_of, redact, scrub, secret_values
 from airflow_kafka_spark.kafka.view import KafkaView
 
 DEFAULT_KAFKA_CONN_ID = "kafka_default"
+KAFKA_PROVIDER = "apache-airflow-providers-apache-kafka"
+
+
+def provider_config(hook: KafkaBaseHook) -> dict[str, Any]:
+    """The librdkafka config the Kafka provider builds from the hook's connection (allowlist checked).
+
+    PRIVATE API: ``KafkaBaseHook._build_config`` (``get_conn()`` would build an AdminClient from it).
+    """
+    return private_member(hook, KafkaBaseHook, "_build_config", KAFKA_PROVIDER)()
 
 
 def log_safe_config(config: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -72,13 +82,13 @@ class StreamingKafkaHook(KafkaBaseHook):
     def kafka_config(self) -> dict[str, Any]:
         """The librdkafka config (secrets included, registered with the masker). Do not log it."""
         try:
-            config = self._build_config()
+            config = provider_config(self)
         except AirflowNotFoundException:
             raise UserError(
                 f"Kafka connection {self.kafka_config_id!r} is not defined; create it (type kafka, extra "
                 '{"bootstrap.servers": "host:9092", ...}) or fix kafka_conn_id in the job registry') from None
         except ValueError as exc:
-            # _build_config's own messages: a missing bootstrap.servers or a callback outside the
+            # the provider's own messages: a missing bootstrap.servers or a callback outside the
             # allowlist. They name keys and dotted paths, never secret values.
             raise UserError(f"Kafka connection {self.kafka_config_id!r}: {exc}; fix the connection's extra "
                             "(it is the librdkafka config)") from None
