@@ -41,6 +41,8 @@ def _arguments(p: argparse.ArgumentParser) -> None:
                    help="the deploy's rate limit")
     d.add_argument("--clock-skew-ms", metavar="MS", type=int, default=1000,
                    help="tolerance of the record-timestamp identity check (default 1000)")
+    d.add_argument("--kafka-group-id", metavar="ID",
+                   help="the deploy's kafka.group.id, if it sets one (checked for other live members, S24)")
     d.add_argument("--owner", metavar="NAME", help="who deploys (a lease held by NAME is not a conflict)")
     d.add_argument("--strict", action="store_true", help="warnings block (exit 3)")
     r = p.add_argument_group("lifecycle record and storage")
@@ -67,7 +69,7 @@ def _run(args: argparse.Namespace) -> int:
         target_spark_version=args.spark_version,
         idempotent_sink=None if args.sink is None else Sink.named(args.sink).replay_is_idempotent,
         strict=args.strict, max_offsets_per_trigger=args.max_offsets_per_trigger,
-        clock_skew_ms=args.clock_skew_ms, owner=args.owner)
+        clock_skew_ms=args.clock_skew_ms, owner=args.owner, kafka_group_id=args.kafka_group_id)
     verdict = validate(checkpoint_location=args.checkpoint, group_id=args.group, kafka_config=config,
                        options=options, lifecycle_location=args.lifecycle,
                        storage_options=dict(args.storage_option) or None, timeout=args.timeout,

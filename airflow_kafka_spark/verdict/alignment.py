@@ -29,6 +29,7 @@ from airflow_kafka_spark.checkpoint.position import ResumePosition
 from airflow_kafka_spark.kafka.offsets import TopicPartition
 from airflow_kafka_spark.verdict.counts import reset_outcome, reset_skip
 from airflow_kafka_spark.verdict.findings import BLOCK, INFO, PASS, WARN, Bound, Finding, Number, RecordCounts
+from airflow_kafka_spark.verdict.first_batch import RecentBatches
 from airflow_kafka_spark.verdict.options import DeployOptions
 from airflow_kafka_spark.verdict.query_checks import recorded_topic_id
 
@@ -42,7 +43,8 @@ ProbedRecord = tuple[int, int | None] | None
 
 
 def alignment_findings(pos: ResumePosition, broker: BrokerState, record: LifecycleRecord | None, options: DeployOptions,
-               timestamps: Mapping[TopicPartition, ProbedRecord], cluster_mismatch: bool) -> list[Finding]:
+               timestamps: Mapping[TopicPartition, ProbedRecord], cluster_mismatch: bool,
+               recent: RecentBatches | None = None) -> list[Finding]:
     ckpt_topics = {tp.topic for tp in pos.start} | {tp.topic for tp in pos.pending}
     deploy_topics = options.topics or tuple(sorted(ckpt_topics))
     findings, backlog = check_start(pos, broker, record, options, timestamps, deploy_topics,
@@ -51,7 +53,7 @@ def alignment_findings(pos: ResumePosition, broker: BrokerState, record: Lifecyc
     findings += new
     backlog += new_backlog
     if backlog:
-        findings.append(backlog_finding(backlog, options))
+        findings.append(backlog_finding(backlog, options, recent))
     return findings
 
 
@@ -370,7 +372,10 @@ def offsets_unavailable(tp: TopicPartition, broker: BrokerState,
                    fix="check the partition's leader and retry the validation")
 
 
-def backlog_finding(backlog: int, options: DeployOptions) -> Finding:
+def backlog_finding(backlog: int, options: DeployOptions, recent: RecentBatches | None = None) -> Finding:
+    """BACKLOG: the records to catch up, and how the first batches look (S28). Without a rate limit the
+    first batch is all of it: a WARN when that is huge, or far beyond what the job's recent batches held
+    (:class:`~.first_batch.RecentBatches`, with the time it takes at their peak rate)."""
     limit = options.max_offsets_per_trigger
     if limit:
         batches = math.ceil(backlog / limit)
@@ -379,9 +384,15 @@ def backlog_finding(backlog: int, options: DeployOptions) -> Finding:
                        message=(f"{backlog:,} records to catch up, ≈{batches:,} batch(es) of at most "
                                 f"{limit:,} (maxOffsetsPerTrigger); Trigger.Once ignores the limit"),
                        fix="")
-    big = backlog >= options.backlog_warn_records
+    numbers: dict[str, Number] = {"backlog": backlog, "first_batch_records": backlog}
+    why = f": at least {options.backlog_warn_records:,}, a long first batch (S28)" \
+        if backlog >= options.backlog_warn_records else ""
+    if recent is not None:
+        numbers.update(recent.numbers(backlog))
+        why = recent.warning(backlog) or why
+    big = bool(why)
     return Finding(
-        "BACKLOG", WARN if big else INFO, numbers={"backlog": backlog, "first_batch_records": backlog},
-        message=(f"{backlog:,} records to catch up, all in the first batch (no maxOffsetsPerTrigger)"
-                 + (f": at least {options.backlog_warn_records:,}, a long first batch (S28)" if big else "")),
-        fix="set maxOffsetsPerTrigger (or use Trigger.AvailableNow) to split the catch-up" if big else "")
+        "BACKLOG", WARN if big else INFO, numbers=numbers,
+        message=f"{backlog:,} records to catch up, all in the first batch (no maxOffsetsPerTrigger){why}",
+        fix="set maxOffsetsPerTrigger to split the catch-up into batches of a size the job digests" if big else "")
+

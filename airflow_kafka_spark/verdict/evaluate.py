@@ -17,8 +17,10 @@ from airflow_kafka_spark.kafka.offsets import TopicPartition, parse_offsets_json
 from airflow_kafka_spark.verdict.alignment import ProbedRecord, alignment_findings
 from airflow_kafka_spark.verdict.counts import with_query_counts
 from airflow_kafka_spark.verdict.findings import Finding, Verdict
+from airflow_kafka_spark.verdict.first_batch import RecentBatches
 from airflow_kafka_spark.verdict.new_query import new_query_findings
 from airflow_kafka_spark.verdict.options import DeployOptions
+from airflow_kafka_spark.verdict.previous import PreviousCheckpoint, previous_checkpoint_finding
 from airflow_kafka_spark.verdict.query_checks import (
     apply_strict,
     cluster_mismatch,
@@ -28,12 +30,13 @@ from airflow_kafka_spark.verdict.query_checks import (
     lease_findings,
     problem_findings,
     recorded_topic_id,
+    shared_group_finding,
 )
 from airflow_kafka_spark.verdict.versions import runtime_findings
 
 if TYPE_CHECKING:  # types only: the verdict stays free of Kafka client and fsspec imports
     from airflow_kafka_spark.checkpoint.model import CheckpointState
-    from airflow_kafka_spark.kafka.model import BrokerState
+    from airflow_kafka_spark.kafka.model import BrokerState, GroupInfo
     from airflow_kafka_spark.lifecycle.record import LifecycleRecord
 
 
@@ -74,16 +77,23 @@ def identity_probes(checkpoint: CheckpointState, broker: BrokerState, record: Li
 
 
 def evaluate(checkpoint: CheckpointState, broker: BrokerState, record: LifecycleRecord | None,
-             options: DeployOptions, timestamps: Mapping[TopicPartition, ProbedRecord] | None = None
-             ) -> Verdict:
+             options: DeployOptions, timestamps: Mapping[TopicPartition, ProbedRecord] | None = None,
+             previous: PreviousCheckpoint | None = None, group: GroupInfo | None = None,
+             recent: RecentBatches | None = None) -> Verdict:
     """Judge whether starting the deploy on this checkpoint against this cluster is safe.
 
     ``timestamps`` holds the answers to :func:`identity_probes` (missing entries are simply not
-    evidence). Never raises for a bad state: every problem becomes a finding.
+    evidence). ``previous``: a checkpoint of the same job beside this one (S29,
+    :func:`~.previous.find_previous_checkpoint`), judged only when this one holds no batches and no
+    reset carried offsets over. ``group``: the coordinator's view of ``options.kafka_group_id`` (S24).
+    ``recent``: what the job's last batches held (S28; default: from ``checkpoint.history``, if read).
+    Never raises for a bad state: every problem becomes a finding.
     """
     findings: list[Finding] = []
     now = options.now_ms if options.now_ms is not None else broker.sampled_at_ms
     findings += lease_findings(record, options, now)
+    if options.kafka_group_id:
+        findings.append(shared_group_finding(options.kafka_group_id, group))
     mismatch = cluster_mismatch(record, broker)
     if mismatch:
         findings.append(mismatch)
@@ -93,10 +103,16 @@ def evaluate(checkpoint: CheckpointState, broker: BrokerState, record: Lifecycle
     pos = resume_position(checkpoint)
     if pos is None:
         findings += new_query_findings(checkpoint, broker, record, options)
+        if previous is not None and not getattr(record, "next_starting_offsets", None):
+            # counted against where the previous checkpoint stopped, not against the whole topic
+            findings = [f.with_counts({}) if f.code == "NO_CHECKPOINT" else f for f in findings]
+            findings.append(previous_checkpoint_finding(previous, checkpoint.location, broker, options))
     else:
         findings += existing_checkpoint_option_findings(checkpoint, pos, record, options)
         if pos.known:
-            findings += alignment_findings(pos, broker, record, options, timestamps or {}, bool(mismatch))
+            if recent is None and checkpoint.history:
+                recent = RecentBatches.of(checkpoint.history)
+            findings += alignment_findings(pos, broker, record, options, timestamps or {}, bool(mismatch), recent)
     findings = with_query_counts(findings, pos, broker, options.idempotent_sink)
     if not options.fail_on_data_loss:
         findings.append(fail_on_data_loss_finding(findings))

@@ -93,6 +93,11 @@ CODES: dict[str, tuple[Severity, str]] = {
     "BACKLOG": (INFO, "records waiting to be read; WARN when one unlimited first batch would be huge (S28)"),
     "NO_CHECKPOINT": (INFO, "a new query: startingOffsets (or a reset's carried-over offsets) apply (S21); "
                             "WARN when the deploy did not say it expects a new checkpoint"),
+    "NEW_CHECKPOINT_FOR_KNOWN_QUERY": (BLOCK, "a new empty checkpoint next to a recent one of the same job: "
+                                              "startingOffsets skip or repeat what that one read (S29); WARN "
+                                              "when the deploy declared a new query"),
+    "SHARED_GROUP_ID": (WARN, "the deploy sets kafka.group.id and the group has live members that are not "
+                              "this query (S24); INFO without members"),
     "CHECKPOINT_NOT_EMPTY": (BLOCK, "the deploy expects a new checkpoint but this one has batches "
                                     "(S21, S29); WARN for state files without batches"),
     "TRANSIENT_REGRESSION": (WARN, "the broker reported a regressed log end that healed on re-sampling "

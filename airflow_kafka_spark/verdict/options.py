@@ -35,6 +35,7 @@ class DeployOptions:
     * ``backlog_warn_records``: an unlimited first batch at least this large is a WARN.
     * ``clock_skew_ms``: tolerance of the record-timestamp identity heuristic.
     * ``owner``: who deploys (a lease held by this owner is not "someone else").
+    * ``kafka_group_id``: the source's ``kafka.group.id`` if the deploy sets one (S24).
     * ``now_ms``: the clock for lease expiry (default: when the broker was sampled), so evaluation
       stays a pure function.
     """
@@ -52,6 +53,7 @@ class DeployOptions:
     clock_skew_ms: int = 1_000
     owner: str | None = None
     now_ms: int | None = None
+    kafka_group_id: str | None = None
 
     def __post_init__(self) -> None:
         if self.topics is not None:

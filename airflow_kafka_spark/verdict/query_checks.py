@@ -8,12 +8,12 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from airflow_kafka_spark.checkpoint.position import ResumePosition
-from airflow_kafka_spark.verdict.findings import BLOCK, WARN, Finding, Number, Severity, count_of
+from airflow_kafka_spark.verdict.findings import BLOCK, INFO, WARN, Finding, Number, Severity, count_of
 from airflow_kafka_spark.verdict.options import DeployOptions
 
 if TYPE_CHECKING:  # types only: the verdict stays free of Kafka client and fsspec imports
     from airflow_kafka_spark.checkpoint.model import CheckpointState
-    from airflow_kafka_spark.kafka.model import BrokerState
+    from airflow_kafka_spark.kafka.model import BrokerState, GroupInfo
     from airflow_kafka_spark.lifecycle.record import LifecycleRecord
 
 
@@ -68,6 +68,30 @@ def cluster_mismatch(record: LifecycleRecord | None, broker: BrokerState) -> Fin
                  f"here (checkpoint copied, DR fail-over or migration, S06)"),
         fix=("point the deploy at the recorded cluster, or translate the position (reset by time with an "
              "explicit override) instead of reusing these offsets"))
+
+
+def shared_group_finding(group_id: str, group: GroupInfo | None) -> Finding:
+    """SHARED_GROUP_ID (S24): the deploy sets ``kafka.group.id``.
+
+    Structured Streaming reads with ``assign()`` and never commits, so its own records are not affected
+    (the oracle test runs a query beside a live member of the same group: sink exact). What the shared
+    id breaks is everything else that trusts the group: other consumers in it, DStream jobs that commit
+    to it, lag read from its committed offsets, and a second Spark query with the same id (Spark's
+    own "not recommended" warning). Live members the coordinator reports are never this query (it
+    does not join), so they are someone else: WARN; without members INFO.
+    """
+    members = list(group.members) if group is not None else []
+    shown = ", ".join(members[:3]) + (f" +{len(members) - 3}" if len(members) > 3 else "")
+    state = group.state if group is not None else "unknown"
+    return Finding(
+        "SHARED_GROUP_ID", WARN if members else INFO,
+        numbers={"group_id": group_id, "members": len(members), "group_state": state},
+        message=(f"the deploy sets kafka.group.id={group_id}"
+                 + (f", which {len(members)} live consumer(s) not owned by this query use ({shown})" if members else "")
+                 + ": the query itself reads by assign() and never commits, so none of its records are lost or "
+                   "repeated, but every consumer, commit and lag figure of that group is shared with it (S24)"),
+        fix=("drop kafka.group.id (Spark then uses a unique spark-kafka-source-<uuid> group), or give each query "
+             "its own id; use groupIdPrefix if an ACL needs a prefix"))
 
 
 def recorded_topic_id(record: LifecycleRecord | None, topic: str, info: Any) -> str | None:

@@ -24,7 +24,7 @@ from airflow_kafka_spark.checkpoint.model import CheckpointState
 from airflow_kafka_spark.checkpoint.position import resume_offsets
 from airflow_kafka_spark.checkpoint.reader import read_checkpoint
 from airflow_kafka_spark.errors import UserError
-from airflow_kafka_spark.kafka.model import BrokerState
+from airflow_kafka_spark.kafka.model import BrokerState, GroupInfo
 from airflow_kafka_spark.kafka.offsets import TopicPartition
 from airflow_kafka_spark.kafka.view import KafkaView
 from airflow_kafka_spark.lifecycle.events import LifecycleEvent
@@ -34,9 +34,11 @@ from airflow_kafka_spark.names import default_job_name, validate_job_name
 from airflow_kafka_spark.verdict.alignment import ProbedRecord
 from airflow_kafka_spark.verdict.evaluate import evaluate, identity_probes, subscribed_topics
 from airflow_kafka_spark.verdict.findings import BLOCK, INFO, Finding, Verdict
+from airflow_kafka_spark.verdict.first_batch import read_recent_batches
 from airflow_kafka_spark.verdict.group import evaluate_group
 from airflow_kafka_spark.verdict.interrupted import interrupted_finding
 from airflow_kafka_spark.verdict.options import DeployOptions
+from airflow_kafka_spark.verdict.previous import find_previous_checkpoint
 
 log = logging.getLogger(__name__)
 
@@ -103,9 +105,17 @@ def _validate_checkpoint(kafka: KafkaView, location: str, options: DeployOptions
         raise UserError(f"checkpoint location {location} does not exist; check the path, or declare that "
                         "this deploy starts a new query (--new-checkpoint / expect_new_checkpoint=True)")
     topics = subscribed_topics(checkpoint, record, options)
+    previous = None
+    if not checkpoint.offset_batch_ids and not (record is not None and record.next_starting_offsets):
+        previous = find_previous_checkpoint(location, storage_options, job_name or getattr(record, "job_name", None),
+                                            int(time.time() * 1000))
+        if previous is not None:
+            topics += [t for t in dict.fromkeys(tp.topic for tp in previous.position) if t not in topics]
     broker = kafka.broker_state(topics, reference=resume_offsets(checkpoint) or None)
     timestamps, unprobed = _probe_identity(kafka, checkpoint, broker, record, options, probe_budget_s)
-    verdict = evaluate(checkpoint, broker, record, options, timestamps)
+    verdict = evaluate(checkpoint, broker, record, options, timestamps, previous=previous,
+                       group=_group(kafka, options.kafka_group_id), recent=read_recent_batches(checkpoint,
+                                                                                                storage_options))
     extra: list[Finding] = [interrupted] if interrupted is not None else []
     if unprobed:
         shown = ", ".join(map(str, unprobed[:5])) + (f" +{len(unprobed) - 5}" if len(unprobed) > 5 else "")
@@ -120,6 +130,17 @@ def _validate_checkpoint(kafka: KafkaView, location: str, options: DeployOptions
             extra.append(Finding("RECORD_NOT_WRITTEN", INFO, message=problem,
                                  fix="make the folder beside the checkpoint writable, or pass --no-record"))
     return verdict.with_findings(extra) if extra else verdict
+
+
+def _group(kafka: KafkaView, group_id: str | None) -> GroupInfo | None:
+    """The coordinator's view of the deploy's kafka.group.id (S24); None if not set or not answered."""
+    if not group_id:
+        return None
+    try:
+        return kafka.describe_group(group_id)
+    except UserError as exc:
+        log.warning("consumer group %s not described: %s", group_id, exc)
+        return None
 
 
 def _probe_identity(kafka: KafkaView, checkpoint: CheckpointState, broker: BrokerState,

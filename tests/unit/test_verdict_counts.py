@@ -136,3 +136,75 @@ def test_merging_takes_the_largest_of_each_kind_and_sums_over_partitions():
     assert b.merged(RecordCounts(skipped=1, bound=Bound.AT_LEAST)).bound == Bound.AT_LEAST   # neither holds: loosest
     assert a.plus(b) == RecordCounts(lost=5, skipped=3, duplicated=6, bound=Bound.AT_MOST)
     assert RecordCounts(lost=-3).lost == 0
+
+
+# --------------------------------------------------------------------------- S24 / S28 / S29
+
+
+def test_s24_shared_group_id_warns_with_live_members_only():
+    from airflow_kafka_spark.kafka.model import GroupInfo
+
+    cp, br = checkpoint({("t", 0): 100}), broker({("t", 0): (0, 100)})
+    busy = evaluate(cp, br, None, DeployOptions(topics=("t",), kafka_group_id="g1"),
+                    group=GroupInfo("g1", "STABLE", "CLASSIC", ["kcat@h1"]))
+    f = at(busy, "SHARED_GROUP_ID")
+    assert f.severity == "WARN" and f.numbers["members"] == 1 and "kcat@h1" in f.message and not f.counts
+    idle = evaluate(cp, br, None, DeployOptions(topics=("t",), kafka_group_id="g1"),
+                    group=GroupInfo("g1", "DEAD", "CLASSIC", []))
+    assert at(idle, "SHARED_GROUP_ID").severity == "INFO" and idle.severity == "PASS"
+    assert "SHARED_GROUP_ID" not in {f.code for f in run(cp, br).findings}
+
+
+def test_s28_first_batch_far_beyond_recent_batches_warns_with_an_estimate():
+    from airflow_kafka_spark.verdict.first_batch import RecentBatches
+    from tests.support.verdict_states import BATCH_TS, batch
+
+    history = [batch(i, {("t", 0): 60 * i}, ts=BATCH_TS + 2000 * i) for i in range(1, 6)]   # 60 per batch, 2 s
+    recent = RecentBatches.of(history)
+    assert recent == RecentBatches(batches=4, largest=60, peak_rate=30.0)
+    cp, br = checkpoint({("t", 0): 300}), broker({("t", 0): (0, 3300)})
+    v = evaluate(cp, br, None, DeployOptions(topics=("t",)), recent=recent)
+    f = at(v, "BACKLOG")
+    assert f.severity == "WARN" and f.numbers["first_batch_records"] == 3000
+    assert f.numbers["times_largest_recent"] == 50.0 and f.numbers["estimated_first_batch_s"] == 100
+    assert "50× the largest of the last 4 batches" in f.message
+    small = evaluate(cp, broker({("t", 0): (0, 500)}), None, DeployOptions(topics=("t",)), recent=recent)
+    assert at(small, "BACKLOG").severity == "INFO"       # 200 records: below the floor
+    limited = evaluate(cp, br, None, DeployOptions(topics=("t",), max_offsets_per_trigger=60), recent=recent)
+    assert at(limited, "BACKLOG").severity == "INFO" and at(limited, "BACKLOG").numbers["batches"] == 50
+
+
+def test_s29_new_checkpoint_beside_the_previous_one_counts_against_its_position():
+    from airflow_kafka_spark.verdict.previous import PreviousCheckpoint
+
+    prev = PreviousCheckpoint("/data/checkpoints/orders-v1", "orders", 5, None, {T0: 100, T1: 100})
+    br = broker({("t", 0): (0, 200), ("t", 1): (0, 150)})
+    latest = evaluate(checkpoint(exists=False), br, None, DeployOptions(topics=("t",), expect_new_checkpoint=True,
+                                                                        starting_offsets="latest"), previous=prev)
+    f = at(latest, "NEW_CHECKPOINT_FOR_KNOWN_QUERY")
+    assert f.severity == "WARN"   # declared new: still told what it costs
+    assert latest.counts == {T0: RecordCounts(skipped=100, bound=Bound.AT_LEAST),
+                             T1: RecordCounts(skipped=50, bound=Bound.AT_LEAST)}   # not the whole topic
+    earliest = evaluate(checkpoint(), br, None, DeployOptions(topics=("t",), starting_offsets="earliest"),
+                        previous=prev)
+    assert at(earliest, "NEW_CHECKPOINT_FOR_KNOWN_QUERY").severity == "BLOCK"
+    assert earliest.counts == {T0: RecordCounts(duplicated=100), T1: RecordCounts(duplicated=100)}
+    carried = evaluate(checkpoint(exists=False), br, record(next_starting_offsets='{"t":{"0":100,"1":100}}'),
+                       DeployOptions(topics=("t",)), previous=prev)
+    assert "NEW_CHECKPOINT_FOR_KNOWN_QUERY" not in {f.code for f in carried.findings}
+
+
+def test_s29_finds_the_sibling_of_the_same_job_on_disk(tmp_path):
+    from airflow_kafka_spark.verdict.previous import find_previous_checkpoint
+    from tests.support.checkpoint_factory import write_checkpoint
+    from tests.support.verdict_states import NOW_MS
+
+    for name in ("orders-v1", "payments-v1"):
+        write_checkpoint(tmp_path / name, batches=3, sources=({"t": 2},), records_per_batch=10,
+                         start_timestamp_ms=NOW_MS)
+    (tmp_path / "orders-v1.reset-20261124").mkdir()
+    (tmp_path / "orders-v2").mkdir()
+    prev = find_previous_checkpoint(str(tmp_path / "orders-v2"), None, None, NOW_MS + 60_000)
+    assert prev is not None and prev.location.endswith("orders-v1") and prev.position
+    assert find_previous_checkpoint(str(tmp_path / "other"), None, None, NOW_MS) is None
+    assert find_previous_checkpoint(str(tmp_path / "orders-v2"), None, None, NOW_MS + 90 * 86_400_000) is None  # old
