@@ -400,3 +400,26 @@ def move_dir(src: Location, dst: Location) -> None:
     except OSError as exc:
         raise UserError(f"cannot move {src.url} to {dst.url}: {os_reason(exc)}") from None
 
+
+def list_local_detail(path: str) -> dict[str, dict]:
+    """``fs.ls(detail=True)`` of a local folder without fsspec's per-entry overhead, in the same shape.
+
+    Hadoop's ``.N.crc`` side files are listed by name only (nothing reads their size or type): a
+    10,000-batch checkpoint has 20,000 of them, and stat-ing each was most of the listing time.
+    Symlinks are followed as fsspec does; a dangling one is ``other`` (never opened).
+    """
+    out: dict[str, dict] = {}
+    with os.scandir(path) as entries:
+        for entry in entries:
+            name = entry.name
+            if name.startswith(".") and name.endswith(".crc"):
+                out[name] = {"name": entry.path, "type": "file"}
+                continue
+            try:
+                st = entry.stat()
+            except OSError:
+                out[name] = {"name": entry.path, "type": "other", "size": 0}
+                continue
+            kind = "directory" if stat.S_ISDIR(st.st_mode) else "file" if stat.S_ISREG(st.st_mode) else "other"
+            out[name] = {"name": entry.path, "type": kind, "size": st.st_size}
+    return out

@@ -24,7 +24,9 @@ import os
 import posixpath
 from typing import Any
 
-from airflow_kafka_spark._util.fs import open_location
+from fsspec.implementations.local import LocalFileSystem
+
+from airflow_kafka_spark._util.fs import list_local_detail, open_location
 from airflow_kafka_spark._util.text import one_line
 from airflow_kafka_spark.checkpoint.checks import ConsistencyChecks
 from airflow_kafka_spark.checkpoint.formats import (
@@ -54,12 +56,16 @@ GLOB_CHARS = frozenset("*?[")
 
 
 def read_checkpoint(location: str, *, storage_options: dict | None = None,
-                    read_history: bool = False) -> CheckpointState:
+                    read_history: bool = False, history_batches: int | None = None) -> CheckpointState:
     """Read the checkpoint at ``location`` (a path or any fsspec URL) without modifying it.
 
     A missing location gives ``exists=False``. A location that is a file, or that cannot be listed
     or read, raises :class:`UserError`. Everything else — damaged files, gaps, contradictions — is
     returned in ``problems`` so callers can explain and block rather than crash.
+
+    ``history_batches`` (with ``read_history``): read only the newest N ``offsets/`` files (and always
+    those back to the last committed batch), so the cost of a history follows what the caller needs,
+    not how many batches the job retains (``minBatchesToRetain`` can keep 10,000).
     """
     if isinstance(location, os.PathLike):
         location = os.fspath(location)
@@ -75,7 +81,7 @@ def read_checkpoint(location: str, *, storage_options: dict | None = None,
     if info.get("type") != "directory" and not _is_dir(fs, root):
         raise UserError(f"checkpoint location {location} is not a directory: pass the checkpoint folder "
                         f"(the one holding offsets/, commits/ and metadata)")
-    return _Reader(fs, root, location).read(read_history)
+    return _Reader(fs, root, location).read(read_history, history_batches)
 
 
 class _Reader(ConsistencyChecks, SourcesAndState):
@@ -97,7 +103,7 @@ class _Reader(ConsistencyChecks, SourcesAndState):
 
     # ---- top level
 
-    def read(self, read_history: bool) -> CheckpointState:
+    def read(self, read_history: bool, history_batches: int | None = None) -> CheckpointState:
         root_entries = self._ls("", required=True)
         self._note_strays("", root_entries)
         self.offset_files = self._log_listing("offsets", root_entries)
@@ -118,7 +124,7 @@ class _Reader(ConsistencyChecks, SourcesAndState):
         committed_offsets = self._offsets(committed)
         commit = self._commit(committed)
         if read_history:
-            self._read_history()
+            self._read_history(history_batches)
         self._check_source_consistency()
         initial = self._initial_offsets(root_entries)
         has_state = self._has_state(root_entries)
@@ -128,7 +134,7 @@ class _Reader(ConsistencyChecks, SourcesAndState):
             commit_batch_ids=commit_ids, latest_planned=planned, latest_committed=committed_offsets,
             initial_offsets=initial, has_state=has_state, stray_files=sorted(self.stray),
             problems=self.problems,
-            history=[self.offsets[i] for i in sorted(self.offsets)] if read_history else [],
+            history=self._history(history_batches) if read_history else [],
             latest_commit=commit)
 
     # ---- listings
@@ -142,6 +148,8 @@ class _Reader(ConsistencyChecks, SourcesAndState):
     def _ls(self, rel: str, *, required: bool = False) -> dict[str, dict]:
         """Base name -> fsspec info of one directory; {} if it vanished (unless ``required``)."""
         try:
+            if isinstance(self.fs, LocalFileSystem):
+                return list_local_detail(self._path(rel))
             listing = self.fs.ls(self._path(rel), detail=True)
         except FileNotFoundError:
             if required:
@@ -307,9 +315,23 @@ class _Reader(ConsistencyChecks, SourcesAndState):
             self._damaged("commits", batch_id, error_detail(exc, rel))
         return None
 
-    def _read_history(self) -> None:
+    def _history_ids(self, limit: int | None) -> list[int]:
+        """The batch ids of the history asked for: all, or the newest ``limit`` (at least back to C-1)."""
+        ids = sorted(self.offset_files)
+        if limit is None:
+            return ids
+        keep = max(int(limit), 1)
+        if self.committed is not None and self.latest is not None:
+            keep = max(keep, self.latest - self.committed + 2)
+        return ids[-keep:]
+
+    def _history(self, limit: int | None) -> list[BatchOffsets]:
+        wanted = set(self._history_ids(limit))
+        return [self.offsets[i] for i in sorted(self.offsets) if i in wanted]
+
+    def _read_history(self, limit: int | None = None) -> None:
         todo: list[int] = []
-        for batch_id in sorted(self.offset_files):
+        for batch_id in self._history_ids(limit):
             if batch_id in self.offsets or batch_id in self.bad_offsets:
                 continue
             info = self.offset_files[batch_id]

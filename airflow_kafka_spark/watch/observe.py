@@ -125,6 +125,19 @@ def observe_job(spec: JobSpec, kafka_config: Mapping[str, Any] | None = None, *,
                    timeout=timeout, now_ms=now_ms)
 
 
+def history_batches(window: int) -> int:
+    """How many of the newest ``offsets/N`` an observation reads: ``2 × window + 1`` (21 by default).
+
+    What each evaluator needs: the lag's offset→time curve interpolates between the last committed
+    batch and the next point above the position (the planned batch or a broker sample), so C-1..L;
+    the status's trend, batch sizes and rhythm use the last ``window`` batches (Burrow's window);
+    catch-up the last 10. Twice the window leaves room for the REWIND scan and the median interval.
+    Reading all of a 10,000-batch history (``minBatchesToRetain``) cost minutes and GiBs and
+    changed no number the observation reports but REWINDs older than that window.
+    """
+    return 2 * max(int(window), 10) + 1
+
+
 def _prev_samples(samples: Sequence[Sample], now_ms: int) -> list[OffsetSample]:
     return [(s.at_ms, dict(s.latest)) for s in sorted(samples, key=lambda s: s.at_ms) if s.at_ms < now_ms]
 
@@ -196,7 +209,9 @@ def _observe_checkpoint(kafka: KafkaView, location: str, topics: Sequence[str] |
                         thresholds: StatusThresholds | None, samples: Sequence[Sample], job: str | None,
                         storage_options: dict | None, basis: str, max_offsets_per_trigger: int | None,
                         processing_rate: float | None, budget_s: float, now_ms: int | None) -> Observation:
-    state = read_checkpoint(location, storage_options=storage_options, read_history=True)
+    window = (thresholds or StatusThresholds()).window
+    state = read_checkpoint(location, storage_options=storage_options, read_history=True,
+                            history_batches=history_batches(window))
     if not state.exists:
         raise UserError(f"checkpoint {location} does not exist: the job has not started yet, or its checkpoint "
                         "was moved (check the registry's checkpoint path)")

@@ -6,6 +6,8 @@ The real-broker acceptance lives in tests/integration/test_lag_real.py; these pi
 
 from __future__ import annotations
 
+import time
+
 from dataclasses import dataclass, field
 
 import pytest
@@ -57,7 +59,13 @@ class FakeView:
         return offset, self.record_ts.get(tp)
 
     def first_records_at_or_after(self, positions, *, deadline=None):
-        return {tp: self.first_record_at_or_after(tp, offset) for tp, offset in positions.items()}
+        """KafkaView's batched call: partitions not reached by ``deadline`` are left out."""
+        out = {}
+        for tp, offset in positions.items():
+            if deadline is not None and time.monotonic() >= deadline:
+                break
+            out[tp] = self.first_record_at_or_after(tp, offset)
+        return out
 
     def group_offsets(self, group_id, topics=None):
         return dict(self.group)
