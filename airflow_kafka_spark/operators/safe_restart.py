@@ -6,7 +6,9 @@ from the generic operators. What a plain chain cannot do is done here:
 * :class:`SafeRestartPlanOperator` (first task) turns the trigger form into a plan: which action
   the mode means (``auto`` compares the registry's ``compatibility_version`` with the one recorded
   when the running application passed its health gate: different means checkpoint-breaking, so
-  reset with ``preserve``; equal means keep), whether a BLOCK before the change is acceptable (only
+  reset with ``preserve``; equal means keep — unless the job has ``compatibility_probe``: then
+  Spark decides, through a shadow start of the new application on a copy of the checkpoint,
+  :mod:`airflow_kafka_spark.runtime.probe`), whether a BLOCK before the change is acceptable (only
   when the run replaces the checkpoint anyway), where the job stands now (offsets, driver). It also
   takes the **run lease**: a lease in a second lifecycle-record file beside the checkpoint
   (``<checkpoint>.safe-restart.lifecycle.json``) held for the whole run, so that two runs for the
@@ -40,6 +42,7 @@ from airflow_kafka_spark.airflow_glue.jobs import (
     run_holder,
     who,
 )
+from airflow_kafka_spark.airflow_glue.spark import spark_target
 from airflow_kafka_spark.errors import UserError
 from airflow_kafka_spark.lifecycle.events import LifecycleEvent
 from airflow_kafka_spark.lifecycle.model import RECORD_SUFFIX
@@ -50,7 +53,7 @@ from airflow_kafka_spark.operators.streaming import driver_alive, stop_job, subm
 from airflow_kafka_spark.ops.backup.manifest import load_backup
 from airflow_kafka_spark.ops.commands import restore_checkpoint
 from airflow_kafka_spark.registry.model import JobSpec
-from airflow_kafka_spark.runtime import safe_restart
+from airflow_kafka_spark.runtime import probe, safe_restart
 from airflow_kafka_spark.runtime.app_versions import last_good_app
 
 RUN_LEASE_SUFFIX = ".safe-restart" + RECORD_SUFFIX
@@ -104,8 +107,17 @@ class SafeRestartPlanOperator(StreamingJobOperator):
         record = LifecycleRecord.load(spec.checkpoint)
         good = last_good_app(record)
         recorded = (good or {}).get("compatibility_version") or (record.compatibility_version if record else None)
+        found = None
+        if safe_restart.wants_probe(mode, enabled=spec.compatibility_probe, registry_compat=spec.compatibility_version,
+                                    recorded_compat=recorded):
+            self.log.info("auto: asking Spark whether the new application runs on the checkpoint of %s (probe, at "
+                          "most %.0fs) ...", spec.name, spec.probe_timeout_s)
+            found = probe.probe_application(spec, kafka_config=kafka_config(spec), target=spark_target(spec))
+            self.log.info("compatibility probe: %s in %.1fs: %s%s", found.answer, found.seconds, found.reason,
+                          f"\n{found.log_tail}" if found.answer is probe.ProbeAnswer.UNKNOWN else "")
         decision = safe_restart.decide(mode, registry_compat=spec.compatibility_version, recorded_compat=recorded,
-                                       backup_id=optional_text(self.backup_id), when=optional_text(self.datetime))
+                                       backup_id=optional_text(self.backup_id), when=optional_text(self.datetime),
+                                       probe=found)
         alive = driver_alive(spec, record)
         plan = {"job": spec.name, "mode": mode, **decision.to_dict(), "dry_run": dry_run,
                 "accept_data_loss": flag(self.accept_data_loss, name="accept_data_loss"),
@@ -244,6 +256,7 @@ class SafeRestartFinishOperator(StreamingJobOperator):
             "outcome": outcome, "job": str(self.job), "who": (plan or {}).get("who") or who(context),
             "reason": (plan or {}).get("reason") or optional_text(self.reason), "mode": (plan or {}).get("mode"),
             "action": (plan or {}).get("action"), "why": (plan or {}).get("why"),
+            "probe": {k: v for k, v in ((plan or {}).get("probe") or {}).items() if k != "log_tail"} or None,
             "dry_run": bool((plan or {}).get("dry_run")), "run": run_holder(context),
             "verdict_before": _verdict_of(context, VALIDATE_BEFORE),
             "verdict_after": _verdict_of(context, VALIDATE_AFTER),

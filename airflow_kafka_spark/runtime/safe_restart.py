@@ -1,5 +1,12 @@
 """What a safe restart does, decided from plain values: the mode's action, the rollback's restore rule, the outcome.
 
+``auto`` decides whether the new application breaks the checkpoint: a changed
+``compatibility_version`` says so explicitly (an override, always obeyed); otherwise, for a job
+whose application implements the probe contract (``compatibility_probe`` in the registry), Spark
+says so through the compatibility probe (:mod:`airflow_kafka_spark.runtime.probe`): ``breaking``
+resets with ``preserve``, ``compatible`` keeps, ``unknown`` keeps (and says why: the health gate
+and the rollback still guard the start).
+
 Why apart from the operators of the ``streaming_safe_restart`` DAG: these are product rules (a
 changed ``compatibility_version`` means checkpoint-breaking, so reset with ``preserve``; a BLOCK
 before the change is tolerable only when the run replaces the checkpoint anyway), and they must be
@@ -18,6 +25,7 @@ from airflow_kafka_spark.errors import UserError
 from airflow_kafka_spark.names import validate_backup_id
 from airflow_kafka_spark.ops.modes import ResetMode
 from airflow_kafka_spark.ops.reset_plan import parse_datetime
+from airflow_kafka_spark.runtime.probe import ProbeAnswer, ProbeResult
 
 
 class RestartMode(StrEnum):
@@ -54,6 +62,7 @@ class RestartDecision:
     reset_mode: ResetMode | None = None
     restore_backup_id: str | None = None
     to_datetime: str | None = None
+    probe: ProbeResult | None = None
 
     @property
     def tolerate_block(self) -> bool:
@@ -65,25 +74,37 @@ class RestartDecision:
         """The plan's JSON (XCom): plain strings, in the order the plan has always had."""
         return {"action": str(self.action), "reset_mode": None if self.reset_mode is None else str(self.reset_mode),
                 "restore_backup_id": self.restore_backup_id, "to_datetime": self.to_datetime, "why": self.why,
-                "tolerate_block": self.tolerate_block}
+                "tolerate_block": self.tolerate_block,
+                "probe": None if self.probe is None else self.probe.to_dict()}
+
+
+def wants_probe(mode: str, *, enabled: bool, registry_compat: str, recorded_compat: str | None) -> bool:
+    """Whether ``auto`` must ask the compatibility probe: enabled for the job, and no explicit bump decides."""
+    return mode == RestartMode.AUTO and enabled and (recorded_compat is None or recorded_compat == registry_compat)
 
 
 def decide(mode: str, *, registry_compat: str, recorded_compat: str | None, backup_id: str | None = None,
-           when: str | None = None) -> RestartDecision:
-    """The :class:`RestartDecision` for ``mode``; a bad mode, backup id or datetime is a UserError."""
+           when: str | None = None, probe: ProbeResult | None = None) -> RestartDecision:
+    """The :class:`RestartDecision` for ``mode``; a bad mode, backup id or datetime is a UserError.
+
+    ``probe``: the compatibility probe's answer for the new application (``auto`` only; see
+    :func:`wants_probe`). A changed ``compatibility_version`` overrides it.
+    """
     try:
         chosen = RestartMode(mode)
     except ValueError:
         raise UserError(f"mode {mode!r} is not one of {', '.join(RestartMode)}") from None
     if chosen is RestartMode.AUTO:
-        if recorded_compat is None:
-            return RestartDecision(RestartAction.KEEP, "auto: no application of this job has passed a health gate "
-                                   "yet, nothing to compare with: keep the checkpoint")
-        if recorded_compat != registry_compat:
+        if recorded_compat is not None and recorded_compat != registry_compat:
             return RestartDecision(
                 RestartAction.RESET, f"auto: compatibility_version changed from {recorded_compat!r} to "
                 f"{registry_compat!r} (checkpoint-breaking): reset with preserve, the new query continues where the "
-                "old one committed", reset_mode=ResetMode.PRESERVE)
+                "old one committed", reset_mode=ResetMode.PRESERVE, probe=probe)
+        if probe is not None:
+            return _auto_by_probe(probe)
+        if recorded_compat is None:
+            return RestartDecision(RestartAction.KEEP, "auto: no application of this job has passed a health gate "
+                                   "yet, nothing to compare with: keep the checkpoint")
         return RestartDecision(RestartAction.KEEP,
                                f"auto: compatibility_version {registry_compat!r} unchanged: keep the checkpoint")
     if chosen is RestartMode.KEEP:
@@ -103,6 +124,19 @@ def decide(mode: str, *, registry_compat: str, recorded_compat: str | None, back
         to_datetime = when
     return RestartDecision(RestartAction.RESET, f"{chosen}: reset the checkpoint ({reset_mode})",
                            reset_mode=reset_mode, to_datetime=to_datetime)
+
+
+def _auto_by_probe(probe: ProbeResult) -> RestartDecision:
+    if probe.answer is ProbeAnswer.BREAKING:
+        return RestartDecision(
+            RestartAction.RESET, f"auto: the compatibility probe says checkpoint-breaking ({probe.reason}): reset "
+            "with preserve, the new query continues where the old one committed", reset_mode=ResetMode.PRESERVE,
+            probe=probe)
+    if probe.answer is ProbeAnswer.COMPATIBLE:
+        return RestartDecision(RestartAction.KEEP, f"auto: the compatibility probe says compatible ({probe.reason}): "
+                               "keep the checkpoint", probe=probe)
+    return RestartDecision(RestartAction.KEEP, f"auto: the compatibility probe could not tell ({probe.reason}): keep "
+                           "the checkpoint (bump compatibility_version to force a reset)", probe=probe)
 
 
 def run_lease_ttl_s(stop_timeout_s: float, health_gate_timeout_s: float) -> float:

@@ -1,0 +1,108 @@
+"""The compatibility probe's pure parts: the staged copy, the classification of Spark's answer, ``auto``'s use of it.
+
+The answers themselves are checked against real Spark in tests/integration/test_probe.py; the
+error texts below are the ones Spark 4.2 printed there (and Spark 3.5's legacy schema exception).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from airflow_kafka_spark.runtime import safe_restart
+from airflow_kafka_spark.runtime.probe import (
+    PROBE_PREFIX,
+    SOURCE_COUNT_CHANGED,
+    ProbeAnswer,
+    ProbeResult,
+    classify,
+    stage_checkpoint,
+)
+from tests.support.checkpoint_factory import write_checkpoint
+
+ACK = PROBE_PREFIX + json.dumps({"event": "sink", "sink": "noop", "trigger": "once"})
+
+
+def _result(ok: bool, error: str = "") -> str:
+    return PROBE_PREFIX + json.dumps({"event": "result", "ok": ok, "error": error})
+
+
+def test_staged_copy_gets_an_empty_pending_batch_and_leaves_the_checkpoint_alone(tmp_path):
+    write_checkpoint(tmp_path / "ck", batches=3, state=True)
+    before = {p: p.read_bytes() for p in (tmp_path / "ck").rglob("*") if p.is_file()}
+    staged = stage_checkpoint(str(tmp_path / "ck"), str(tmp_path / "copy"))
+    assert staged is not None and staged.batch == 3 and staged.empty_batch
+    assert (tmp_path / "copy" / "offsets" / "3").read_bytes() == (tmp_path / "ck" / "offsets" / "2").read_bytes()
+    assert not (tmp_path / "copy" / "commits" / "3").exists()
+    assert staged.operators == ("0:stateStoreSave",)
+    assert {p: p.read_bytes() for p in (tmp_path / "ck").rglob("*") if p.is_file()} == before
+
+
+def test_staged_copy_replays_a_pending_batch_as_it_is(tmp_path):
+    write_checkpoint(tmp_path / "ck", batches=2, pending=True)
+    staged = stage_checkpoint(str(tmp_path / "ck"), str(tmp_path / "copy"))
+    assert staged is not None and staged.batch == 2 and not staged.empty_batch
+    assert (tmp_path / "copy" / "offsets" / "2").read_bytes() == (tmp_path / "ck" / "offsets" / "2").read_bytes()
+
+
+def test_a_checkpoint_without_batches_needs_no_shadow_start(tmp_path):
+    (tmp_path / "ck").mkdir()
+    assert stage_checkpoint(str(tmp_path / "ck"), str(tmp_path / "copy")) is None
+
+
+@pytest.mark.parametrize(("error", "answer", "error_class"), [
+    ("[STREAM_FAILED] Query terminated with exception: [STATE_STORE_VALUE_SCHEMA_NOT_COMPATIBLE] Provided value "
+     "schema does not match existing state value schema.", ProbeAnswer.BREAKING,
+     "STATE_STORE_VALUE_SCHEMA_NOT_COMPATIBLE"),
+    ("[STREAM_FAILED] ... [STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE] Provided key schema", ProbeAnswer.BREAKING,
+     "STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE"),
+    ("[STREAMING_STATEFUL_OPERATOR_MISSING_STATE_DIRECTORY] Cannot restart streaming query",
+     ProbeAnswer.BREAKING, "STREAMING_STATEFUL_OPERATOR_MISSING_STATE_DIRECTORY"),
+    ("[STREAM_FAILED] ... terminated with exception: assertion failed: There are [1] sources in the checkpoint "
+     "offsets and now there are [2] sources requested by the query. Cannot continue.", ProbeAnswer.BREAKING,
+     SOURCE_COUNT_CHANGED),
+    ("StateSchemaNotCompatible: Provided schema doesn't match to the schema for existing state!",
+     ProbeAnswer.BREAKING, "StateSchemaNotCompatible"),
+    ("[STREAM_FAILED] ... [KAFKA_DATA_LOSS.START_OFFSET_RESET] Some data may have been lost", ProbeAnswer.UNKNOWN,
+     "KAFKA_DATA_LOSS.START_OFFSET_RESET"),
+    ("java.net.ConnectException: Connection refused", ProbeAnswer.UNKNOWN, None),
+])
+def test_spark_errors_are_classified(error, answer, error_class):
+    got, reason, cls = classify(1, "\n".join([ACK, "log line", _result(False, error)]), timeout_s=60)
+    assert (got, cls) == (answer, error_class)
+    assert reason
+
+
+def test_compatible_only_when_the_batch_ran_and_the_sink_was_swapped():
+    assert classify(0, "\n".join([ACK, _result(True)]), timeout_s=60)[0] is ProbeAnswer.COMPATIBLE
+    # exit 0 without the acknowledgement: the application may have written to its real sink
+    answer, reason, _ = classify(0, "some output", timeout_s=60)
+    assert answer is ProbeAnswer.UNKNOWN and "acknowledging --aks-probe" in reason
+    answer, reason, _ = classify(2, "error: unrecognized arguments: --aks-probe", timeout_s=60)
+    assert answer is ProbeAnswer.UNKNOWN and "does not know --aks-probe" in reason
+    answer, reason, _ = classify(None, ACK, timeout_s=60)
+    assert answer is ProbeAnswer.UNKNOWN and "within 60s" in reason
+
+
+def _probe(answer: ProbeAnswer) -> ProbeResult:
+    return ProbeResult(answer, f"{answer} for a test", method="shadow-start", error_class="X")
+
+
+def test_auto_uses_the_probe_and_compatibility_version_overrides_it():
+    assert safe_restart.wants_probe("auto", enabled=True, registry_compat="1", recorded_compat="1")
+    assert safe_restart.wants_probe("auto", enabled=True, registry_compat="1", recorded_compat=None)
+    assert not safe_restart.wants_probe("auto", enabled=False, registry_compat="1", recorded_compat="1")
+    assert not safe_restart.wants_probe("auto", enabled=True, registry_compat="2", recorded_compat="1")
+    assert not safe_restart.wants_probe("keep", enabled=True, registry_compat="1", recorded_compat="1")
+
+    breaking = safe_restart.decide("auto", registry_compat="1", recorded_compat="1",
+                                   probe=_probe(ProbeAnswer.BREAKING))
+    assert breaking.action is safe_restart.RestartAction.RESET and breaking.reset_mode == "preserve"
+    assert "compatibility probe says checkpoint-breaking" in breaking.why
+    assert breaking.to_dict()["probe"]["answer"] == "breaking"
+    for answer in (ProbeAnswer.COMPATIBLE, ProbeAnswer.UNKNOWN):
+        kept = safe_restart.decide("auto", registry_compat="1", recorded_compat="1", probe=_probe(answer))
+        assert kept.action is safe_restart.RestartAction.KEEP and "probe" in kept.why
+    bumped = safe_restart.decide("auto", registry_compat="2", recorded_compat="1", probe=_probe(ProbeAnswer.COMPATIBLE))
+    assert bumped.action is safe_restart.RestartAction.RESET and "compatibility_version changed" in bumped.why
