@@ -6,10 +6,11 @@
 2. Airflow 3 on SQLite in ``<workdir>/airflow-home`` (no scheduler: each run is ``dag.test()`` of the
    ``streaming_safe_restart`` DAG from ``dags/``, with a job registry written to the workdir);
 3. a first run starts the reference job (``auto``: nothing recorded yet, so keep; submit; health gate);
-4. the job is changed in a checkpoint-breaking way (a ``dropDuplicates`` stage, and the registry's
-   ``compatibility_version`` bumped): the second run validates, stops the job on a batch boundary,
-   backs the checkpoint up, resets it with ``preserve`` and starts the new code exactly where the
-   old one stopped;
+4. the job is changed in a checkpoint-breaking way (a ``dropDuplicates`` stage; no
+   ``compatibility_version`` bump): the second run's ``auto`` asks Spark through the compatibility
+   probe (a shadow start of the new code on a copy of the checkpoint, noop sink), which says
+   *breaking*; so it validates, stops the job on a batch boundary, backs the checkpoint up, resets
+   it with ``preserve`` and starts the new code exactly where the old one stopped;
 5. the job is stopped and the sink is compared record by record with what Kafka acknowledged:
    nothing lost, nothing duplicated across the change. The audit entries of both runs are printed.
 
@@ -114,7 +115,7 @@ def _registry_text(topic: str, *, compat: str, args: list[str]) -> str:
                      "spark_conf": {"spark.sql.shuffle.partitions": "2"},
                      "health_gate": {"min_batches": 2, "timeout_s": 300}},
         "jobs": [{"name": "orders", "topics": [topic], "sink": "idempotent", "max_offsets_per_trigger": 200,
-                  "compatibility_version": compat, "application_args": args}],
+                  "compatibility_version": compat, "compatibility_probe": True, "application_args": args}],
     }
     return json.dumps(doc, indent=2)    # JSON is YAML: no quoting surprises
 
@@ -230,10 +231,13 @@ def run_airflow(workdir: Path, records: int, partitions: int) -> int:
                 raise UserError(f"the first run ended {first['outcome']}: {first.get('failures')}; see {airflow_log}")
             _step(f"  driver {first['submitted_driver']}; health gate: {first['health']['reason']}")
 
-            _step("changing the job: a dropDuplicates stage (checkpoint-breaking), compatibility_version 1 -> 2")
-            registry.write_text(_registry_text(topic, compat="2", args=V2_ARGS))
-            _step("run 2: streaming_safe_restart mode=auto ...")
+            _step("changing the job: a dropDuplicates stage (checkpoint-breaking); compatibility_version stays 1")
+            registry.write_text(_registry_text(topic, compat="1", args=V2_ARGS))
+            _step("run 2: streaming_safe_restart mode=auto (the compatibility probe asks Spark) ...")
             second = trigger("auto", "add deduplication")
+            found = second.get("probe") or {}
+            _step(f"  probe: {found.get('answer')} in {found.get('seconds')}s ({found.get('error_class')}), "
+                  f"then {second['action']}")
             _step(f"  stop: {second['stop']['outcome']} (last committed batch {second['stop']['last_committed']}); "
                   f"backup {second['backup_id']}")
             if second.get("reset"):
