@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from airflow_kafka_spark.checkpoint.position import ResumePosition
 from airflow_kafka_spark.kafka.offsets import TopicPartition
 from airflow_kafka_spark.verdict.findings import Bound, Finding, RecordCounts
+from airflow_kafka_spark.verdict.versions import parse_version
 
 if TYPE_CHECKING:  # types only: the verdict stays free of Kafka client imports
     from airflow_kafka_spark.kafka.model import BrokerState
@@ -50,11 +51,16 @@ def cluster_counts(pos: ResumePosition, broker: BrokerState) -> dict[TopicPartit
     return out
 
 
-def new_id_duplicates(pos: ResumePosition, idempotent_sink: bool | None) -> dict[TopicPartition, RecordCounts]:
-    """A missing ``metadata`` gives the restart a new query id (Spark 4.0, S10). Only a pending batch is
-    re-run; a sink that dedupes by (query id, batch id) cannot recognise it under the new id, so every
+def new_id_duplicates(pos: ResumePosition, idempotent_sink: bool | None, spark_version: str | None = None
+                      ) -> dict[TopicPartition, RecordCounts]:
+    """A missing ``metadata`` gives the restart a new query id (Spark 3.5/4.0, S10). Only a pending batch
+    is re-run; a sink that dedupes by (query id, batch id) cannot recognise it under the new id, so every
     record of it is written again. A sink that dedupes by batch id alone (a file sink) is not fooled,
-    hence ``at_most`` unless the sink is known not to be idempotent at all."""
+    hence ``at_most`` unless the sink is known not to be idempotent at all. Spark 4.2 refuses to start
+    (STREAMING_CHECKPOINT_MISSING_METADATA_FILE, SPARK-55058): nothing is written twice."""
+    version = parse_version(spark_version) if spark_version else None
+    if version is not None and version >= (4, 2):
+        return {}
     bound = Bound.EXACT if idempotent_sink is False else Bound.AT_MOST
     out: dict[TopicPartition, RecordCounts] = {}
     for tp, end in sorted(pos.pending.items()):
@@ -65,13 +71,13 @@ def new_id_duplicates(pos: ResumePosition, idempotent_sink: bool | None) -> dict
 
 
 def with_query_counts(findings: Iterable[Finding], pos: ResumePosition | None, broker: BrokerState,
-                      idempotent_sink: bool | None) -> list[Finding]:
+                      idempotent_sink: bool | None, spark_version: str | None = None) -> list[Finding]:
     """The findings, with CLUSTER_MISMATCH and MISSING_QUERY_ID counted where the position is known."""
     out = []
     for f in findings:
         if pos is not None and pos.known and f.code == "CLUSTER_MISMATCH":
             f = f.with_counts(cluster_counts(pos, broker))
         elif pos is not None and pos.known and f.code == "MISSING_QUERY_ID":
-            f = f.with_counts(new_id_duplicates(pos, idempotent_sink))
+            f = f.with_counts(new_id_duplicates(pos, idempotent_sink, spark_version))
         out.append(f)
     return out

@@ -113,7 +113,7 @@ def evaluate(checkpoint: CheckpointState, broker: BrokerState, record: Lifecycle
             if recent is None and checkpoint.history:
                 recent = RecentBatches.of(checkpoint.history)
             findings += alignment_findings(pos, broker, record, options, timestamps or {}, bool(mismatch), recent)
-    findings = with_query_counts(findings, pos, broker, options.idempotent_sink)
+    findings = with_query_counts(findings, pos, broker, options.idempotent_sink, options.target_spark_version)
     if not options.fail_on_data_loss:
         findings.append(fail_on_data_loss_finding(findings))
     return Verdict.of(apply_strict(findings, options), source="checkpoint", subject=checkpoint.location)

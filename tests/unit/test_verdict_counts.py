@@ -103,6 +103,8 @@ def test_s10_missing_query_id_duplicates_the_pending_batch_only():
     cp = checkpoint({("t", 0): 200}, pending={("t", 0): 260}, problems=[problem("MISSING_QUERY_ID", "metadata")])
     v = run(cp, broker({("t", 0): (0, 300)}), idempotent_sink=True)
     assert at(v, "MISSING_QUERY_ID").counts == {T0: RecordCounts(duplicated=60, bound=Bound.AT_MOST)}
+    refused = run(cp, broker({("t", 0): (0, 300)}), idempotent_sink=True, target_spark_version="4.2.0")
+    assert at(refused, "MISSING_QUERY_ID").counts == {}   # Spark 4.2 refuses to start: nothing written twice
     quiet = run(checkpoint({("t", 0): 200}, problems=[problem("MISSING_QUERY_ID", "metadata")]),
                 broker({("t", 0): (0, 300)}))
     assert at(quiet, "MISSING_QUERY_ID").counts == {}
