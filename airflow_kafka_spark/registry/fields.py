@@ -17,7 +17,7 @@ from typing import Any
 from airflow_kafka_spark._util.jsonfile import load_json
 from airflow_kafka_spark.kafka.secrets import is_secret_key
 from airflow_kafka_spark.registry.context import Context, kind, show
-from airflow_kafka_spark.registry.model import BackupRetention, HealthGate
+from airflow_kafka_spark.registry.model import BackupRetention, HealthGate, JobKind
 
 # Kafka's own rule for topic names (kafka.common.internals.Topic).
 _TOPIC = re.compile(r"[A-Za-z0-9._-]{1,249}")
@@ -255,3 +255,29 @@ def health_gate(ctx: Context, where: str, value: Any) -> HealthGate:
         idle = number(ctx, f"{where}.idle_pass_s", value["idle_pass_s"], None, positive=True)
     return HealthGate(min_batches=batches or HealthGate.min_batches,
                       timeout_s=timeout if timeout is not None else HealthGate.timeout_s, idle_pass_s=idle)
+
+
+#: The receiver-based Kafka input (and its write-ahead log): gone since Spark 3.0.
+_RECEIVER_MARKS = ("spark-streaming-kafka-0-8", "spark.streaming.receiver.writeAheadLog.enable")
+
+
+def job_kind(ctx: Context, job: str, v: dict[str, Any]) -> tuple[JobKind, str | None]:
+    """The job's kind and, for ``dstream``, its consumer group; a receiver-based job is refused."""
+    texts = [str(v.get("kind", "")), str(v.get("application", "")), json.dumps(v.get("spark_conf") or {}),
+             json.dumps(v.get("application_args") or [])]
+    if v.get("kind") == "receiver" or any(m in t for t in texts for m in _RECEIVER_MARKS):
+        ctx.fail(job, "is a receiver-based Kafka job (spark-streaming-kafka-0-8 / receiver write-ahead log), "
+                      "removed in Spark 3.0 and not managed here",
+                 "port it to the direct API (spark-streaming-kafka-0-10, kind: dstream with its group) or to "
+                 "Structured Streaming")
+    kind_ = JobKind(choice(ctx, f"{job}.kind", v.get("kind", JobKind.STRUCTURED.value),
+                           tuple(k.value for k in JobKind)))
+    group_id = group(ctx, f"{job}.group", v.get("group"))
+    if kind_ is JobKind.DSTREAM and group_id is None:
+        ctx.fail(f"{job}.group", "is required for kind dstream",
+                 "name the consumer group the job commits its offset ranges to (its group.id)")
+    if kind_ is not JobKind.DSTREAM:
+        for key in ("group", "dstream_checkpoint"):
+            if v.get(key) not in (None, ""):
+                ctx.fail(f"{job}.{key}", "applies only to kind: dstream", "remove it or set kind: dstream")
+    return kind_, group_id

@@ -30,8 +30,10 @@ compatibility_version ("1"), compatibility_probe (false: true when the applicati
 ``--aks-probe``, docs/probe.md), probe_timeout_s (600), starting_offsets_default (earliest|latest|offsets JSON),
 fail_on_data_loss (true), max_offsets_per_trigger, max_lag_records, max_lag_seconds,
 min_headroom_s, stall_after_s (unset = not checked), mirror_group, health_gate {min_batches: 1,
-timeout_s: 600, idle_pass_s: 120}. Unknown keys are errors (with a "did you mean"), and so are duplicate keys,
-which plain PyYAML would resolve silently in favour of the last one.
+timeout_s: 600, idle_pass_s: 120}, kind (structured|dstream; dstream needs group, may name
+dstream_checkpoint; receiver-based kafka-0-8 jobs are refused). Unknown keys are errors (with a
+"did you mean"), and so are duplicate keys, which plain PyYAML would resolve silently in favour of
+the last one.
 
 Values (not keys) may use ``${VAR}`` and ``${VAR:-default}``: registry ``vars``, then the
 built-ins ``AKS_PACKAGE_DIR`` (this package's folder, to reach the bundled reference job on any
@@ -90,10 +92,10 @@ JOB_KEYS = (
     "stop_timeout_s", "stop_marker", "compatibility_version", "compatibility_probe", "probe_timeout_s",
     "starting_offsets_default",
     "fail_on_data_loss", "max_offsets_per_trigger", "max_lag_records", "max_lag_seconds",
-    "min_headroom_s", "stall_after_s", "mirror_group", "health_gate",
+    "min_headroom_s", "stall_after_s", "mirror_group", "health_gate", "kind", "group", "dstream_checkpoint",
 )
 REQUIRED_JOB_KEYS = ("name", "application", "topics", "checkpoint", "backup_root")
-PATH_FIELDS = ("application", "checkpoint", "output", "backup_root", "stop_marker")
+PATH_FIELDS = ("application", "checkpoint", "output", "backup_root", "stop_marker", "dstream_checkpoint")
 
 
 def default_registry_path(dags_folder: str | os.PathLike[str] | None = None) -> Path:
@@ -320,6 +322,11 @@ def _parse_job(ctx: Context, index: int, raw: Any, defaults: dict, roots: list[L
                  "or put it beside the checkpoint")
 
     topics = fields.topics(ctx, f"{job}.topics", v["topics"])
+    kind_, group = fields.job_kind(ctx, job, v)
+    dstream_ck = loc("dstream_checkpoint") if v.get("dstream_checkpoint") not in (None, "") else None
+    if dstream_ck is not None and (dstream_ck.overlaps(checkpoint) or dstream_ck.overlaps(backup_root)):
+        ctx.fail(f"{job}.dstream_checkpoint", f"{dstream_ck.text!r} overlaps the checkpoint or backup_root",
+                 "give the DStream checkpoint its own folder")
 
     sink = Sink(fields.choice(ctx, f"{job}.sink", v.get("sink", Sink.IDEMPOTENT.value),
                               tuple(s.value for s in Sink)))
@@ -359,6 +366,7 @@ def _parse_job(ctx: Context, index: int, raw: Any, defaults: dict, roots: list[L
         stall_after_s=fields.number(ctx, f"{job}.stall_after_s", v.get("stall_after_s"), None, positive=True),
         mirror_group=fields.group(ctx, f"{job}.mirror_group", v.get("mirror_group")),
         health_gate=fields.health_gate(ctx, f"{job}.health_gate", v.get("health_gate")),
+        kind=kind_, group=group, dstream_checkpoint=dstream_ck.text if dstream_ck else None,
     )
 
 

@@ -72,6 +72,21 @@ class Sink(StrEnum):
         return self is Sink.PARQUET
 
 
+class JobKind(StrEnum):
+    """Where the job keeps its position, and so what a safe restart validates, backs up and moves.
+
+    * ``structured``: Spark Structured Streaming; the position is the checkpoint's offset log.
+    * ``dstream``: Spark Streaming's Kafka direct API (``spark-streaming-kafka-0-10``) committing its
+      offset ranges to ``group`` with ``commitAsync`` (one batch late, user story 1), optionally with
+      a DStream checkpoint (``dstream_checkpoint``) that only the build that wrote it can read
+      (story 2; verdict/dstream.py). Receiver-based jobs (``spark-streaming-kafka-0-8``, WAL) are not
+      a kind: that connector was removed in Spark 3.0 and the registry refuses them.
+    """
+
+    STRUCTURED = "structured"
+    DSTREAM = "dstream"
+
+
 #: What ``aks validate|restore --sink`` accepts: a registry sink, or ``non-idempotent`` (= ``append``).
 SINK_CHOICES = ("idempotent", "non-idempotent", *(s.value for s in Sink if s is not Sink.IDEMPOTENT))
 
@@ -133,6 +148,9 @@ class JobSpec:
     stall_after_s: float | None = None
     mirror_group: str | None = None           # shadow consumer group that makes lag visible in Kafka
     health_gate: HealthGate = field(default_factory=HealthGate)
+    kind: JobKind = JobKind.STRUCTURED
+    group: str | None = None                  # kind dstream: the group the job commitAsyncs to
+    dstream_checkpoint: str | None = None     # kind dstream: ssc.checkpoint(dir), if the job uses one
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-able dict (for XCom or logs); it holds no secret by construction."""
@@ -140,6 +158,7 @@ class JobSpec:
         out["topics"] = list(self.topics)
         out["application_args"] = list(self.application_args)
         out["sink"] = self.sink.value
+        out["kind"] = self.kind.value
         return out
 
     @property

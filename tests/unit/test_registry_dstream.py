@@ -1,0 +1,61 @@
+"""The registry's job kinds (issue 12): ``kind: dstream`` names its consumer group and optional DStream
+checkpoint; receiver-based Kafka jobs (kafka-0-8, WAL) are refused with one line."""
+
+from __future__ import annotations
+
+import pytest
+
+from airflow_kafka_spark.registry.loader import load_registry
+from airflow_kafka_spark.registry.model import JobKind
+from tests.unit.test_registry import base_doc, load_error, write
+
+
+@pytest.fixture
+def root(tmp_path):
+    r = tmp_path / "data"
+    r.mkdir()
+    return r
+
+
+@pytest.fixture
+def app(tmp_path):
+    a = tmp_path / "apps" / "job.jar"
+    a.parent.mkdir()
+    a.write_bytes(b"PK")
+    return a
+
+
+def dstream_job(root, **extra) -> dict:
+    return {"name": "clicks", "topics": ["clicks"], "kind": "dstream", "group": "clicks-dstream",
+            "dstream_checkpoint": f"{root}/dstream/clicks", **extra}
+
+
+def test_dstream_job_loads_with_group_and_checkpoint(tmp_path, root, app):
+    doc = base_doc(root, app)
+    doc["jobs"].append(dstream_job(root, sink="append"))
+    reg = load_registry(write(tmp_path, doc))
+    spec = reg.get("clicks")
+    assert spec.kind is JobKind.DSTREAM and spec.group == "clicks-dstream"
+    assert spec.dstream_checkpoint == str(root / "dstream" / "clicks") and spec.to_dict()["kind"] == "dstream"
+    assert reg.get("orders").kind is JobKind.STRUCTURED and reg.get("orders").group is None
+
+
+@pytest.mark.parametrize(("job", "needle"), [
+    ({"kind": "dstream"}, "clicks'.group: is required for kind dstream"),
+    ({"group": "g"}, "clicks'.group: applies only to kind: dstream"),
+    ({"kind": "dstream", "group": "g", "dstream_checkpoint": "/etc/x"}, "outside allowed_roots"),
+    ({"kind": "receiver"}, "receiver-based Kafka job"),
+    ({"spark_conf": {"spark.jars.packages": "org.apache.spark:spark-streaming-kafka-0-8_2.11:2.4.8"}},
+     "receiver-based Kafka job"),
+    ({"spark_conf": {"spark.streaming.receiver.writeAheadLog.enable": "true"}}, "removed in Spark 3.0"),
+])
+def test_bad_kinds_are_one_line(tmp_path, root, app, job, needle):
+    doc = base_doc(root, app)
+    doc["jobs"].append({"name": "clicks", "topics": ["clicks"], **job})
+    assert needle in load_error(tmp_path, doc)
+
+
+def test_dstream_checkpoint_must_not_overlap_the_checkpoint(tmp_path, root, app):
+    doc = base_doc(root, app)
+    doc["jobs"].append(dstream_job(root, dstream_checkpoint=f"{root}/checkpoints/clicks/inner"))
+    assert "overlaps the checkpoint or backup_root" in load_error(tmp_path, doc)
