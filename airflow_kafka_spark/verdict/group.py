@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from airflow_kafka_spark.checkpoint.position import ResumePosition
 from airflow_kafka_spark.kafka.offsets import PartitionOffsets, TopicPartition
 from airflow_kafka_spark.verdict.alignment import backlog_finding, check_start, place, topic_not_found_finding
-from airflow_kafka_spark.verdict.findings import INFO, WARN, Finding, Number, Verdict
+from airflow_kafka_spark.verdict.findings import INFO, WARN, Bound, Finding, Number, RecordCounts, Verdict
 from airflow_kafka_spark.verdict.options import DeployOptions
 from airflow_kafka_spark.verdict.query_checks import apply_strict
 
@@ -95,11 +95,14 @@ def _group_new_partitions(start: PartitionOffsets, broker: BrokerState, deploy_t
 
 def _no_group_offsets(label: str, broker: BrokerState, topics: Iterable[str], policy: str,
                       options: DeployOptions) -> Finding:
-    total = sum(broker.latest.get(tp, 0) - broker.earliest.get(tp, 0)
-                for tp in broker.latest if tp.topic in set(topics))
+    sizes = {tp: broker.latest.get(tp, 0) - broker.earliest.get(tp, 0)
+             for tp in sorted(broker.latest) if tp.topic in set(topics)}
+    total = sum(sizes.values())
     skip = policy != "earliest"
+    # latest: what is there now is never read (and whatever arrives before the first poll)
+    counts = {tp: RecordCounts(skipped=n, bound=Bound.AT_LEAST) for tp, n in sizes.items() if n > 0} if skip else {}
     return Finding(
-        "NO_GROUP_OFFSETS", WARN if skip and total and not options.expect_new_checkpoint else INFO,
+        "NO_GROUP_OFFSETS", WARN if skip and total and not options.expect_new_checkpoint else INFO, counts=counts,
         numbers={"records_skipped" if skip else "records_to_read": total},
         message=(f"{label} has no committed offsets for {', '.join(topics) or 'the topics'}: the job starts "
                  f"from auto.offset.reset={policy} and " + (f"skips the {total:,} records now there" if skip

@@ -46,6 +46,7 @@ class PreviousCheckpoint:
     batch_id: int | None          # its last planned batch
     batch_timestamp_ms: int | None
     position: PartitionOffsets
+    named: bool = False           # its lifecycle record names this very job (not only a look-alike name)
 
 
 def _stem(name: str) -> str:
@@ -98,12 +99,15 @@ def _read(url: str, storage_options: dict | None, job_name: str | None, *, same_
     last = state.latest_planned or state.latest_committed
     return PreviousCheckpoint(location=url, job_name=recorded, batch_id=last.batch_id if last else None,
                               batch_timestamp_ms=last.batch_timestamp_ms if last else None,
-                              position=dict(pos.start))
+                              position=dict(pos.start), named=bool(job_name) and recorded == job_name)
 
 
 def previous_checkpoint_finding(prev: PreviousCheckpoint, location: str, broker: BrokerState,
                                 options: DeployOptions) -> Finding:
-    """NEW_CHECKPOINT_FOR_KNOWN_QUERY with the count per partition, against the previous checkpoint's ``C``:
+    """NEW_CHECKPOINT_FOR_KNOWN_QUERY with the count per partition, against the previous checkpoint's ``C``.
+
+    BLOCK, or WARN when the deploy declared a new query and only the folder name ties the two (a
+    lifecycle record naming this job is evidence enough to block a declared new query too). Counts:
     ``latest`` skips ``[max(C, LS), LE)`` (and whatever arrives before the start), ``earliest`` reads
     ``[LS, C)`` again, explicit offsets ``o`` skip ``[C, o)`` or repeat ``[o, C)``; records deleted since
     ``C`` are lost either way."""
@@ -129,7 +133,8 @@ def previous_checkpoint_finding(prev: PreviousCheckpoint, location: str, broker:
     what = total.describe() or "nothing lost, skipped or read twice"
     when = f"batch {prev.batch_id}" if prev.batch_id is not None else "its last batch"
     return Finding(
-        "NEW_CHECKPOINT_FOR_KNOWN_QUERY", WARN if options.expect_new_checkpoint else BLOCK, counts=counts,
+        "NEW_CHECKPOINT_FOR_KNOWN_QUERY", BLOCK if prev.named or not options.expect_new_checkpoint else WARN,
+        counts=counts,
         numbers={"previous_checkpoint": prev.location, "previous_batch_id": prev.batch_id,
                  "previous_batch_timestamp_ms": prev.batch_timestamp_ms,
                  "previous_offsets": to_offsets_json(prev.position)},

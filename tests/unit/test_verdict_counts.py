@@ -184,13 +184,17 @@ def test_s29_new_checkpoint_beside_the_previous_one_counts_against_its_position(
     latest = evaluate(checkpoint(exists=False), br, None, DeployOptions(topics=("t",), expect_new_checkpoint=True,
                                                                         starting_offsets="latest"), previous=prev)
     f = at(latest, "NEW_CHECKPOINT_FOR_KNOWN_QUERY")
-    assert f.severity == "WARN"   # declared new: still told what it costs
+    assert f.severity == "WARN"   # declared new, tied by the folder name only: still told what it costs
     assert latest.counts == {T0: RecordCounts(skipped=100, bound=Bound.AT_LEAST),
                              T1: RecordCounts(skipped=50, bound=Bound.AT_LEAST)}   # not the whole topic
     earliest = evaluate(checkpoint(), br, None, DeployOptions(topics=("t",), starting_offsets="earliest"),
                         previous=prev)
     assert at(earliest, "NEW_CHECKPOINT_FOR_KNOWN_QUERY").severity == "BLOCK"
     assert earliest.counts == {T0: RecordCounts(duplicated=100), T1: RecordCounts(duplicated=100)}
+    named = PreviousCheckpoint("/data/checkpoints/orders-v1", "orders", 5, None, {T0: 100}, named=True)
+    declared = evaluate(checkpoint(exists=False), br, None, DeployOptions(topics=("t",), expect_new_checkpoint=True),
+                        previous=named)
+    assert at(declared, "NEW_CHECKPOINT_FOR_KNOWN_QUERY").severity == "BLOCK"   # its record names this job
     carried = evaluate(checkpoint(exists=False), br, record(next_starting_offsets='{"t":{"0":100,"1":100}}'),
                        DeployOptions(topics=("t",)), previous=prev)
     assert "NEW_CHECKPOINT_FOR_KNOWN_QUERY" not in {f.code for f in carried.findings}
@@ -210,3 +214,15 @@ def test_s29_finds_the_sibling_of_the_same_job_on_disk(tmp_path):
     assert prev is not None and prev.location.endswith("orders-v1") and prev.position
     assert find_previous_checkpoint(str(tmp_path / "other"), None, None, NOW_MS) is None
     assert find_previous_checkpoint(str(tmp_path / "orders-v2"), None, None, NOW_MS + 90 * 86_400_000) is None  # old
+
+
+def test_consumer_group_without_offsets_skips_per_partition_under_latest():
+    from airflow_kafka_spark.verdict.group import evaluate_group
+
+    br = broker({("t", 0): (0, 40), ("t", 1): (5, 25)})
+    v = evaluate_group({}, br, DeployOptions(topics=("t",)))
+    assert v.counts == {T0: RecordCounts(skipped=40, bound=Bound.AT_LEAST),
+                        T1: RecordCounts(skipped=20, bound=Bound.AT_LEAST)}
+    assert evaluate_group({}, br, DeployOptions(topics=("t",), starting_offsets="earliest")).counts == {}
+    new = evaluate_group({T0: 40}, br, DeployOptions(topics=("t",)))          # t-1 new to the group: latest
+    assert new.counts == {T1: RecordCounts(skipped=20)}
