@@ -8,7 +8,16 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from airflow_kafka_spark.checkpoint.position import ResumePosition
-from airflow_kafka_spark.verdict.findings import BLOCK, INFO, WARN, Finding, Number, Severity, count_of
+from airflow_kafka_spark.verdict.findings import (
+    BLOCK,
+    INFO,
+    WARN,
+    Finding,
+    Number,
+    Severity,
+    merged_counts,
+    total_counts,
+)
 from airflow_kafka_spark.verdict.options import DeployOptions
 
 if TYPE_CHECKING:  # types only: the verdict stays free of Kafka client and fsspec imports
@@ -164,8 +173,9 @@ def existing_checkpoint_option_findings(cp: CheckpointState, pos: ResumePosition
 
 
 def fail_on_data_loss_finding(findings: list[Finding]) -> Finding:
-    lost = sum(count_of(f.numbers.get("records_lost")) for f in findings if f.severity == BLOCK)
-    more = (f"; here that would hide {lost:,} lost records reported above" if lost else "")
+    counted = total_counts(merged_counts(f for f in findings if f.severity == BLOCK))
+    lost = counted.lost + counted.skipped
+    more = (f"; here it would hide what is counted above (records {counted.describe()})" if lost else "")
     return Finding(
         "FAIL_ON_DATA_LOSS_DISABLED", WARN, numbers={"records_silently_skipped": lost},
         message=("failOnDataLoss=false makes Spark log and skip deleted, reset or truncated ranges instead "
