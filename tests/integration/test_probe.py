@@ -6,11 +6,18 @@ new query with **no new data in Kafka** (its staged copy gets an empty pending b
 records arrive and Spark itself restarts the new query on a second copy of the checkpoint and sink
 (the oracle). The probe must say ``breaking`` exactly when that restart fails, with the error
 class Spark raised, and the real checkpoint and sink must be byte-identical afterwards.
+
+Two cases (one breaking, one compatible) go the whole product path: ``probe_application``, a
+spark-submit built by the Spark provider's hook from the job's connection (15–30 s each). The other
+four run the same staged copy, the same ``--aks-probe`` job code and the same classification in
+the tests' warm session (a few seconds each), which keeps this file near two minutes.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import io
 import json
 import os
 import shutil
@@ -19,6 +26,7 @@ from pathlib import Path
 
 import pytest
 
+from airflow_kafka_spark.jobs import reference_job
 from airflow_kafka_spark.registry.model import JobSpec, Sink
 from airflow_kafka_spark.runtime import probe
 from devstack import topics
@@ -31,6 +39,7 @@ VARIANT_JOB = Path(variant_job.__file__).resolve()
 
 # (old variant, old sink, new variant, new sink, error class of Spark's restart or None)
 MISSING_STATE = "STREAMING_STATEFUL_OPERATOR_MISSING_STATE_DIRECTORY"
+THROUGH_SPARK_SUBMIT = ("new-stateful-operator", "sink-only")
 CASES = {
     "new-stateful-operator": ("base", "append", "dedup", "append", MISSING_STATE),
     "new-aggregation-column": ("agg", "append", "agg_sum", "append", "STATE_STORE_VALUE_SCHEMA_NOT_COMPATIBLE"),
@@ -65,6 +74,28 @@ def _run(bootstrap: str, topic: str, second: str, variant: str, sink: str, ck: P
                                    time.monotonic() - t0)
 
 
+def _probe_in_session(bootstrap: str, topic: str, second: str, variant: str, sink: str, ck: Path,
+                      scratch: Path) -> probe.ProbeResult:
+    """The probe without spark-submit: the same staged copy, job code (``--aks-probe``) and classification."""
+    t0 = time.monotonic()
+    staged = probe.stage_checkpoint(str(ck), str(scratch / "checkpoint"))
+    assert staged is not None
+    args = variant_job.parse_args(["--topics", topic, "--bootstrap-servers", bootstrap, "--checkpoint",
+                                   staged.location.path, "--output", str(scratch / "output"), "--sink", sink,
+                                   "--variant", variant, "--second-topic", second, "--aks-probe"])
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        try:
+            returncode = reference_job.run_probe(variant_job.build_query(spark_session.session(), args))
+        except Exception as exc:  # refused at start, as main() reports it
+            reference_job.probe_refused(exc)
+            returncode = 1
+    answer, reason, error_class = probe.classify(returncode, out.getvalue(), timeout_s=300)
+    return probe.ProbeResult(answer, reason, method="shadow-start", error_class=error_class, batch=staged.batch,
+                             empty_batch=staged.empty_batch, seconds=round(time.monotonic() - t0, 1),
+                             operators=staged.operators)
+
+
 @pytest.fixture(scope="module")
 def spark_conn():
     os.environ.setdefault("AIRFLOW_CONN_SPARK_PROBE_TEST", json.dumps({"conn_type": "spark", "host": "local[2]"}))
@@ -93,8 +124,11 @@ def test_probe_answers_what_a_real_restart_does(case, broker, connector_jars, sp
                    output=str(sink), sink=Sink(new_sink), spark_conn_id=spark_conn, compatibility_probe=True,
                    spark_conf={"spark.sql.shuffle.partitions": "2"},
                    application_args=("--variant", new, "--second-topic", second))
-    result = probe.probe_application(spec, kafka_config={"bootstrap.servers": bs}, target=spark_target(spec),
-                                     timeout_s=240)
+    if case in THROUGH_SPARK_SUBMIT:
+        result = probe.probe_application(spec, kafka_config={"bootstrap.servers": bs}, target=spark_target(spec),
+                                         timeout_s=300)
+    else:
+        result = _probe_in_session(bs, topic_name, second, new, new_sink, ck, tmp_path / "probe")
     print(f"{case}: probe {result.answer} in {result.seconds}s ({result.reason}); batch {result.batch} "
           f"empty={result.empty_batch} operators={result.operators}")
     assert tree_digest(tmp_path / "real") == before, "the probe touched the real checkpoint or sink"
