@@ -165,6 +165,8 @@ def list_files(loc: Location) -> dict[str, dict]:
 
     Directories are left out. A missing ``loc`` gives ``{}``; a listing error is a one-line error.
     """
+    if loc.local:
+        return _list_local_tree(loc)
     try:
         found = loc.fs.find(loc.path, withdirs=False, detail=True)
     except FileNotFoundError:
@@ -229,6 +231,26 @@ def fsync_dir(path: str) -> None:
             os.fsync(fd)
         finally:
             os.close(fd)
+
+
+def sync_filesystem(path: str) -> None:
+    """Flush everything written to the local file system holding ``path`` (``syncfs``; else ``sync``).
+
+    One flush for thousands of new files, instead of one ``fsync`` each: what ``cp -a && sync`` costs.
+    """
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            if libc.syncfs(fd) == 0:
+                return
+        finally:
+            os.close(fd)
+    except (OSError, AttributeError):
+        pass
+    os.sync()
 
 
 def read_bytes(loc: Location, *, limit: int | None = None, follow_links: bool = True) -> bytes | None:
@@ -423,3 +445,46 @@ def list_local_detail(path: str) -> dict[str, dict]:
             kind = "directory" if stat.S_ISDIR(st.st_mode) else "file" if stat.S_ISREG(st.st_mode) else "other"
             out[name] = {"name": entry.path, "type": kind, "size": st.st_size}
     return out
+
+
+def _list_local_tree(loc: Location) -> dict[str, dict]:
+    """:func:`list_files` of a local folder: one ``os.scandir`` walk, one ``stat`` per file.
+
+    fsspec's ``find`` costs ~60 µs per file (an ``lstat`` and a ``stat``, path normalisation twice);
+    backups list checkpoints and blob stores of 40,000 files several times. The info dicts carry
+    what fsspec's do and callers read (``name``, ``type``, ``size``, ``mtime``, ``created`` = ctime,
+    ``islink``); links are followed as fsspec does, a dangling one is left out like a vanished file.
+    """
+    root = loc.fs._strip_protocol(loc.path).rstrip("/") or "/"
+    out: dict[str, dict] = {}
+    pending = [(root, "")]
+    while pending:
+        folder, prefix = pending.pop()
+        try:
+            entries = list(os.scandir(folder))
+        except FileNotFoundError:
+            if folder == root:
+                return {}
+            continue
+        except NotADirectoryError:
+            if folder == root:
+                return {}
+            continue
+        except OSError as exc:
+            raise UserError(f"cannot list {loc.url}: {os_reason(exc)}") from None
+        for entry in entries:
+            rel = prefix + entry.name
+            try:
+                st = entry.stat()
+            except FileNotFoundError:
+                continue
+            except OSError as exc:
+                raise UserError(f"cannot list {loc.url}: {os_reason(exc)}") from None
+            if stat.S_ISDIR(st.st_mode):
+                pending.append((entry.path, rel + "/"))
+                continue
+            out[rel] = {"name": entry.path, "type": "file" if stat.S_ISREG(st.st_mode) else "other",
+                        "size": st.st_size, "mtime": st.st_mtime, "created": st.st_ctime,
+                        "islink": entry.is_symlink()}
+    return out
+

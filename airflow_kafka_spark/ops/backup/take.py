@@ -56,13 +56,16 @@ from airflow_kafka_spark.ops.backup.manifest import (
     Manifest,
     job_location,
     open_backup_root,
-    read_catalog,
+    read_manifest,
     store_path,
 )
 from airflow_kafka_spark.ops.backup.prune import check_retention, prune_job
 from airflow_kafka_spark.ops.backup.selection import log_ids, select_files
 from airflow_kafka_spark.ops.backup.store import BlobWriter, blob_index, check_blobs
 from airflow_kafka_spark.ops.guards import check_locations, running_reason
+
+#: How far a remote store's clock may be behind ours before its mtimes would fool :func:`_settle_wait`.
+_CLOCK_SKEW_S = 60.0
 
 
 @dataclass
@@ -174,8 +177,10 @@ def _backup_once(ck: Location, state: CheckpointState, job_loc: Location, job: s
                  spark_version: str | None, settle_s: float, t0: float, now_ms: int | None,
                  seal_key: bytes | None) -> BackupResult:
     listed_at = time.monotonic()
+    listed_wall = time.time()
     listing = list_files(ck)
     before = log_ids(listing)
+    newest_before = _newest_log_files(listing, before)
     committed = max(before[1]) if before[1] else None
     planned = max(before[0]) if before[0] else None
     sel = select_files(listing, committed, planned, keep_pending=not (force and running))
@@ -203,10 +208,14 @@ def _backup_once(ck: Location, state: CheckpointState, job_loc: Location, job: s
     writer.sync()
 
     # The second listing: did batches advance while we copied? (Running query detection.)
-    wait = settle_s - (time.monotonic() - listed_at)
+    # Only offsets/ and commits/ are listed again: a running query shows there first.
+    wait = _settle_wait(settle_s, newest_before, listed_wall, time.monotonic() - listed_at, local=ck.local)
     if wait > 0:
         time.sleep(wait)
-    after = log_ids(list_files(ck))
+    after_listing = _log_listing(ck)
+    after = log_ids(after_listing)
+    if after == before and _newest_log_files(after_listing, after) != newest_before:
+        after = (after[0] | {-1}, after[1])  # same ids, rewritten newest file: something writes there
     if after != before and not force:
         raise OperationBlocked(
             f"checkpoint {ck.url} changed during the backup (offsets/commits {_span(before)} -> {_span(after)}): "
@@ -251,7 +260,9 @@ def _backup_once(ck: Location, state: CheckpointState, job_loc: Location, job: s
     if raw is None:
         raise UserError(f"the staged manifest {staging.url} vanished; is another process pruning this job?")
     staged = Manifest.from_json(raw, where=staging.url, seal_key=seal_key)
-    check_blobs(job_loc, staged, deep_shas=set(writer.written), index=blob_index(job_loc))
+    # Presence and sizes against the index listed at the start under the job lock, plus the blobs
+    # this run wrote (re-hashed from disk below): re-listing 40,000 blobs proved nothing more.
+    check_blobs(job_loc, staged, deep_shas=set(writer.written), index=index)
     verify_seconds = time.monotonic() - v0
     faults.crash_point("backup.verified")
     write_atomic(store_path(job_loc, BACKUPS_DIR, f"{backup_id}.json"), raw)
@@ -262,6 +273,49 @@ def _backup_once(ck: Location, state: CheckpointState, job_loc: Location, job: s
         files_hashed=writer.files_hashed, bytes_hashed=writer.bytes_hashed, blobs_written=len(writer.written),
         bytes_written=writer.bytes_written, files_from_previous=reused, verify_seconds=verify_seconds,
         excluded=sel.excluded)
+
+
+def _log_listing(ck: Location) -> dict[str, dict]:
+    """The files of ``offsets/`` and ``commits/`` only (relative to the checkpoint)."""
+    out: dict[str, dict] = {}
+    for log in ("offsets", "commits"):
+        out.update({f"{log}/{rel}": info for rel, info in list_files(ck.child(log)).items() if "/" not in rel})
+    return out
+
+
+def _newest_log_files(listing: dict[str, dict], ids: tuple[frozenset[int], frozenset[int]]
+                      ) -> tuple[tuple[str, float | None, int], ...]:
+    """(path, mtime, size) of the newest ``offsets/`` and ``commits/`` files: what a running query writes next."""
+    out = []
+    for log, batch_ids in zip(("offsets", "commits"), ids, strict=True):
+        if batch_ids:
+            rel = f"{log}/{max(batch_ids)}"
+            info = listing.get(rel, {})
+            out.append((rel, mtime_of(info), int(info.get("size") or 0)))
+    return tuple(out)
+
+
+def _settle_wait(settle_s: float, newest: tuple[tuple[str, float | None, int], ...], listed_wall: float,
+                 elapsed: float, *, local: bool = True) -> float:
+    """How long to wait before the second listing: only while the checkpoint may be changing.
+
+    The two listings prove the query is stopped when they span a quiet period of at least
+    ``settle_s`` seconds. That period starts at the newest ``offsets/``/``commits/`` file's mtime,
+    not at the first listing: when that file was written ``settle_s`` or more before the first
+    listing, and the second listing finds the same ids, mtimes and sizes, the quiet period already
+    covers ``settle_s`` and waiting adds nothing. Only a checkpoint written within the last
+    ``settle_s`` (or without mtimes) waits for the rest of it. An object store stamps files with
+    its own clock: there the quiet period must be longer by :data:`_CLOCK_SKEW_S` to count.
+    """
+    if settle_s <= 0:
+        return 0.0
+    stamps = [m for _, m, _ in newest]
+    if newest and all(m is not None for m in stamps):
+        quiet_before = listed_wall - max(m for m in stamps if m is not None) - (0.0 if local else _CLOCK_SKEW_S)
+        if quiet_before >= settle_s:
+            return 0.0
+        return min(settle_s - elapsed, settle_s - quiet_before - elapsed)
+    return settle_s - elapsed
 
 
 def _span(ids: tuple[frozenset[int], frozenset[int]]) -> str:
@@ -326,14 +380,18 @@ def refuse_irregular(ck: Location) -> None:
 def _previous_stats(job_loc: Location, job: str, ck: Location, query_id: str | None,
                     seal_key: bytes | None) -> dict[str, FileEntry]:
     """Entries of the newest backup of the same checkpoint and query: the stat cache of unchanged files."""
-    try:
-        catalog = read_catalog(job_loc, job, seal_key)
-    except UserError:
-        return {}
     target = comparable(ck)
-    for m in catalog.backups:
+    # Newest first (backup ids start with their UTC time), parsing one manifest at a time: a job
+    # with 50 backups of 40,000 files each must not parse all of them to find the newest.
+    names = sorted((rel for rel in list_files(store_path(job_loc, BACKUPS_DIR))
+                    if "/" not in rel and rel.endswith(".json") and not rel.startswith(".")), reverse=True)
+    for rel in names:
         with contextlib.suppress(UserError):
-            if m.query_id == query_id and comparable(
+            raw = read_manifest(job_loc.child(BACKUPS_DIR, rel))
+            if raw is None:
+                continue
+            m = Manifest.from_json(raw, where=f"{job_loc.url}/{BACKUPS_DIR}/{rel}", seal_key=seal_key)
+            if m.job == job and f"{m.backup_id}.json" == rel and m.query_id == query_id and comparable(
                     open_location(m.checkpoint_location, None)) == target:
                 return {f.path: f for f in m.files if f.mtime is not None}
     return {}
