@@ -438,6 +438,20 @@ def test_s25_transactional_topic_no_false_alarm(job):
 # --------------------------------------------------------------------------- S24 / S28 / S29
 
 
+def test_s21_new_query_from_latest_skips_what_is_there(job):
+    j = job()
+    j.produce(300)
+    v = j.validate(expect_new_checkpoint=True, starting_offsets="latest")
+    assert v.severity == "PASS" and "NO_CHECKPOINT" in codes(v)
+    assert j.run(starting_offsets="latest").ok
+    j.produce(60)                                         # the new query does read what comes after it started
+    assert j.run(starting_offsets="latest").ok
+    cmp = j.compare()
+    assert oc.announced(v, "skipped") == oc.missing_by_partition(cmp) and len(cmp.missing) == 300, cmp.summary()
+    record("S21 new query, startingOffsets=latest", v, f"skipped the {len(cmp.missing)} records already there",
+           f"skipped {len(cmp.missing)}")
+
+
 def test_s24_shared_group_id_is_found_and_spark_loses_nothing(job):
     """Another consumer lives in the group the deploy names: the finding says so; Spark (assign(), no
     commits) reads every record anyway — nothing observable, so the finding counts nothing."""
