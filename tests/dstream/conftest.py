@@ -100,8 +100,9 @@ class Sink:
         out: Counter[tuple[str, int, int]] = Counter()
         for f in sorted((self.root / "append").glob("*.log")):
             for line in f.read_text().splitlines():
-                topic, partition, offset, _ = line.split("\t", 3)
-                out[(topic, int(partition), int(offset))] += 1
+                parts = line.split("\t", 3)
+                if len(parts) == 4 and parts[3].endswith("}"):  # a line torn by kill -9 is no record
+                    out[(parts[0], int(parts[1]), int(parts[2]))] += 1
         return out
 
     def duplicates(self) -> int:

@@ -25,6 +25,7 @@ AKS = Path(sys.executable).with_name("aks")
 
 
 def validate_group(bootstrap: str, group: str, topic: str) -> dict:
+    """``aks validate --group`` as a user runs it, with the job's auto.offset.reset (earliest)."""
     cmd = [str(AKS)] if AKS.exists() else [sys.executable, "-m", "airflow_kafka_spark.cli"]
     res = subprocess.run(
         [
@@ -36,6 +37,8 @@ def validate_group(bootstrap: str, group: str, topic: str) -> dict:
             topic,
             "--bootstrap-servers",
             bootstrap,
+            "--starting-offsets",
+            "earliest",
             "--json",
             "--no-record",
         ],

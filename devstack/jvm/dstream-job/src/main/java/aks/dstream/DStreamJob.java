@@ -24,7 +24,8 @@ import org.apache.spark.streaming.kafka010.LocationStrategies;
  * ranges to the consumer group -- which Spark only queues and sends during the next batch. With
  * {@code --checkpoint} the context is created through {@code getOrCreate}, so a restart deserializes
  * the DStream graph (and fails when the job's classes changed). A stop marker file is polled:
- * {@code graceful} (or empty) stops with {@code stop(true, true)}, {@code now} with {@code stop(true, false)},
+ * {@code now} stops with {@code stop(true, false)}, any other text (the product's "stop requested at ...")
+ * with {@code stop(true, true)},
  * {@code after-data} stops right after the next batch that had records (the commit of that batch is lost).
  */
 public final class DStreamJob {

@@ -38,8 +38,12 @@ final class Sinks {
         Files.writeString(tmp, line);
         Files.move(tmp, idem.resolve(key), StandardCopyOption.REPLACE_EXISTING, StandardCopyOption.ATOMIC_MOVE);
         if (out == null) {
-          out = new OutputStreamWriter(new FileOutputStream(
-              append.resolve(r.topic() + "-" + r.partition() + ".log").toFile(), true), StandardCharsets.UTF_8);
+          Path log = append.resolve(r.topic() + "-" + r.partition() + ".log");
+          boolean torn = endsTorn(log);
+          out = new OutputStreamWriter(new FileOutputStream(log.toFile(), true), StandardCharsets.UTF_8);
+          if (torn) {
+            out.write("\n"); // a killed run left half a line: end it, so this record starts clean
+          }
         }
         out.write(line);
       }
@@ -47,6 +51,16 @@ final class Sinks {
       if (out != null) {
         out.close();
       }
+    }
+  }
+
+  static boolean endsTorn(Path log) throws IOException {
+    if (!Files.exists(log) || Files.size(log) == 0) {
+      return false;
+    }
+    try (java.io.RandomAccessFile f = new java.io.RandomAccessFile(log.toFile(), "r")) {
+      f.seek(f.length() - 1);
+      return f.read() != '\n';
     }
   }
 

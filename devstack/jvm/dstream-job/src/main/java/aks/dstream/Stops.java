@@ -14,8 +14,8 @@ final class Stops {
     Thread t = new Thread(() -> {
       while (!stopping) {
         String m = DStreamJob.marker(markerPath);
-        if (m.equals("now") || m.equals("graceful")) {
-          stop(m.equals("graceful"));
+        if (!m.isEmpty() && !m.equals("after-data")) { // any other text (e.g. the product's note): graceful
+          stop(!m.equals("now"));
           return;
         }
         try {
