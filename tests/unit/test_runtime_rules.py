@@ -44,7 +44,7 @@ def test_every_reset_mode_maps_to_a_reset_mode_of_the_reset_command():
 def test_the_plan_json_keeps_its_shape_and_plain_strings():
     doc = decide("restore", registry_compat="1", recorded_compat="1",
                  backup_id="20260131T120000000Z-b4-aa").to_dict()
-    assert list(doc) == ["action", "reset_mode", "restore_backup_id", "to_datetime", "why", "tolerate_block"]
+    assert list(doc) == ["action", "reset_mode", "restore_backup_id", "to_datetime", "why", "tolerate_block", "probe"]
     assert type(doc["action"]) is str and doc["action"] == "restore" and doc["tolerate_block"] is True
 
 
