@@ -82,12 +82,24 @@ def record_build(
 ) -> str:
     """Record which build writes the DStream checkpoint at ``location`` (called by the submit)."""
     build = jar_digest(application, storage_options)
+    set_recorded_build(location, build, application, job_name=job_name, storage_options=storage_options)
+    return build
+
+
+def set_recorded_build(
+    location: str,
+    build: str,
+    application: str | None,
+    *,
+    job_name: str | None = None,
+    storage_options: dict[str, Any] | None = None,
+) -> None:
+    """Write the build entry beside the DStream checkpoint (a rollback puts the old one back)."""
     rec = LifecycleRecord.load(location, storage_options=storage_options) or LifecycleRecord.create(
         job_name or default_job_name(location), location, storage_options=storage_options
     )
     rec.extra[BUILD_KEY] = {"build": build, "application": application, "recorded_at_ms": int(time.time() * 1000)}
     rec.save()
-    return build
 
 
 def evaluate_dstream_checkpoint(
