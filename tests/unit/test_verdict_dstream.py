@@ -1,0 +1,63 @@
+"""verdict/dstream.py: which build wrote a DStream checkpoint decides whether a deploy may start from it."""
+
+from __future__ import annotations
+
+import pytest
+
+from airflow_kafka_spark.errors import UserError
+from airflow_kafka_spark.verdict.dstream import (
+    DSTREAM_CODES,
+    DStreamCheckpoint,
+    dstream_checkpoint_verdict,
+    evaluate_dstream_checkpoint,
+    jar_digest,
+    read_state,
+    record_build,
+)
+from airflow_kafka_spark.verdict.findings import Verdict
+
+FILES = ("checkpoint-1000", "checkpoint-2000")
+
+
+def verdict(recorded, deploy="b2", files=FILES, moves_aside=False) -> Verdict:
+    state = DStreamCheckpoint("/ck", files, recorded, "/apps/job.jar" if recorded else None)
+    return Verdict.of(evaluate_dstream_checkpoint(state, deploy, moves_aside=moves_aside))
+
+
+@pytest.mark.parametrize(("recorded", "files", "aside", "code", "severity"), [
+    ("b2", FILES, False, "DSTREAM_CHECKPOINT_SAME_BUILD", "PASS"),
+    ("b1", FILES, False, "DSTREAM_CHECKPOINT_OTHER_BUILD", "BLOCK"),
+    ("b1", FILES, True, "DSTREAM_CHECKPOINT_OTHER_BUILD", "INFO"),
+    (None, FILES, False, "DSTREAM_CHECKPOINT_BUILD_UNKNOWN", "WARN"),
+    (None, FILES, True, "DSTREAM_CHECKPOINT_BUILD_UNKNOWN", "INFO"),
+    ("b1", (), False, "DSTREAM_CHECKPOINT_NONE", "INFO"),
+])
+def test_build_decides(recorded, files, aside, code, severity):
+    v = verdict(recorded, files=files, moves_aside=aside)
+    [f] = v.findings
+    assert f.code == code and f.severity == severity and code in DSTREAM_CODES
+    if code == "DSTREAM_CHECKPOINT_OTHER_BUILD" and not aside:
+        assert "InvalidClassException" in f.message and "move the DStream checkpoint aside" in f.fix
+
+
+def test_recorded_build_round_trip(tmp_path):
+    jar1, jar2 = tmp_path / "v1.jar", tmp_path / "v2.jar"
+    jar1.write_bytes(b"one build")
+    jar2.write_bytes(b"another build")
+    ck = tmp_path / "dstream"
+    (ck / "checkpoint-2000").parent.mkdir()
+    for name in ("checkpoint-2000", "checkpoint-1000.bk", "checkpoint-1000", "receivedBlockMetadata/x"):
+        (ck / name).parent.mkdir(exist_ok=True)
+        (ck / name).write_bytes(b"\xac\xed")
+    assert read_state(str(ck)).recorded_build is None
+    assert record_build(str(ck), str(jar1)) == jar_digest(str(jar1))
+    state = read_state(str(ck))
+    assert state.files == ("checkpoint-1000", "checkpoint-1000.bk", "checkpoint-2000")
+    assert state.recorded_application == str(jar1)
+    assert dstream_checkpoint_verdict(str(ck), str(jar1)).severity == "PASS"
+    assert dstream_checkpoint_verdict(str(ck), str(jar2)).severity == "BLOCK"
+
+
+def test_missing_jar_is_one_line(tmp_path):
+    with pytest.raises(UserError, match="does not exist; build or upload it"):
+        jar_digest(str(tmp_path / "nope.jar"))
