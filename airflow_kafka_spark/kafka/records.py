@@ -64,14 +64,18 @@ class RecordProbe(KafkaClient):
         return self.first_records_at_or_after({tp: int(offset)}).get(tp)
 
     def first_records_at_or_after(self, positions: Mapping[TopicPartition, int], *,
-                                  deadline: float | None = None) -> dict[TopicPartition, Found | None]:
+                                  deadline: float | None = None,
+                                  bounds: Mapping[TopicPartition, tuple[int, int]] | None = None
+                                  ) -> dict[TopicPartition, Found | None]:
         """:meth:`first_record_at_or_after` for many partitions with one consumer.
 
         Partitions not answered by ``deadline`` (``time.monotonic()``; default: ``timeout`` from
         now) are left out of the result, so a caller with a budget can fall back for them.
+        ``bounds``: (earliest, latest) per partition when the caller has just read them (a
+        ``BrokerState``); saves the ``list_offsets`` round trip. Missing partitions do not exist.
         """
         tps = [TopicPartition(*tp) for tp in positions]
-        bounds = self._bounds_of(tps)
+        bounds = self._bounds_of(tps) if bounds is None else bounds
         out: dict[TopicPartition, Found | None] = {}
         ranges: Ranges = {}
         for tp in tps:
@@ -97,14 +101,16 @@ class RecordProbe(KafkaClient):
         return self.last_records_before({tp: int(offset)}).get(tp)
 
     def last_records_before(self, offsets: Mapping[TopicPartition, int], *,
-                            deadline: float | None = None) -> dict[TopicPartition, Found | None]:
+                            deadline: float | None = None,
+                            bounds: Mapping[TopicPartition, tuple[int, int]] | None = None
+                            ) -> dict[TopicPartition, Found | None]:
         """:meth:`last_record_before` for many partitions: one consumer, windows grown per partition.
 
-        Partitions not answered by ``deadline`` are left out of the result (see
-        :meth:`first_records_at_or_after`).
+        Partitions not answered by ``deadline`` are left out of the result; ``bounds`` as in
+        :meth:`first_records_at_or_after`.
         """
         tps = [TopicPartition(*tp) for tp in offsets]
-        bounds = self._bounds_of(tps)
+        bounds = self._bounds_of(tps) if bounds is None else bounds
         out: dict[TopicPartition, Found | None] = {}
         todo: dict[TopicPartition, tuple[int, int]] = {}  # tp -> (log start, end of the search)
         for tp in tps:
@@ -119,7 +125,7 @@ class RecordProbe(KafkaClient):
             ranges = {tp: (max(start, end - window), end) for tp, (start, end) in todo.items()}
             read = self._read_ranges(ranges, first_only=False, deadline=deadline, partial=deadline is not None)
             nxt: dict[TopicPartition, tuple[int, int]] = {}
-            for tp, (start, end) in todo.items():
+            for tp, (start, _end) in todo.items():
                 if tp not in read:          # deadline: left out
                     continue
                 if read[tp]:

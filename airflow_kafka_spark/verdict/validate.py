@@ -155,7 +155,10 @@ def _probe_identity(kafka: KafkaView, checkpoint: CheckpointState, broker: Broke
     wanted = identity_probes(checkpoint, broker, record, options)
     found: dict[TopicPartition, ProbedRecord] = {}
     if wanted:
-        found.update(kafka.last_records_before(wanted, deadline=time.monotonic() + max(budget_s, 0.0)))
+        bounds = {tp: (broker.earliest[tp], broker.latest[tp]) for tp in wanted
+                  if tp in broker.earliest and tp in broker.latest}
+        found.update(kafka.last_records_before(wanted, deadline=time.monotonic() + max(budget_s, 0.0),
+                                               bounds=bounds))
     unprobed = [tp for tp in wanted if found.get(tp) is None or found[tp][1] is None]
     return found, unprobed
 

@@ -164,8 +164,9 @@ def _first_unread(kafka: KafkaView, positions: PartitionOffsets, broker: BrokerS
     t0 = time.monotonic()
     found: dict[TopicPartition, FirstUnread] = {}
     if lagging:
+        bounds = {tp: (broker.earliest[tp], broker.latest[tp]) for _, tp, _ in lagging if tp in broker.earliest}
         found.update(kafka.first_records_at_or_after({tp: offset for _, tp, offset in lagging},
-                                                     deadline=t0 + max(0.0, budget_s)))
+                                                     deadline=t0 + max(0.0, budget_s), bounds=bounds))
     unprobed = [tp for _, tp, _ in lagging if tp not in found]
     return found, sorted(unprobed), time.monotonic() - t0
 

@@ -44,7 +44,7 @@ class FakeView:
         self.probed.append((tp, offset))
         return self.probes.get(tp)
 
-    def last_records_before(self, offsets, *, deadline=None):
+    def last_records_before(self, offsets, *, deadline=None, bounds=None):
         """KafkaView's batched call: partitions not reached by ``deadline`` are left out."""
         out = {}
         for tp, offset in offsets.items():

@@ -58,7 +58,7 @@ class FakeView:
             return None
         return offset, self.record_ts.get(tp)
 
-    def first_records_at_or_after(self, positions, *, deadline=None):
+    def first_records_at_or_after(self, positions, *, deadline=None, bounds=None):
         """KafkaView's batched call: partitions not reached by ``deadline`` are left out."""
         out = {}
         for tp, offset in positions.items():
