@@ -43,8 +43,15 @@ def free_port() -> int:
 
 
 def kafka_uuid() -> str:
-    """A Kafka ``Uuid`` in its base64 text form (what ``kafka-storage random-uuid`` prints)."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    """A Kafka ``Uuid`` in its base64 text form (what ``kafka-storage random-uuid`` prints).
+
+    Like Kafka's ``Uuid.randomUuid`` it never starts with ``-``: ``format -t -abc…`` reads the id as
+    an option and fails (one broker start in 64 did).
+    """
+    while True:
+        text = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not text.startswith("-"):
+            return text
 
 
 @dataclass
