@@ -15,6 +15,9 @@ from airflow_kafka_spark.verdict.dstream import (
     record_build,
 )
 from airflow_kafka_spark.verdict.findings import Verdict
+from airflow_kafka_spark.verdict.group import evaluate_group
+from airflow_kafka_spark.verdict.options import DeployOptions
+from tests.support.verdict_states import broker, tps
 
 FILES = ("checkpoint-1000", "checkpoint-2000")
 
@@ -61,3 +64,12 @@ def test_recorded_build_round_trip(tmp_path):
 def test_missing_jar_is_one_line(tmp_path):
     with pytest.raises(UserError, match="does not exist; build or upload it"):
         jar_digest(str(tmp_path / "nope.jar"))
+
+
+def test_group_trail_announces_the_records_to_replay():
+    """What the restart of a commitAsync job reads again: log end − committed, also in the verdict summary."""
+    v = evaluate_group(tps({("t", 0): 40, ("t", 1): 90}), broker({("t", 0): (0, 100), ("t", 1): (0, 90)}),
+                       DeployOptions(starting_offsets="earliest"), group_id="g")
+    [trail] = v.by_code("GROUP_COMMIT_TRAILS_ONE_BATCH")
+    assert trail.numbers["records_to_replay"] == 60 and v.summary["records_to_replay"] == 60
+    assert "60 records" in trail.message
