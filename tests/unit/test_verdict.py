@@ -366,10 +366,20 @@ def test_s27_commits_v2_before_spark_4():
     assert f.numbers["log"] == "commits"
 
 
-@pytest.mark.parametrize(("has_state", "severity"), [(True, BLOCK), (False, WARN)])
-def test_s27_rollback_per_lifecycle_record(has_state, severity):
-    cp = checkpoint({("t", 0): 10}, has_state=has_state)
-    v = run(cp, broker({("t", 0): (0, 10)}), record(spark_version="4.1.0"), target_spark_version="4.0.0")
+_HDFS = {"spark.sql.streaming.stateStore.providerClass":
+         "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider"}
+_ROCKSDB = {"spark.sql.streaming.stateStore.providerClass":
+            "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"}
+
+
+@pytest.mark.parametrize(("has_state", "conf", "severity"), [
+    (True, _HDFS, WARN), (True, _ROCKSDB, WARN), (False, _HDFS, WARN),
+    (True, {**_ROCKSDB, "spark.sql.streaming.stateStore.encodingFormat": "avro"}, BLOCK)])
+def test_s27_rollback_per_lifecycle_record(has_state, conf, severity):
+    """Spark 3.5.1 restarts 4.2.0's state (HDFS-backed and RocksDB) exactly (tests/spark35/test_upgrade.py):
+    a WARN; Avro-encoded state (4.0+) cannot be read before 4.0: BLOCK."""
+    cp = checkpoint({("t", 0): 10}, has_state=has_state, conf=conf)
+    v = run(cp, broker({("t", 0): (0, 10)}), record(spark_version="4.1.0"), target_spark_version="3.5.1")
     assert at(v, "CHECKPOINT_NEWER_THAN_RUNTIME").severity == severity
 
 
