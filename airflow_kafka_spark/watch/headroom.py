@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from airflow_kafka_spark.kafka.offsets import EARLIEST, LATEST, PartitionOffsets, TopicPartition
 from airflow_kafka_spark.watch.lag import FirstUnread, produce_rates
-from airflow_kafka_spark.watch.offset_time import OffsetSample, OffsetTimeCurve
+from airflow_kafka_spark.watch.offset_time import CurveBook, LazyCurve, OffsetSample, OffsetTimeCurve
 
 if TYPE_CHECKING:
     from airflow_kafka_spark.checkpoint.model import BatchOffsets
@@ -158,7 +158,7 @@ def partition_headroom(
     partition_bytes: int | None = None,
     produce_bytes_per_s: float | None = None,
     produce_records_per_s: float | None = None,
-    curve: OffsetTimeCurve | None = None,
+    curve: OffsetTimeCurve | LazyCurve | None = None,
 ) -> PartitionHeadroom:
     """Headroom of one partition; see the module docstring for the rules and their approximations.
 
@@ -305,6 +305,7 @@ def compute_headroom(
     produce_bytes_per_s: Mapping[TopicPartition, float] | None = None,
     samples: Sequence[OffsetSample] | None = None,
     history: Sequence[BatchOffsets] | None = None,
+    curves: CurveBook | None = None,
 ) -> JobHeadroom:
     """Headroom of every partition at ``positions`` (normally ``C``) and of the job.
 
@@ -313,7 +314,8 @@ def compute_headroom(
     ``partition_bytes``: size of each partition on the leader (``describeLogDirs``), needed for
     ``retention.bytes``. ``produce_bytes_per_s``: if not given, the record rate between the first of
     ``samples`` and the current broker sample × the average record size. ``history`` and ``samples``
-    also feed the interpolated time of ``C`` when its timestamp is unknown.
+    also feed the interpolated time of ``C`` when its timestamp is unknown; ``curves`` shares those
+    curves with :func:`~airflow_kafka_spark.watch.lag.compute_lag` (built here, lazily, if absent).
     """
     first_unread_ts = first_unread_ts or {}
     segment_max_ts = segment_max_ts or {}
@@ -321,6 +323,7 @@ def compute_headroom(
     produce_bytes_per_s = produce_bytes_per_s or {}
     all_samples: list[OffsetSample] = [*(samples or ()), (broker.sampled_at_ms, broker.latest)]
     rates = produce_rates(all_samples)
+    book = curves if curves is not None else CurveBook(history or (), all_samples)
     parts: list[PartitionHeadroom] = []
     for tp in sorted(positions):
         parts.append(partition_headroom(
@@ -329,7 +332,7 @@ def compute_headroom(
             first_unread_known=tp in first_unread_ts, segment_max_ts=segment_max_ts.get(tp),
             partition_bytes=partition_bytes.get(tp), produce_bytes_per_s=produce_bytes_per_s.get(tp),
             produce_records_per_s=rates.get(tp),
-            curve=OffsetTimeCurve.build(tp, history=history or (), samples=all_samples),
+            curve=book.lazy(tp),
         ))
     return summarize_headroom(parts, now_ms=now_ms)
 

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 from airflow_kafka_spark.kafka.offsets import EARLIEST, LATEST, PartitionOffsets, TopicPartition
-from airflow_kafka_spark.watch.offset_time import OffsetSample, OffsetTimeCurve
+from airflow_kafka_spark.watch.offset_time import CurveBook, LazyCurve, OffsetSample, OffsetTimeCurve
 
 if TYPE_CHECKING:  # only attribute access at run time: keeps this module free of I/O imports
     from airflow_kafka_spark.checkpoint.model import BatchOffsets
@@ -178,7 +178,7 @@ def partition_lag(
     now_ms: int,
     first_unread: FirstUnread = None,
     first_unread_known: bool = False,
-    curve: OffsetTimeCurve | None = None,
+    curve: OffsetTimeCurve | LazyCurve | None = None,
     new_partition: bool = False,
 ) -> PartitionLag:
     """Lag of one partition; see the module docstring for the definitions.
@@ -253,6 +253,7 @@ def compute_lag(
     samples: Sequence[OffsetSample] | None = None,
     basis: Basis = "committed",
     include_new_partitions: bool = True,
+    curves: CurveBook | None = None,
 ) -> JobLag:
     """Lag of a job whose Kafka position is ``positions`` (``C`` from ``latest_committed``, or ``P``).
 
@@ -270,6 +271,9 @@ def compute_lag(
     ``include_new_partitions``: partitions of the subscribed topics that the checkpoint does not
     know yet are counted from their log start, because ``subscribe``/``subscribePattern`` picks them
     up from earliest (S04). Pass ``False`` for jobs using ``assign``.
+
+    ``curves``: a :class:`.offset_time.CurveBook` over ``history`` and the samples including the
+    current one, to share the curves with :func:`~.headroom.compute_headroom`; built here if absent.
     """
     first_unread_ts = first_unread_ts or {}
     all_samples: list[OffsetSample] = [*(samples or ()), (broker.sampled_at_ms, broker.latest)]
@@ -282,11 +286,12 @@ def compute_lag(
                 pos[tp] = broker.earliest.get(tp, 0)
                 new.add(tp)
 
+    book = curves if curves is not None else CurveBook(history or (), all_samples)
     parts: list[PartitionLag] = []
     for tp in sorted(pos):
         curve = None
         if tp not in first_unread_ts or first_unread_ts[tp] is not None:
-            curve = OffsetTimeCurve.build(tp, history=history or (), samples=all_samples)
+            curve = book.lazy(tp)   # built only if this partition's seconds need interpolation
         parts.append(partition_lag(
             tp, pos[tp], log_end=broker.latest.get(tp), log_start=broker.earliest.get(tp), now_ms=now_ms,
             first_unread=first_unread_ts.get(tp), first_unread_known=tp in first_unread_ts, curve=curve,

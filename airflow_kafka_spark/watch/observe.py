@@ -48,7 +48,7 @@ from airflow_kafka_spark.watch.catch_up import estimate_catch_up
 from airflow_kafka_spark.watch.headroom import compute_headroom
 from airflow_kafka_spark.watch.lag import FirstUnread, compute_lag
 from airflow_kafka_spark.watch.observation import Observation, Sample, Source
-from airflow_kafka_spark.watch.offset_time import OffsetSample
+from airflow_kafka_spark.watch.offset_time import CurveBook, OffsetSample
 from airflow_kafka_spark.watch.status import StatusThresholds, evaluate_status
 
 if TYPE_CHECKING:
@@ -183,15 +183,16 @@ def _finish(kafka: KafkaView, *, job: str | None, source: Source, subject: str, 
     if unprobed:
         notes.append(f"time budget for reading first-unread records spent after {probe_s:.1f} s: "
                      f"{len(unprobed)} partition(s) interpolated")
+    curves = CurveBook(history, [*prev, (broker.sampled_at_ms, broker.latest)])   # shared by lag and headroom
     lag = compute_lag(positions, broker, first_unread_ts=first_unread, history=history, now_ms=now,
                       samples=prev, basis="committed" if committed is not None else "planned",
-                      include_new_partitions=include_new_partitions)
+                      include_new_partitions=include_new_partitions, curves=curves)
     status = evaluate_status(history, broker.latest, now, previous_latest=prev, thresholds=th,
                              committed=committed, current_lag=lag)
     # New partitions count from their log start (S04): they are unread records too.
     head_positions = {p.tp: p.position for p in lag.partitions}
     headroom = compute_headroom(head_positions, broker, now_ms=now, first_unread_ts=first_unread, samples=prev,
-                                history=history)
+                                history=history, curves=curves)
     catch_up = estimate_catch_up(lag.records_effective, processing_rate=processing_rate, history=history,
                                  samples=[*prev, (broker.sampled_at_ms, broker.latest)],
                                  max_offsets_per_trigger=max_offsets_per_trigger)
