@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT))
 from airflow_kafka_spark.kafka.offsets import PartitionOffsets, TopicPartition, to_offsets_json  # noqa: E402
 from devstack import jars  # noqa: E402
 from devstack.broker import LocalBroker  # noqa: E402
-from devstack.topics import create_topic  # noqa: E402
+from devstack.topics import add_partitions, create_topic  # noqa: E402
 from tests.support.checkpoint_factory import (  # noqa: E402
     commit_file,
     hadoop_crc,
@@ -54,7 +54,12 @@ def make_topic(bootstrap: str, topic: str, partitions: int, records: int) -> Par
     """Create ``topic`` and put ``records`` records in every partition; returns the log ends."""
     from confluent_kafka import Producer
 
-    create_topic(bootstrap, topic, partitions)
+    # A KRaft controller refuses more than ~10,000 records in one operation: create, then grow.
+    create_topic(bootstrap, topic, min(partitions, 4000))
+    grown = min(partitions, 4000)
+    while grown < partitions:
+        grown = min(partitions, grown + 4000)
+        add_partitions(bootstrap, topic, grown)
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 50, "enable.idempotence": True,
                          "batch.num.messages": 10000, "queue.buffering.max.messages": 1_000_000})
     now = int(time.time() * 1000)
