@@ -65,6 +65,17 @@ class DStreamRun:
         )
         assert not self._dead(), self.tail()
 
+    def wait_batches(self, more: int, timeout: float = JOB_TIMEOUT) -> None:
+        """Wait for ``more`` further batches (empty ones too: each drains the commit queued before it)."""
+        target = len(self.batches()) + more
+        wait_until(
+            lambda: len(self.batches()) >= target or self._dead(),
+            timeout=timeout,
+            interval=0.2,
+            what=f"{more} more batches",
+        )
+        assert not self._dead(), self.tail()
+
     def stop(self, mode: str = "graceful", timeout: float = JOB_TIMEOUT) -> int:
         self.marker.write_text(mode)
         return self.wait_exit(timeout)

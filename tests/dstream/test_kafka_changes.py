@@ -6,7 +6,6 @@ deleted and recreated. Three runs of the job on one group subscribed to two topi
 from __future__ import annotations
 
 import json
-import time
 
 import pytest
 from confluent_kafka import Consumer, Producer
@@ -63,7 +62,7 @@ def test_kill_retention_new_partitions_and_recreated_topic(broker, dstream_v1, t
     a = run_for(dstream_v1, tmp_path, bootstrap=bs, topic=f"{t1},{t2}", group=group, name="a").start()
     wait_started(a)
     a.wait_processed(350)
-    time.sleep(4)  # two empty batches drain the queued commit: the group is at the log end
+    a.wait_batches(2)  # two more batches drain the queued commit: the group is at the log end
     truth |= {(r.topic, r.partition, r.offset) for r in produce(bs, t1, 4000, partitions=2, start_id=300)}
     wait_until(
         lambda: len(sink.idempotent()) > 600 or a.processed() > 350,
@@ -83,7 +82,7 @@ def test_kill_retention_new_partitions_and_recreated_topic(broker, dstream_v1, t
     b = run_for(dstream_v1, tmp_path, bootstrap=bs, topic=f"{t1},{t2}", group=group, name="b").start()
     wait_started(b)
     b.wait_processed(4000)
-    time.sleep(4)
+    b.wait_batches(2)
     assert b.stop("graceful") == 0, b.tail()
     assert b.processed() == 4000  # the restart read exactly the announced range
     assert sink.duplicates() == appended_in_killed_batch  # the killed batch's partial output, written again
@@ -139,7 +138,7 @@ def test_kill_retention_new_partitions_and_recreated_topic(broker, dstream_v1, t
     d = run_for(dstream_v1, tmp_path, bootstrap=bs, topic=f"{t1},{t2}", group=group, name="d").start()
     wait_started(d)
     d.wait_processed(40 + 30 + 20)
-    time.sleep(4)
+    d.wait_batches(2)
     assert d.stop("graceful") == 0, d.tail()
     assert d.processed() == 40 + 30 + 20
     got = sink.idempotent()

@@ -1,4 +1,5 @@
-"""The safe path for a DStream job through a recompile, with the real job and records produced throughout:
+"""The safe path for a DStream job through a recompile, with the real job and records produced throughout
+(user stories 1 and 2; the unsafe deploy — the new build on the old DStream checkpoint — is run too):
 plan (group + DStream checkpoint) → graceful stop → plan again (the trail is final now: the announced
 replay) → back up group offsets and checkpoint → move the checkpoint aside → the new build starts from
 the group → health gate on the group's progress → the sink compared record by record; then the
@@ -21,7 +22,7 @@ from airflow_kafka_spark.runtime.dstream import (
     plan_dstream_restart,
     rollback_dstream,
 )
-from airflow_kafka_spark.verdict.dstream import jar_digest, read_state, record_build
+from airflow_kafka_spark.verdict.dstream import dstream_checkpoint_verdict, jar_digest, read_state, record_build
 from devstack import topics
 from devstack.produce import produce
 from tests.dstream.conftest import Sink as JobSink
@@ -84,6 +85,17 @@ def test_recompile_through_the_safe_path(broker, dstream_v1, dstream_v2, topic_n
 
         assert old.stop("graceful") == 0, old.tail()
         plan = plan_dstream_restart(spec, str(dstream_v2.jar), kafka=view)  # the trail is final only now
+
+        # user story 2: what the unsafe deploy (the new build on the old checkpoint) does, as the verdict said
+        assert dstream_checkpoint_verdict(str(ck), str(dstream_v1.jar)).severity == "PASS"
+        unsafe = dstream_checkpoint_verdict(str(ck), str(dstream_v2.jar))
+        assert unsafe.severity == "BLOCK" and unsafe.codes == {"DSTREAM_CHECKPOINT_OTHER_BUILD"}
+        broken = run_for(dstream_v2, tmp_path, bootstrap=bs, topic=topic_name, group=group, checkpoint=ck, name="v2x")
+        assert broken.start().wait_exit() != 0
+        log = broken.log.read_text(errors="replace")
+        assert "Failed to read checkpoint from directory" in log, broken.tail()
+        assert "java.io.InvalidClassException: aks.dstream.BatchOutput; local class incompatible" in log
+        assert not broken.statuses(), "the recompiled job must not have started a single batch"
         backup = backup_dstream(spec, kafka=view)
         aside = move_checkpoint_aside(spec)
         assert aside and not ck.exists() and backup.checkpoint_copy
