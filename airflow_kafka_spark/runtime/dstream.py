@@ -2,7 +2,8 @@
 (``commitAsync``, one batch late) and, optionally, a DStream checkpoint only its own build can read.
 
 The steps, in the order the safe path runs them (tests/dstream/test_safe_path.py drives them with
-the real job through a recompile):
+the real job through a recompile; the safe-restart DAG does not dispatch ``kind: dstream`` jobs to
+them yet — its operators are the Structured Streaming ones):
 
 1. :func:`plan_dstream_restart` before the stop: the group against Kafka (``verdict.group``) and the
    DStream checkpoint against the build being deployed (``verdict.dstream``). A BLOCK stops here.
