@@ -32,7 +32,7 @@ from airflow_kafka_spark.errors import UserError
 from airflow_kafka_spark.hooks.streaming import StreamingKafkaHook
 from airflow_kafka_spark.lifecycle.model import DriverInfo
 from airflow_kafka_spark.registry.loader import load_registry
-from airflow_kafka_spark.registry.model import JobSpec, Registry
+from airflow_kafka_spark.registry.model import JobKind, JobSpec, Registry
 from airflow_kafka_spark.runtime import start_stop
 
 FAILURE_KEY = "failure"
@@ -71,9 +71,19 @@ def registry_dags_folder() -> str | None:
 
 
 def load_job(job: Any, registry_path: str | None = None) -> tuple[Registry, JobSpec]:
-    """The registry and the job called ``job``; any problem is the registry's one-line UserError."""
+    """The registry and the job called ``job``; any problem is the registry's one-line UserError.
+
+    The operators, sensors and the safe-restart DAG run Structured Streaming steps (checkpoint offset
+    log, Spark's commits); on a ``kind: dstream`` job they would judge, back up or reset the wrong
+    thing, so such a job is refused here until they dispatch it to runtime/dstream.py.
+    """
     registry = load_registry(registry_path, dags_folder=None if registry_path else registry_dags_folder())
-    return registry, registry.get(job)
+    spec = registry.get(job)
+    if spec.kind is not JobKind.STRUCTURED:
+        raise UserError(f"job {spec.name!r} is a DStream job (kind: dstream, group {spec.group}): the Airflow "
+                        "operators manage Structured Streaming jobs only so far; restart it with "
+                        "airflow_kafka_spark.runtime.dstream (plan, backup, move aside, rollback)")
+    return registry, spec
 
 
 def kafka_config(spec: JobSpec) -> dict[str, Any]:

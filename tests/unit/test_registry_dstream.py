@@ -59,3 +59,15 @@ def test_dstream_checkpoint_must_not_overlap_the_checkpoint(tmp_path, root, app)
     doc = base_doc(root, app)
     doc["jobs"].append(dstream_job(root, dstream_checkpoint=f"{root}/checkpoints/clicks/inner"))
     assert "overlaps the checkpoint or backup_root" in load_error(tmp_path, doc)
+
+
+def test_airflow_steps_refuse_a_dstream_job_with_one_line(tmp_path, root, app):
+    from airflow_kafka_spark.airflow_glue.jobs import load_job
+    from airflow_kafka_spark.errors import UserError
+
+    doc = base_doc(root, app)
+    doc["jobs"].append(dstream_job(root))
+    path = str(write(tmp_path, doc))
+    assert load_job("orders", path)[1].name == "orders"
+    with pytest.raises(UserError, match=r"is a DStream job .* manage Structured Streaming jobs only so far"):
+        load_job("clicks", path)
