@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from airflow_kafka_spark.jobs import reference_job
 from devstack import oracle, topics
 from devstack.broker import LocalBroker
 from devstack.produce import produce
@@ -452,7 +453,7 @@ def test_s21_new_query_from_latest_skips_what_is_there(job):
            f"skipped {len(cmp.missing)}")
 
 
-def test_s24_shared_group_id_is_found_and_spark_loses_nothing(job):
+def test_s24_shared_group_id_is_found_and_spark_loses_nothing(job, tmp_path):
     """Another consumer lives in the group the deploy names: the finding says so; Spark (assign(), no
     commits) reads every record anyway — nothing observable, so the finding counts nothing."""
     from confluent_kafka import Consumer
@@ -472,13 +473,21 @@ def test_s24_shared_group_id_is_found_and_spark_loses_nothing(job):
         [shared] = finding(v, "SHARED_GROUP_ID")
         assert shared.severity == "WARN" and shared.numbers["members"] == 1 and not v.counts
         j.produce(150)
-        assert j.run(kafka_option=f"group.id={group}").ok
+        # two queries with the same kafka.group.id at the same time, beside the live member
+        second = tmp_path / "second"
+        queries = [reference_job.build_query(spark_session.session(), reference_job.parse_args(
+            ["--topics", j.topics[0], "--bootstrap-servers", j.bootstrap, "--checkpoint", str(ck), "--output",
+             str(out), "--trigger", "availableNow", "--kafka-option", f"group.id={group}", "--query-name", name]))
+            for ck, out, name in ((j.checkpoint, j.output, "s24_a"), (second / "checkpoint", second / "out", "s24_b"))]
+        for q in queries:
+            assert q.awaitTermination(180) and q.exception() is None
         other.poll(0.5)
     finally:
         other.close()
-    cmp = j.compare()
-    assert cmp.exact, cmp.summary()
-    record("S24 kafka.group.id shared with a live consumer", v, "reads everything (assign, no commits); sink exact",
+    cmp, cmp2 = j.compare(), oracle.compare(j.produced, oracle.read_sink(second / "out", "idempotent"))
+    assert cmp.exact and cmp2.exact, (cmp.summary(), cmp2.summary())
+    record("S24 kafka.group.id shared by two queries and a live consumer", v,
+           "both queries read everything (assign, no commits); both sinks exact",
            "0 lost/skipped/duplicated", "0 (1 live member named)")
 
 
