@@ -113,9 +113,10 @@ def _validate_checkpoint(kafka: KafkaView, location: str, options: DeployOptions
             topics += [t for t in dict.fromkeys(tp.topic for tp in previous.position) if t not in topics]
     broker = kafka.broker_state(topics, reference=resume_offsets(checkpoint) or None)
     timestamps, unprobed = _probe_identity(kafka, checkpoint, broker, record, options, probe_budget_s)
+    # the job's recent batch sizes only size an unlimited first batch (S28): not read under a rate limit
+    recent = read_recent_batches(checkpoint, storage_options) if options.max_offsets_per_trigger is None else None
     verdict = evaluate(checkpoint, broker, record, options, timestamps, previous=previous,
-                       group=_group(kafka, options.kafka_group_id), recent=read_recent_batches(checkpoint,
-                                                                                                storage_options))
+                       group=_group(kafka, options.kafka_group_id), recent=recent)
     extra: list[Finding] = [interrupted] if interrupted is not None else []
     if unprobed:
         shown = ", ".join(map(str, unprobed[:5])) + (f" +{len(unprobed) - 5}" if len(unprobed) > 5 else "")
