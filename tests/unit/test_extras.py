@@ -69,3 +69,17 @@ def test_audit_report_without_matplotlib_has_no_png_and_one_warning(tmp_path, mo
     written = sorted(p.name for p in tmp_path.iterdir())
     assert not [n for n in written if n.endswith(".png")] and "latest.md" in written
     assert ".png" not in (tmp_path / "latest.md").read_text()
+
+
+def test_the_spark_extra_is_the_tested_runtime_pinned_as_in_the_dev_constraints():
+    """pyspark and pyspark-client share the ``pyspark`` package: [spark] pins both to the release the
+    dev environment (constraints/dev-py3.11.txt) runs, so a bump of one must bump the other."""
+    import tomllib
+
+    repo = Path(__file__).resolve().parents[2]
+    extra = tomllib.loads((repo / "pyproject.toml").read_text())["project"]["optional-dependencies"]["spark"]
+    pins = dict(line.split("==", 1) for line in (repo / "constraints" / "dev-py3.11.txt").read_text().splitlines()
+                if line.startswith(("pyspark==", "pyspark-client==")))
+    assert sorted(extra) == sorted(f"{name}=={version}" for name, version in pins.items()), (
+        f"pyproject [spark] {extra} != constraints/dev-py3.11.txt {pins}: keep both on one Spark release")
+    assert len(set(pins.values())) == 1, pins
