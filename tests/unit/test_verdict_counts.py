@@ -226,3 +226,9 @@ def test_consumer_group_without_offsets_skips_per_partition_under_latest():
     assert evaluate_group({}, br, DeployOptions(topics=("t",), starting_offsets="earliest")).counts == {}
     new = evaluate_group({T0: 40}, br, DeployOptions(topics=("t",)))          # t-1 new to the group: latest
     assert new.counts == {T1: RecordCounts(skipped=20)}
+
+
+def test_new_query_explicit_offsets_below_log_start_count_the_deleted_records():
+    v = run(checkpoint(exists=False), broker({("t", 0): (50, 100), ("t", 1): (0, 100)}), expect_new_checkpoint=True,
+            starting_offsets='{"t":{"0":20,"1":10}}')
+    assert v.counts == {T0: RecordCounts(lost=30)} and v.summary["records_lost"] == 30
