@@ -7,8 +7,10 @@ records arrive and Spark itself restarts the new query on a second copy of the c
 (the oracle). The probe must say ``breaking`` exactly when that restart fails, with the error
 class Spark raised, and the real checkpoint and sink must be byte-identical afterwards.
 
-Two cases (one breaking, one compatible) go the whole product path: ``probe_application``, a
-spark-submit built by the Spark provider's hook from the job's connection (15–30 s each). The other
+Two cases (one breaking, one compatible) go the whole product path: a spark-submit built by the
+Spark provider's hook from the job's connection (15–30 s each on an idle machine); the breaking one
+through ``CompatibilityProbeOperator`` (registry entry = the old job, the new application's
+arguments given to the operator), the other through ``probe_application``. The other
 four run the same staged copy, the same ``--aks-probe`` job code and the same classification in
 the tests' warm session (a few seconds each), which keeps this file near two minutes.
 """
@@ -96,6 +98,28 @@ def _probe_in_session(bootstrap: str, topic: str, second: str, variant: str, sin
                              operators=staged.operators)
 
 
+def _probe_with_operator(tmp_path: Path, bootstrap: str, new: JobSpec, *, old_args: tuple[str, ...],
+                         monkeypatch: pytest.MonkeyPatch) -> probe.ProbeResult:
+    """``CompatibilityProbeOperator`` with the new application's arguments given to the operator."""
+    from airflow_kafka_spark.operators.safe_restart import CompatibilityProbeOperator
+
+    monkeypatch.setenv("AIRFLOW_CONN_KAFKA_PROBE_TEST", json.dumps({"conn_type": "kafka",
+                                                                    "extra": {"bootstrap.servers": bootstrap}}))
+    entry = {"name": new.name, "application": new.application, "topics": list(new.topics),
+             "checkpoint": new.checkpoint, "output": new.output, "sink": new.sink.value,
+             "backup_root": new.backup_root, "spark_conn_id": new.spark_conn_id, "kafka_conn_id": "kafka_probe_test",
+             "compatibility_probe": True, "spark_conf": new.spark_conf, "application_args": list(old_args)}
+    registry = tmp_path / "streaming_jobs.yaml"
+    registry.write_text(json.dumps({"version": 1, "allowed_roots": [str(tmp_path), str(VARIANT_JOB.parent)],
+                                    "jobs": [entry]}))
+    task = CompatibilityProbeOperator(task_id="probe", job=new.name, registry_path=str(registry),
+                                      application_args=list(new.application_args), fail_on="never")
+    doc = task.execute({})
+    return probe.ProbeResult(probe.ProbeAnswer(doc["answer"]), doc["reason"], method=doc["method"],
+                             error_class=doc["error_class"], batch=doc["batch"], empty_batch=doc["empty_batch"],
+                             seconds=doc["seconds"], operators=tuple(doc["operators"]))
+
+
 @pytest.fixture(scope="module")
 def spark_conn():
     os.environ.setdefault("AIRFLOW_CONN_SPARK_PROBE_TEST", json.dumps({"conn_type": "spark", "host": "local[2]"}))
@@ -103,7 +127,8 @@ def spark_conn():
 
 
 @pytest.mark.parametrize("case", list(CASES))
-def test_probe_answers_what_a_real_restart_does(case, broker, connector_jars, spark_conn, tmp_path, topic_name):
+def test_probe_answers_what_a_real_restart_does(case, broker, connector_jars, spark_conn, tmp_path, topic_name,
+                                                monkeypatch):
     from airflow_kafka_spark.airflow_glue.spark import spark_target
 
     old, old_sink, new, new_sink, spark_error = CASES[case]
@@ -124,7 +149,10 @@ def test_probe_answers_what_a_real_restart_does(case, broker, connector_jars, sp
                    output=str(sink), sink=Sink(new_sink), spark_conn_id=spark_conn, compatibility_probe=True,
                    spark_conf={"spark.sql.shuffle.partitions": "2"},
                    application_args=("--variant", new, "--second-topic", second))
-    if case in THROUGH_SPARK_SUBMIT:
+    if case == "new-stateful-operator":   # the operator: registry entry = old job, operator arguments = new one
+        result = _probe_with_operator(tmp_path, bs, spec, old_args=("--variant", old, "--second-topic", second),
+                                      monkeypatch=monkeypatch)
+    elif case in THROUGH_SPARK_SUBMIT:
         result = probe.probe_application(spec, kafka_config={"bootstrap.servers": bs}, target=spark_target(spec),
                                          timeout_s=300)
     else:
