@@ -150,6 +150,18 @@ def test_s10_missing_query_id_breaks_the_idempotent_sink(job35):
     record("S10 metadata (query id) missing", v, f"new query id; idempotent sink got {cmp.duplicate_count} dups")
 
 
+def test_s10_metadata_deleted_by_hand_keeps_its_crc(job35):
+    j = job35()
+    ok_first_run(j, 300)
+    (j.checkpoint / "metadata").unlink()
+
+    v = j.validate()
+    assert v.severity == "BLOCK" and codes(v) & {"MISSING_QUERY_ID", "CHECKPOINT_CORRUPT"}
+    res = j.run()
+    assert not res.ok and "concurrently using metadata" in res.error, res.error
+    record("S10b metadata deleted by hand, .metadata.crc left", v, "fails: " + short(res.error))
+
+
 def test_s11_shuffle_partitions_pinned(job35, worker35):
     j = job35()
     j.produce(300)
