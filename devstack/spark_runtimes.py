@@ -107,7 +107,10 @@ def runtime(name: str = "default") -> SparkRuntime:
 
 def _project(name: str, spec: _Spec, version: str, scala: str) -> SparkRuntime:
     home = jars.spark_home()
-    installed = importlib.metadata.version("pyspark")
+    try:
+        installed = importlib.metadata.version("pyspark")
+    except importlib.metadata.PackageNotFoundError:  # pyspark-client alone: Python files, no jars
+        raise UserError("pyspark is not installed (only pyspark-client?): run ./bin/setup") from None
     if installed != version:
         raise UserError(
             f"the project venv has pyspark {installed} but the dev stack's Spark is {version} "
