@@ -401,12 +401,19 @@ def test_s13_topic_removed_from_subscription(job):
     j.produce(300, topic=a)
     j.produce(150, topic=b)
     assert j.run(topics=[a, b]).ok
+    j.produce(60, topic=a)                                # not read yet when the deploy drops the topic
 
     v = j.validate(topics=[b])
     assert v.severity == "BLOCK" and "PARTITIONS_GONE" in codes(v)
     res = j.run(topics=[b])
     assert not res.ok
     record("S13 topic removed from subscribe", v, "fails: " + short(res.error))
+    # failOnDataLoss=false: the dropped topic's unread records are never read by this query
+    assert j.run(topics=[b], fail_on_data_loss="false").ok
+    cmp = j.compare()
+    assert oc.announced(v, "skipped") == oc.missing_by_partition(cmp) and len(cmp.missing) == 60, cmp.summary()
+    record("S13 topic removed, then restarted with failOnDataLoss=false", v,
+           f"dropped {a}: its {len(cmp.missing)} unread records never read", f"skipped {len(cmp.missing)}")
 
 
 def test_s22_starting_offsets_ignored(job):
