@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import re
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from airflow_kafka_spark.errors import UserError
 
@@ -39,6 +39,11 @@ def parse_offsets_json(text: str | bytes, *, what: str = "offsets") -> Partition
         doc = load_json(text, what=what)
     except UntrustedJSONError as exc:
         raise UserError(f"{exc}; expected e.g. {{\"topic\":{{\"0\":23}}}}") from None
+    return offsets_from_doc(doc, what=what)
+
+
+def offsets_from_doc(doc: Any, *, what: str = "offsets") -> PartitionOffsets:
+    """:func:`parse_offsets_json` of an already parsed document (a checkpoint reader parses each line once)."""
     if not isinstance(doc, dict):
         raise UserError(f"{what} must be a JSON object like {{\"topic\":{{\"0\":23}}}}, got {type(doc).__name__}")
     out: PartitionOffsets = {}
