@@ -139,6 +139,8 @@ class Bench:
 
     def emit(self, row: dict) -> None:
         self.rows.append(row)
+        if self.args.json:   # after every row: an interrupted run keeps what it measured
+            Path(self.args.json).write_text(json.dumps(self.rows, indent=1))
         o = row["ours"]
         line = (f"{row['what']:<34} {json.dumps({k: v for k, v in row.items() if k in ('partitions', 'batches')}):<36}"
                 f" ours {o['min']:.3f}/{o['median']:.3f}/{o['max']:.3f} s {row.get('ours_rss_kib', 0) // 1024} MiB")
@@ -287,53 +289,70 @@ class Bench:
 
     # ---- output -------------------------------------------------------------------------------
 
-    def plot(self, out_dir: Path) -> list[Path]:
-        import matplotlib
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+def plot(rows: list[dict], out_dir: Path) -> list[Path]:
+    """Time against partitions and against batches of history, ours beside the peer's (PNG files)."""
+    import matplotlib
 
-        made = []
-        part_rows = [r for r in self.rows if r["what"] in ("validate (record present)", "lag (2 behind per partition)")]
-        if part_rows:
-            fig, ax = plt.subplots(figsize=(7, 4))
-            for what, style in (("validate (record present)", "o-"), ("lag (2 behind per partition)", "s-")):
-                rows = sorted((r for r in part_rows if r["what"] == what), key=lambda r: r["partitions"])
-                xs = [r["partitions"] for r in rows]
-                ax.plot(xs, [r["ours"]["median"] for r in rows], style, label=f"aks {what.split(' ')[0]}")
-                if what.startswith("lag"):
-                    ax.plot(xs, [r["peer"]["median"] for r in rows], "k^--", label="kafka-consumer-groups --describe")
-            ax.set_xscale("log")
-            ax.set_xlabel("partitions (100 batches of history)")
-            ax.set_ylabel("seconds, whole process (median)")
-            ax.legend()
-            ax.grid(True, alpha=0.3)
-            path = out_dir / "bench-partitions.png"
-            fig.tight_layout()
-            fig.savefig(path, dpi=110)
-            made.append(path)
-        hist = [r for r in self.rows if r["what"] in ("validate vs history", "lag vs history (2 behind)")]
-        if hist:
-            fig, ax = plt.subplots(figsize=(7, 4))
-            for what, style in (("validate vs history", "o-"), ("lag vs history (2 behind)", "s-")):
-                rows = sorted((r for r in hist if r["what"] == what), key=lambda r: r["batches"])
-                ax.plot([r["batches"] for r in rows], [r["ours"]["median"] for r in rows], style,
-                        label=f"aks {what.split(' ')[0]}")
-            peer = [r for r in self.rows if r["what"] == "peer at 1,000 partitions"]
-            if peer:
-                ax.axhline(peer[0]["ours"]["median"], color="k", linestyle="--",
-                           label="kafka-consumer-groups --describe (no history)")
-            ax.set_xscale("log")
-            ax.set_xlabel("batches of history (1,000 partitions)")
-            ax.set_ylabel("seconds, whole process (median)")
-            ax.set_ylim(bottom=0)
-            ax.legend()
-            ax.grid(True, alpha=0.3)
-            path = out_dir / "bench-batches.png"
-            fig.tight_layout()
-            fig.savefig(path, dpi=110)
-            made.append(path)
-        return made
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    made = []
+    part_rows = [r for r in rows if r["what"] in ("validate (record present)", "lag (2 behind per partition)")]
+    if part_rows:
+        fig, ax = plt.subplots(figsize=(7, 4))
+        for what, style in (("validate (record present)", "o-"), ("lag (2 behind per partition)", "s-")):
+            rows = sorted((r for r in part_rows if r["what"] == what), key=lambda r: r["partitions"])
+            xs = [r["partitions"] for r in rows]
+            ax.plot(xs, [r["ours"]["median"] for r in rows], style, label=f"aks {what.split(' ')[0]}")
+            ax.plot(xs, [r["peer"]["median"] for r in rows], "k^--" if what.startswith("lag") else "kv:",
+                    label="kafka-consumer-groups --describe" + (" (2 behind)" if what.startswith("lag") else ""))
+        ax.set_xscale("log")
+        ax.set_xlabel("partitions (100 batches of history)")
+        ax.set_ylabel("seconds, whole process (median)")
+        ax.legend()
+        ax.grid(True, alpha=0.3)
+        path = out_dir / "bench-partitions.png"
+        fig.tight_layout()
+        fig.savefig(path, dpi=110)
+        made.append(path)
+    hist = [r for r in rows if r["what"] in ("validate vs history", "lag vs history (2 behind)")]
+    if hist:
+        fig, ax = plt.subplots(figsize=(7, 4))
+        for what, style in (("validate vs history", "o-"), ("lag vs history (2 behind)", "s-")):
+            rows = sorted((r for r in hist if r["what"] == what), key=lambda r: r["batches"])
+            ax.plot([r["batches"] for r in rows], [r["ours"]["median"] for r in rows], style,
+                    label=f"aks {what.split(' ')[0]}")
+        peer = [r for r in rows if r["what"] == "peer at 1,000 partitions"]
+        if peer:
+            ax.axhline(peer[0]["ours"]["median"], color="k", linestyle="--",
+                       label="kafka-consumer-groups --describe (no history)")
+        ax.set_xscale("log")
+        ax.set_xlabel("batches of history (1,000 partitions)")
+        ax.set_ylabel("seconds, whole process (median)")
+        ax.set_ylim(bottom=0)
+        ax.legend()
+        ax.grid(True, alpha=0.3)
+        path = out_dir / "bench-batches.png"
+        fig.tight_layout()
+        fig.savefig(path, dpi=110)
+        made.append(path)
+    return made
+
+
+def markdown(rows: list[dict]) -> str:
+    """The rows as a Markdown table (seconds min / median / max, peak RSS, ratio, load)."""
+    out = ["| what | size | aks s (min / med / max) | aks RSS | peer s (min / med / max) | peer ÷ aks | load |",
+           "|---|---|---|---:|---|---:|---:|"]
+    for r in rows:
+        size = ", ".join(f"{r[k]:,} {k}" for k in ("partitions", "batches", "files", "jobs") if k in r)
+        o = r["ours"]
+        p = r.get("peer")
+        peer = f"{p['min']:.2f} / **{p['median']:.2f}** / {p['max']:.2f}" if p else "—"
+        rss = f"{r['ours_rss_kib'] / 1024:.0f} MiB" if r.get("ours_rss_kib") else "—"
+        out.append(f"| {r['what']} | {size} | {o['min']:.3f} / **{o['median']:.3f}** / {o['max']:.3f} | {rss} | "
+                   f"{peer} | {str(r['ratio']) + '×' if 'ratio' in r else '—'} | {r['load']['median']:.1f} |")
+    return "\n".join(out)
 
 
 def main() -> int:
@@ -347,7 +366,16 @@ def main() -> int:
                    help=f"comma-separated cases of {', '.join(CASES)}")
     p.add_argument("--json", help="write every row to this file")
     p.add_argument("--plot", action="store_true", help="save docs/img/bench-*.png")
+    p.add_argument("--markdown", metavar="JSON[,JSON]",
+                   help="print the rows of earlier --json runs as a table (and plot them with --plot)")
     args = p.parse_args()
+    if args.markdown:
+        rows = [r for f in args.markdown.split(",") for r in json.loads(Path(f).read_text())]
+        print(markdown(rows))
+        if args.plot:
+            for path in plot(rows, HERE.parent / "docs" / "img"):
+                print("plot:", path)
+        return 0
     bench = Bench(args)
     try:
         for case in args.only.split(","):
@@ -357,7 +385,7 @@ def main() -> int:
         if args.json:
             Path(args.json).write_text(json.dumps(bench.rows, indent=1))
         if args.plot:
-            for path in bench.plot(HERE.parent / "docs" / "img"):
+            for path in plot(bench.rows, HERE.parent / "docs" / "img"):
                 print("plot:", path)
     return 0
 
