@@ -59,7 +59,9 @@ _SOURCE_COUNT = re.compile(r"There are \[(\d+)\] sources in the checkpoint offse
 # Error classes meaning "this application cannot run on this checkpoint" (Spark 3.5 to 4.x).
 _BREAKING_PREFIXES = ("STATE_STORE_", "STREAMING_STATEFUL_OPERATOR_", "CANNOT_LOAD_STATE_STORE",
                       "STATEFUL_PROCESSOR_", "STREAMING_STATE_")
-_LEGACY_BREAKING = ("StateSchemaNotCompatible",)   # Spark <= 3.5: a plain exception without a class
+# Spark <= 3.5: plain exceptions without a class (a changed state schema; a replaced stateful operator
+# reading the old operator's rows: "The streaming query failed by state format invalidation").
+_LEGACY_BREAKING = ("StateSchemaNotCompatible", "InvalidUnsafeRowException")
 _WRAPPERS = ("STREAM_FAILED", "FOREACH_BATCH_USER_FUNCTION_ERROR")
 
 

@@ -64,6 +64,8 @@ def test_a_checkpoint_without_batches_needs_no_shadow_start(tmp_path):
      SOURCE_COUNT_CHANGED),
     ("StateSchemaNotCompatible: Provided schema doesn't match to the schema for existing state!",
      ProbeAnswer.BREAKING, "StateSchemaNotCompatible"),
+    ("org.apache.spark.sql.execution.streaming.state.InvalidUnsafeRowException: The streaming query failed by "
+     "state format invalidation.", ProbeAnswer.BREAKING, "InvalidUnsafeRowException"),
     ("[STREAM_FAILED] ... [KAFKA_DATA_LOSS.START_OFFSET_RESET] Some data may have been lost", ProbeAnswer.UNKNOWN,
      "KAFKA_DATA_LOSS.START_OFFSET_RESET"),
     ("java.net.ConnectException: Connection refused", ProbeAnswer.UNKNOWN, None),
