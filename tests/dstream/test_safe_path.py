@@ -83,7 +83,7 @@ def test_recompile_through_the_safe_path(broker, dstream_v1, dstream_v2, topic_n
             "DSTREAM_CHECKPOINT_OTHER_BUILD"
         }
 
-        assert old.stop("graceful") == 0, old.tail()
+        assert old.stop("stop requested at 2026-11-24T02:00:00Z") == 0, old.tail()  # the product's marker text
         plan = plan_dstream_restart(spec, str(dstream_v2.jar), kafka=view)  # the trail is final only now
 
         # user story 2: what the unsafe deploy (the new build on the old checkpoint) does, as the verdict said
