@@ -24,27 +24,10 @@ from airflow_kafka_spark._util.fs import list_files, open_location, read_bytes
 from airflow_kafka_spark.errors import UserError
 from airflow_kafka_spark.lifecycle.record import LifecycleRecord
 from airflow_kafka_spark.names import default_job_name
-from airflow_kafka_spark.verdict.findings import BLOCK, INFO, PASS, WARN, Finding, Severity, Verdict
+from airflow_kafka_spark.verdict.findings import BLOCK, INFO, PASS, WARN, Finding, Verdict
 
 BUILD_KEY = "dstream_checkpoint_build"
 JAR_LIMIT = 1 << 30  # an application jar above 1 GiB is not a jar this product should hash in memory
-
-#: The codes of this verdict (the same shape as findings.CODES).
-DSTREAM_CODES: dict[str, tuple[Severity, str]] = {
-    "DSTREAM_CHECKPOINT_SAME_BUILD": (PASS, "the DStream checkpoint was written by the build being deployed"),
-    "DSTREAM_CHECKPOINT_OTHER_BUILD": (
-        BLOCK,
-        "the DStream checkpoint holds another build's serialized classes: "
-        "getOrCreate fails (InvalidClassException); INFO when the plan "
-        "moves it aside and starts from the consumer group",
-    ),
-    "DSTREAM_CHECKPOINT_BUILD_UNKNOWN": (
-        WARN,
-        "no build was recorded for the DStream checkpoint: a recompiled job may fail to start from it",
-    ),
-    "DSTREAM_CHECKPOINT_NONE": (INFO, "no DStream checkpoint: the job starts from its consumer group"),
-}
-
 
 @dataclass(frozen=True)
 class DStreamCheckpoint:

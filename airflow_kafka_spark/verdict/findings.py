@@ -111,6 +111,14 @@ CODES: dict[str, tuple[Severity, str]] = {
     "NO_GROUP_OFFSETS": (INFO, "the consumer group has no committed offsets: auto.offset.reset decides"),
     "GROUP_COMMIT_TRAILS_ONE_BATCH": (WARN, "commitAsync commits one batch late: the last processed batch "
                                             "replays (user story 1)"),
+    # the DStream checkpoint beside a consumer group (verdict/dstream.py):
+    "DSTREAM_CHECKPOINT_SAME_BUILD": (PASS, "the DStream checkpoint was written by the build being deployed"),
+    "DSTREAM_CHECKPOINT_OTHER_BUILD": (BLOCK, "the DStream checkpoint holds another build's serialized classes: "
+                                              "getOrCreate fails (InvalidClassException); INFO when the plan "
+                                              "moves it aside and starts from the consumer group"),
+    "DSTREAM_CHECKPOINT_BUILD_UNKNOWN": (WARN, "no build was recorded for the DStream checkpoint: a recompiled "
+                                               "job may fail to start from it"),
+    "DSTREAM_CHECKPOINT_NONE": (INFO, "no DStream checkpoint: the job starts from its consumer group"),
     # added by the I/O flow (validate.py), not by evaluate():
     "IDENTITY_UNVERIFIED": (INFO, "partitions whose topic identity could not be checked (no lifecycle "
                                   "record and no readable record below the checkpoint, or time budget)"),

@@ -6,7 +6,6 @@ import pytest
 
 from airflow_kafka_spark.errors import UserError
 from airflow_kafka_spark.verdict.dstream import (
-    DSTREAM_CODES,
     DStreamCheckpoint,
     dstream_checkpoint_verdict,
     evaluate_dstream_checkpoint,
@@ -14,7 +13,7 @@ from airflow_kafka_spark.verdict.dstream import (
     read_state,
     record_build,
 )
-from airflow_kafka_spark.verdict.findings import Verdict
+from airflow_kafka_spark.verdict.findings import CODES, Verdict
 from airflow_kafka_spark.verdict.group import evaluate_group
 from airflow_kafka_spark.verdict.options import DeployOptions
 from tests.support.verdict_states import broker, tps
@@ -38,7 +37,7 @@ def verdict(recorded, deploy="b2", files=FILES, moves_aside=False) -> Verdict:
 def test_build_decides(recorded, files, aside, code, severity):
     v = verdict(recorded, files=files, moves_aside=aside)
     [f] = v.findings
-    assert f.code == code and f.severity == severity and code in DSTREAM_CODES
+    assert f.code == code and f.severity == severity and code in CODES
     if code == "DSTREAM_CHECKPOINT_OTHER_BUILD" and not aside:
         assert "InvalidClassException" in f.message and "move the DStream checkpoint aside" in f.fix
 
