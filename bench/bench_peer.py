@@ -205,7 +205,7 @@ class Bench:
                          ("memory: validate (first run)", lambda: self.whole("validate", behind, "--no-record")),
                          ("memory: lag (2 behind)", lambda: self.whole("lag", behind)),
                          ("memory: backup", lambda: states.run_timed(states.aks_command(
-                             "backup", "--checkpoint", ck, "--backup-root", str(root), "--job", "mem"))[:2])):
+                             "backup", "--checkpoint", ck, "--backup-root", str(root), "--job", Path(ck).name))[:2])):
             loads = [load()]
             t, rss = fn()
             self.emit({"what": what, "partitions": n, "batches": b, "ours": stats([t]), "ours_rss_kib": rss,
