@@ -42,7 +42,7 @@ REGION = "us-east-1"
 
 
 def s3a_jars() -> list[Path]:
-    """hadoop-aws 3.4.1 and the AWS SDK v2 bundle (~530 MB) for ``s3a://`` from Spark."""
+    """hadoop-aws (the pyspark wheel's Hadoop version) and the AWS SDK v2 bundle (~650 MB) for ``s3a://``."""
     return maven.fetch("s3a")
 
 
