@@ -191,8 +191,11 @@ class RecordProbe(KafkaClient):
                     raise self._unreachable(f"read {sample} at offset {ranges[sample][0]} "
                                             f"(and {len(pending) - 1} more partitions)", t0)
                 done: list[TopicPartition] = []
-                for msg in consumer.consume(num_messages=max(64, min(len(pending) * 4, 10_000)),
-                                            timeout=min(remaining, 0.5)):
+                # consume() returns when it has num_messages or at the timeout: ask for one event per
+                # pending partition (a record or its EOF) and wait briefly, or every call would sit
+                # out the whole timeout waiting for messages that will never come (0.5 s per probe).
+                for msg in consumer.consume(num_messages=max(1, min(len(pending), 10_000)),
+                                            timeout=min(remaining, 0.1)):
                     err = msg.error()
                     tp = pending.get((msg.topic(), msg.partition()))
                     if tp is None:
