@@ -4,8 +4,9 @@ v1 counts by key (``groupBy(key).count()``, state operator 0 = an aggregation ke
 deduplicates by ``(topic, partition, offset)`` (state operator 0 = a deduplication with another key
 schema). The static validator cannot see the new code (the compatibility probe, docs/probe.md, asks
 Spark for that): it reads a healthy stateful checkpoint. Each Spark line refuses v2 its own way:
-3.5.1 plans the batch and fails inside it, reading the old state rows with the new key schema
-(``InvalidUnsafeRowException``); 4.2.0 compares the plan with the operator metadata it keeps in
+3.5.1 plans the batch and fails inside it, on the schema file ``state/0/<p>/_metadata/schema``
+(``StateSchemaNotCompatible``) or, seen in a fresh driver, reading the old state rows with the new
+key schema (``InvalidUnsafeRowException``); 4.2.0 compares the plan with the operator metadata it keeps in
 ``state/0/_metadata/metadata`` (3.5 writes none) and fails before reading
 (``STREAMING_STATEFUL_OPERATOR_NOT_MATCH_IN_STATE_METADATA``). The refused run writes nothing.
 """
