@@ -302,10 +302,10 @@ def plot(rows: list[dict], out_dir: Path) -> list[Path]:
     if part_rows:
         fig, ax = plt.subplots(figsize=(7, 4))
         for what, style in (("validate (record present)", "o-"), ("lag (2 behind per partition)", "s-")):
-            rows = sorted((r for r in part_rows if r["what"] == what), key=lambda r: r["partitions"])
-            xs = [r["partitions"] for r in rows]
-            ax.plot(xs, [r["ours"]["median"] for r in rows], style, label=f"aks {what.split(' ')[0]}")
-            ax.plot(xs, [r["peer"]["median"] for r in rows], "k^--" if what.startswith("lag") else "kv:",
+            line = sorted((r for r in part_rows if r["what"] == what), key=lambda r: r["partitions"])
+            xs = [r["partitions"] for r in line]
+            ax.plot(xs, [r["ours"]["median"] for r in line], style, label=f"aks {what.split(' ')[0]}")
+            ax.plot(xs, [r["peer"]["median"] for r in line], "k^--" if what.startswith("lag") else "kv:",
                     label="kafka-consumer-groups --describe" + (" (2 behind)" if what.startswith("lag") else ""))
         ax.set_xscale("log")
         ax.set_xlabel("partitions (100 batches of history)")
@@ -320,8 +320,8 @@ def plot(rows: list[dict], out_dir: Path) -> list[Path]:
     if hist:
         fig, ax = plt.subplots(figsize=(7, 4))
         for what, style in (("validate vs history", "o-"), ("lag vs history (2 behind)", "s-")):
-            rows = sorted((r for r in hist if r["what"] == what), key=lambda r: r["batches"])
-            ax.plot([r["batches"] for r in rows], [r["ours"]["median"] for r in rows], style,
+            line = sorted((r for r in hist if r["what"] == what), key=lambda r: r["batches"])
+            ax.plot([r["batches"] for r in line], [r["ours"]["median"] for r in line], style,
                     label=f"aks {what.split(' ')[0]}")
         peer = [r for r in rows if r["what"] == "peer at 1,000 partitions"]
         if peer:
