@@ -7,7 +7,6 @@ The real-broker acceptance lives in tests/integration/test_lag_real.py; these pi
 from __future__ import annotations
 
 import time
-
 from dataclasses import dataclass, field
 
 import pytest
