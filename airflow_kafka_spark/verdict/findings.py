@@ -102,9 +102,10 @@ CODES: dict[str, tuple[Severity, str]] = {
                                     "(S21, S29); WARN for state files without batches"),
     "TRANSIENT_REGRESSION": (WARN, "the broker reported a regressed log end that healed on re-sampling "
                                    "(S26)"),
-    "CHECKPOINT_NEWER_THAN_RUNTIME": (BLOCK, "the checkpoint was written by a newer Spark than the deploy "
-                                             "runs (S27); inferred from log versions or the lifecycle "
-                                             "record"),
+    "CHECKPOINT_NEWER_THAN_RUNTIME": (WARN, "the checkpoint was written by a newer Spark than the deploy runs "
+                                            "(S27; inferred from the confs it pins): 3.5 restarts 4.x "
+                                            "checkpoints; BLOCK for log versions or state the older Spark "
+                                            "cannot read"),
     "SPARK_UPGRADE": (WARN, "the deploy runs a newer Spark than last wrote the checkpoint: back up "
                             "first (S27)"),
     "ALREADY_RUNNING": (BLOCK, "another run holds a live lease on this job (S16)"),
