@@ -6,6 +6,7 @@ audit reports, stop markers), so each keeps its exact shape; the names say which
 
 from __future__ import annotations
 
+import re
 import time
 from datetime import UTC, datetime
 
@@ -50,3 +51,27 @@ def one_line(exc: BaseException, limit: int = 200) -> str:
     """An exception's message on one line, at most ``limit`` characters (its type if it has none)."""
     text = " ".join(str(exc).split())
     return (text[:limit] + "…") if len(text) > limit else text or type(exc).__name__
+
+
+def parse_duration(text: str) -> float:
+    """``90s``, ``15m``, ``12h``, ``7d``, ``2w`` or plain seconds -> seconds (``--max-age`` and friends)."""
+    from airflow_kafka_spark.errors import UserError
+
+    m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([smhdw]?)\s*", str(text))
+    if not m:
+        raise UserError(f"{text!r} is not a duration; use e.g. 90s, 15m, 12h, 7d or 2w")
+    return float(m.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}[m.group(2)]
+
+
+def fmt_duration(seconds: float | None) -> str:
+    """``42 s``, ``7.5 min``, ``3.2 h``, ``2.1 d``; ``-`` when unknown (every report's one format)."""
+    if seconds is None:
+        return "-"
+    s = float(seconds)
+    if abs(s) < 120:
+        return f"{s:.1f} s" if abs(s) < 10 else f"{s:.0f} s"
+    if abs(s) < 7200:
+        return f"{s / 60:.1f} min"
+    if abs(s) < 172800:
+        return f"{s / 3600:.1f} h"
+    return f"{s / 86400:.1f} d"

@@ -78,8 +78,8 @@ def _backup_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _backup(args: argparse.Namespace) -> int:
+    from airflow_kafka_spark._util.text import parse_duration
     from airflow_kafka_spark.errors import OperationBlocked
-    from airflow_kafka_spark.ops.backup.prune import parse_duration
     from airflow_kafka_spark.ops.commands import backup_checkpoint
 
     try:
@@ -122,9 +122,9 @@ def _backups_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _backups(args: argparse.Namespace) -> int:
+    from airflow_kafka_spark._util.text import parse_duration
     from airflow_kafka_spark.errors import UserError
     from airflow_kafka_spark.ops.backup.manifest import list_backups
-    from airflow_kafka_spark.ops.backup.prune import parse_duration
     from airflow_kafka_spark.ops.backup.store import verify_backup
     from airflow_kafka_spark.ops.commands import prune_backups
 

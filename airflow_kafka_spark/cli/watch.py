@@ -104,7 +104,7 @@ def _lag_arguments(p: argparse.ArgumentParser) -> None:
 
 def render_observation(obs: Observation) -> str:
     """The human layout of one observation: a header, one row per partition, the totals."""
-    from airflow_kafka_spark.watch.observation import fmt_duration
+    from airflow_kafka_spark._util.text import fmt_duration
 
     lines = []
     who = f"job {obs.job} · " if obs.job else ""
@@ -276,8 +276,8 @@ def _audit_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _audit(args: argparse.Namespace) -> int:
+    from airflow_kafka_spark._util.text import fmt_duration
     from airflow_kafka_spark.watch.audit.report import default_audit_dir, run_audit
-    from airflow_kafka_spark.watch.observation import fmt_duration
 
     registry = _registry(args)
     out = args.out or default_audit_dir(registry)

@@ -17,6 +17,7 @@ from itertools import pairwise
 from typing import TYPE_CHECKING
 
 from airflow_kafka_spark._util.fs import open_location, read_bytes
+from airflow_kafka_spark._util.text import fmt_duration
 from airflow_kafka_spark.checkpoint.formats import parse_offsets_file
 from airflow_kafka_spark.errors import CheckpointFormatError, UserError
 
@@ -74,16 +75,10 @@ class RecentBatches:
         if not self.too_big(backlog):
             return ""
         seconds = self.seconds_for(backlog)
-        took = (f"; at the recent peak of {self.peak_rate:,.0f} records/s it takes ≈{_duration(seconds)}"
+        took = (f"; at the recent peak of {self.peak_rate:,.0f} records/s it takes ≈{fmt_duration(seconds)}"
                 if seconds is not None and self.peak_rate else "")
         return (f": {backlog / max(self.largest, 1):,.0f}× the largest of the last {self.batches} batches "
                 f"({self.largest:,} records){took} (S28)")
-
-
-def _duration(seconds: float) -> str:
-    if seconds < 90:
-        return f"{seconds:.0f}s"
-    return f"{seconds / 60:.0f} min" if seconds < 5400 else f"{seconds / 3600:.1f} h"
 
 
 def _size(a: BatchOffsets, b: BatchOffsets) -> int:

@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
+from airflow_kafka_spark._util.text import fmt_duration
 from airflow_kafka_spark.errors import UserError
 from airflow_kafka_spark.kafka.model import BrokerState
 from airflow_kafka_spark.kafka.offsets import PartitionOffsets, TopicPartition
@@ -243,15 +244,3 @@ def lag_gate(obs: Observation, *, max_lag_records: int | None, max_lag_seconds: 
     return None
 
 
-def fmt_duration(seconds: float | None) -> str:
-    """``42 s``, ``7.5 min``, ``3.2 h``, ``2.1 d``; ``-`` when unknown."""
-    if seconds is None:
-        return "-"
-    s = float(seconds)
-    if abs(s) < 120:
-        return f"{s:.1f} s" if abs(s) < 10 else f"{s:.0f} s"
-    if abs(s) < 7200:
-        return f"{s / 60:.1f} min"
-    if abs(s) < 172800:
-        return f"{s / 3600:.1f} h"
-    return f"{s / 86400:.1f} d"

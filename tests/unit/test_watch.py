@@ -11,10 +11,11 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from airflow_kafka_spark._util.text import fmt_duration
 from airflow_kafka_spark.errors import UserError
 from airflow_kafka_spark.kafka.model import BrokerState, GroupInfo, TopicInfo
 from airflow_kafka_spark.kafka.offsets import TopicPartition
-from airflow_kafka_spark.watch.observation import Sample, fmt_duration, keep_recent, lag_gate
+from airflow_kafka_spark.watch.observation import Sample, keep_recent, lag_gate
 from airflow_kafka_spark.watch.observe import observe
 from airflow_kafka_spark.watch.status import Status, StatusThresholds
 from tests.support.checkpoint_factory import START_TIMESTAMP_MS, write_checkpoint

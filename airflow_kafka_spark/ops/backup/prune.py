@@ -9,7 +9,6 @@ lock is exclusive; an hour on object stores, where it is best effort).
 from __future__ import annotations
 
 import contextlib
-import re
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -117,9 +116,3 @@ def _listed(base: Location, rel: str) -> Location | None:
         return None
 
 
-def parse_duration(text: str) -> float:
-    """``90s``, ``15m``, ``12h``, ``7d``, ``2w`` or plain seconds -> seconds (for --max-age)."""
-    m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([smhdw]?)\s*", str(text))
-    if not m:
-        raise UserError(f"{text!r} is not a duration; use e.g. 90s, 15m, 12h, 7d or 2w")
-    return float(m.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}[m.group(2)]

@@ -13,9 +13,8 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from airflow_kafka_spark._util.text import utc_display
+from airflow_kafka_spark._util.text import fmt_duration, utc_display
 from airflow_kafka_spark.errors import UserError
-from airflow_kafka_spark.watch.observation import fmt_duration
 
 MAX_CHART_JOBS = 12
 STATUS_COLORS = {

@@ -27,8 +27,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from airflow_kafka_spark._util.fs import exists, list_files, mtime_of, open_location
+from airflow_kafka_spark._util.text import fmt_duration
 from airflow_kafka_spark.errors import UserError
-from airflow_kafka_spark.watch.observation import Alert, Sample, fmt_duration
+from airflow_kafka_spark.watch.observation import Alert, Sample
 from airflow_kafka_spark.watch.observe import observe_job
 
 if TYPE_CHECKING:

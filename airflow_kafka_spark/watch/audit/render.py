@@ -5,9 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from airflow_kafka_spark._util.text import utc_display
+from airflow_kafka_spark._util.text import fmt_duration, utc_display
 from airflow_kafka_spark.watch.audit.job import FORMAT_VERSION, JobAudit
-from airflow_kafka_spark.watch.observation import fmt_duration
 
 
 def report_document(audits: Sequence[JobAudit], generated_at_ms: int) -> dict[str, Any]:
