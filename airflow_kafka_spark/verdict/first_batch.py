@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 from airflow_kafka_spark._util.fs import open_location, read_bytes
 from airflow_kafka_spark._util.text import fmt_duration
 from airflow_kafka_spark.checkpoint.formats import parse_offsets_file
+from airflow_kafka_spark.checkpoint.throughput import processing_rates, records_between
 from airflow_kafka_spark.errors import CheckpointFormatError, UserError
 
 if TYPE_CHECKING:  # types only
@@ -46,13 +47,9 @@ class RecentBatches:
         pairs = list(pairwise(ordered))
         if not pairs:
             return None
-        sizes = [_size(a, b) for a, b in pairs]
-        rates = []
-        for (_, b), (_, c), n in zip(pairs, pairs[1:], sizes, strict=False):
-            if b.batch_timestamp_ms is not None and c.batch_timestamp_ms is not None \
-                    and c.batch_timestamp_ms > b.batch_timestamp_ms and n:
-                rates.append(n / ((c.batch_timestamp_ms - b.batch_timestamp_ms) / 1000.0))
-        return cls(batches=len(sizes), largest=max(sizes), peak_rate=max(rates, default=None))
+        sizes = [records_between(a, b) for a, b in pairs]
+        _, peak = processing_rates(ordered, window=window)
+        return cls(batches=len(sizes), largest=max(sizes), peak_rate=peak or None)
 
     def too_big(self, records: int) -> bool:
         return records >= WARN_FLOOR and records >= WARN_RATIO * max(self.largest, 1)
@@ -79,11 +76,6 @@ class RecentBatches:
                 if seconds is not None and self.peak_rate else "")
         return (f": {backlog / max(self.largest, 1):,.0f}× the largest of the last {self.batches} batches "
                 f"({self.largest:,} records){took} (S28)")
-
-
-def _size(a: BatchOffsets, b: BatchOffsets) -> int:
-    prev = a.kafka_offsets
-    return sum(max(0, off - prev[tp]) for tp, off in b.kafka_offsets.items() if tp in prev)
 
 
 def read_recent_batches(checkpoint: CheckpointState, storage_options: dict | None = None,

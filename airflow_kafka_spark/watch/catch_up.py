@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from airflow_kafka_spark.checkpoint.throughput import processing_rates
 from airflow_kafka_spark.watch.lag import produce_rates
 from airflow_kafka_spark.watch.offset_time import OffsetSample
 
@@ -44,36 +45,6 @@ class CatchUpEstimate:
         }
 
 
-def processing_rates_from_history(
-    history: Sequence[BatchOffsets], *, window: int = 10
-) -> tuple[float | None, float | None]:
-    """(average, peak) records/s consumed over the last ``window`` batches of the offsets history.
-
-    Average: records planned between the first and last batch of the window ÷ the time between them:
-    the observed throughput — equal to the produce rate for a job that keeps up, so only a lower
-    bound of what the job *can* do. Peak: the best single batch, ``size(N) ÷ (ts(N+1) − ts(N))``:
-    batch N+1 is planned only after batch N finished, so that is at most the rate batch N really ran
-    at — still a lower bound of capacity, and the closest one the checkpoint alone can give.
-    """
-    timed = sorted((b for b in history if b.batch_timestamp_ms is not None and b.kafka_offsets),
-                   key=lambda b: b.batch_id)[-(window + 1):]
-    if len(timed) < 2:
-        return None, None
-
-    def size(a: BatchOffsets, b: BatchOffsets) -> int:
-        prev = a.kafka_offsets
-        return sum(max(0, off - prev[tp]) for tp, off in b.kafka_offsets.items() if tp in prev)
-
-    def ts(b: BatchOffsets) -> int:
-        return b.batch_timestamp_ms or 0
-
-    span = (ts(timed[-1]) - ts(timed[0])) / 1000.0
-    average = size(timed[0], timed[-1]) / span if span > 0 else None
-    peaks = [size(a, b) / ((ts(c) - ts(b)) / 1000.0)
-             for a, b, c in zip(timed, timed[1:], timed[2:], strict=False) if ts(c) > ts(b)]
-    return average, max(peaks, default=None)
-
-
 def estimate_catch_up(
     backlog_records: int,
     *,
@@ -87,7 +58,7 @@ def estimate_catch_up(
 
     ``processing_rate`` (records/s) is best taken from the job itself (``processedRowsPerSecond``
     of ``StreamingQueryProgress`` while it was busy); otherwise it is the peak batch rate of the
-    ``history`` (:func:`processing_rates_from_history`), which underestimates a job that was never
+    ``history`` (:func:`checkpoint.throughput.processing_rates`), which underestimates a job that was never
     busy, so "never" from history alone may be wrong — the notes say so. ``produce_rate`` (records/s):
     given, or between the first and last of ``samples`` (summed over partitions); unknown counts as 0
     with a note (optimistic). ``max_offsets_per_trigger`` gives the number of batches (S28: "≈ 10
@@ -98,7 +69,7 @@ def estimate_catch_up(
     if processing_rate is not None:
         proc, proc_src = float(processing_rate), "given"
     else:
-        avg, peak = processing_rates_from_history(history or ())
+        avg, peak = processing_rates(history or ())
         if peak is not None:
             proc, proc_src = peak, "history: peak batch rate (a lower bound of capacity)"
         elif avg is not None:

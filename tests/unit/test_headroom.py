@@ -17,9 +17,10 @@ from dataclasses import dataclass, field
 import pytest
 
 from airflow_kafka_spark.checkpoint.model import BatchOffsets
+from airflow_kafka_spark.checkpoint.throughput import processing_rates as processing_rates_from_history
 from airflow_kafka_spark.kafka.model import BrokerState, TopicInfo
 from airflow_kafka_spark.kafka.offsets import TopicPartition
-from airflow_kafka_spark.watch.catch_up import estimate_catch_up, processing_rates_from_history
+from airflow_kafka_spark.watch.catch_up import estimate_catch_up
 from airflow_kafka_spark.watch.headroom import compute_headroom, partition_headroom
 from airflow_kafka_spark.watch.offset_time import OffsetTimeCurve
 
