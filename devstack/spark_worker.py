@@ -121,8 +121,8 @@ def _load_reference_job():
     return module
 
 
-def _error_text(exc: BaseException) -> str:
-    """Message, JVM stack and causes (as tests/support/spark_session.error_text)."""
+def error_text(exc: BaseException) -> str:
+    """The whole story of a Spark failure: message, JVM stack and the chain of causes (any PySpark)."""
     parts = [str(exc)]
     for attr in ("_stackTrace", "_cause"):
         value = getattr(exc, attr, None)
@@ -143,9 +143,9 @@ def _run(spark, job, argv: list[str], timeout: float) -> dict[str, Any]:
             query.stop()
             return {"ok": False, "error": f"timeout after {timeout}s", "seconds": time.monotonic() - t0}
     except Exception as exc:  # refused at start or failed in a batch: the text is the evidence
-        return {"ok": False, "error": _error_text(exc), "seconds": time.monotonic() - t0}
+        return {"ok": False, "error": error_text(exc), "seconds": time.monotonic() - t0}
     exc = query.exception()
-    return {"ok": exc is None, "error": _error_text(exc) if exc else None, "seconds": time.monotonic() - t0}
+    return {"ok": exc is None, "error": error_text(exc) if exc else None, "seconds": time.monotonic() - t0}
 
 
 def _serve(jars: str) -> int:

@@ -24,7 +24,7 @@ import pytest
 
 from devstack import oracle, topics
 from tests.support import spark_session
-from tests.support.scenario import Job, drop_latest, short
+from tests.support.scenario import Job, drop_latest, short, write_observed
 
 pytestmark = [pytest.mark.cluster, pytest.mark.integration]
 
@@ -236,7 +236,4 @@ def test_s3_checkpoint_without_credentials_is_one_line(s3, broker, tmp_path):
 @pytest.fixture(scope="module", autouse=True)
 def _write_observed_table():
     yield
-    if OBSERVED:
-        out = Path(__file__).resolve().parents[2] / ".cache" / "scenarios-cluster-observed.json"
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(OBSERVED, indent=1))
+    write_observed(OBSERVED, "scenarios-cluster-observed")

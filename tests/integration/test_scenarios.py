@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import time
-from pathlib import Path
 
 import pytest
 
@@ -21,7 +20,7 @@ from devstack.broker import LocalBroker
 from devstack.produce import produce
 from tests.support import oracle_counts as oc
 from tests.support import spark_session
-from tests.support.scenario import Job, drop_latest, short
+from tests.support.scenario import Job, drop_latest, short, write_observed
 
 pytestmark = pytest.mark.integration
 
@@ -561,7 +560,4 @@ def _outcome(j: Job, res) -> str:
 @pytest.fixture(scope="module", autouse=True)
 def _write_observed_table():
     yield
-    if OBSERVED:
-        out = Path(__file__).resolve().parents[2] / ".cache" / "scenarios-observed.json"
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(OBSERVED, indent=1))
+    write_observed(OBSERVED, "scenarios-observed")

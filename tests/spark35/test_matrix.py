@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from devstack import oracle, topics
-from tests.support.scenario import drop_latest, short
+from tests.support.scenario import drop_latest, short, write_observed
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark35]
 
@@ -198,7 +198,4 @@ def test_s22_starting_offsets_ignored(job35):
 @pytest.fixture(scope="module", autouse=True)
 def _write_observed_table():
     yield
-    if OBSERVED:
-        out = Path(__file__).resolve().parents[2] / ".cache" / "scenarios-observed-spark35.json"
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(OBSERVED, indent=1))
+    write_observed(OBSERVED, "scenarios-observed-spark35")

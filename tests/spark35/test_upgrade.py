@@ -13,12 +13,11 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from pathlib import Path
 
 import pytest
 
 from devstack import spark_runtimes
-from tests.support.scenario import Job, short
+from tests.support.scenario import Job, short, write_observed
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark35]
 
@@ -118,7 +117,4 @@ def test_s27_written_by_4_restarted_by_35(job35, stateful, provider):
 @pytest.fixture(scope="module", autouse=True)
 def _write_observed_table():
     yield
-    if OBSERVED:
-        out = Path(__file__).resolve().parents[2] / ".cache" / "scenarios-observed-s27.json"
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(OBSERVED, indent=1))
+    write_observed(OBSERVED, "scenarios-observed-s27")

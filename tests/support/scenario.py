@@ -11,6 +11,7 @@ The sink stays on local disk: the oracle reads it there.
 
 from __future__ import annotations
 
+import json
 import posixpath
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -120,3 +121,11 @@ def short(text: str | None, n: int = 160) -> str:
         if i >= 0:
             return " ".join(text[i:i + n].split())
     return " ".join(text[:n].split())
+
+
+def write_observed(rows: list[dict], name: str) -> None:
+    """Keep what Spark did in ``.cache/<name>.json`` (the source of docs/scenarios.md's observed columns)."""
+    if rows:
+        out = Path(__file__).resolve().parents[2] / ".cache" / f"{name}.json"
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(rows, indent=1))

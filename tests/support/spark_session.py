@@ -16,6 +16,7 @@ from pathlib import Path
 
 from airflow_kafka_spark.jobs import reference_job
 from devstack import jars
+from devstack.spark_worker import error_text
 
 _SESSION = None
 
@@ -108,16 +109,3 @@ def run_available_now(bootstrap: str, topics: str, checkpoint: Path | str, outpu
         return RunResult(False, error_text(exc), time.monotonic() - t0)
     exc = query.exception()
     return RunResult(exc is None, error_text(exc) if exc else None, time.monotonic() - t0)
-
-
-def error_text(exc: BaseException) -> str:
-    """The whole story of a Spark failure: message, JVM stack and the chain of causes."""
-    parts = [str(exc)]
-    for attr in ("_stackTrace", "_cause"):
-        value = getattr(exc, attr, None)
-        if value:
-            parts.append(str(value))
-    cause = exc.__cause__ or exc.__context__
-    if cause is not None and cause is not exc:
-        parts.append(str(cause))
-    return "\n".join(parts)
