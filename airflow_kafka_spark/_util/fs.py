@@ -453,7 +453,9 @@ def _list_local_tree(loc: Location) -> dict[str, dict]:
     fsspec's ``find`` costs ~60 µs per file (an ``lstat`` and a ``stat``, path normalisation twice);
     backups list checkpoints and blob stores of 40,000 files several times. The info dicts carry
     what fsspec's do and callers read (``name``, ``type``, ``size``, ``mtime``, ``created`` = ctime,
-    ``islink``); links are followed as fsspec does, a dangling one is left out like a vanished file.
+    ``islink``); a link to a file is followed as fsspec does, a link to a folder is listed as ``other``
+    and not walked (a blob prefix or checkpoint subfolder linked elsewhere must not pass for ours), a
+    dangling one is left out like a vanished file.
     """
     root = loc.fs._strip_protocol(loc.path).rstrip("/") or "/"
     out: dict[str, dict] = {}
@@ -481,7 +483,11 @@ def _list_local_tree(loc: Location) -> dict[str, dict]:
             except OSError as exc:
                 raise UserError(f"cannot list {loc.url}: {os_reason(exc)}") from None
             if stat.S_ISDIR(st.st_mode):
-                pending.append((entry.path, rel + "/"))
+                if entry.is_symlink():   # never walk out of the tree through a linked folder
+                    out[rel] = {"name": entry.path, "type": "other", "size": 0, "mtime": st.st_mtime,
+                                "created": st.st_ctime, "islink": True}
+                else:
+                    pending.append((entry.path, rel + "/"))
                 continue
             out[rel] = {"name": entry.path, "type": "file" if stat.S_ISREG(st.st_mode) else "other",
                         "size": st.st_size, "mtime": st.st_mtime, "created": st.st_ctime,
