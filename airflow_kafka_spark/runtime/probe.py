@@ -191,19 +191,38 @@ def classify(returncode: int | None, output: str, *, timeout_s: float) -> tuple[
     if returncode == 0 and result is not None and result.get("ok"):
         return ProbeAnswer.COMPATIBLE, "Spark ran the batch on the copy of the checkpoint", None
     text = ((result or {}).get("error") or "") + "\n" + output
+    refusal = checkpoint_refusal(text)
     m = _SOURCE_COUNT.search(text)
-    if m:
+    if refusal == SOURCE_COUNT_CHANGED and m:
         return (ProbeAnswer.BREAKING, f"the checkpoint has {m.group(1)} source(s), the application reads "
                 f"{m.group(2)}", SOURCE_COUNT_CHANGED)
-    classes = [c for c in _ERROR_CLASS.findall(text) if c not in _WRAPPERS]
-    first = classes[0] if classes else next((c for c in _LEGACY_BREAKING if c in text), None)
-    message = _message_of(text, first)
-    if first and (first.startswith(_BREAKING_PREFIXES) or first in _LEGACY_BREAKING):
-        return ProbeAnswer.BREAKING, f"Spark refused the checkpoint: {first}: {message}", first
+    if refusal:
+        return ProbeAnswer.BREAKING, f"Spark refused the checkpoint: {refusal}: {_message_of(text, refusal)}", refusal
+    first = _first_error_class(text)
     if first:
         return (ProbeAnswer.UNKNOWN, f"the application failed with {first}, which is not about the checkpoint: "
-                f"{message}", first)
+                f"{_message_of(text, first)}", first)
     return ProbeAnswer.UNKNOWN, f"the application exited {returncode} without a Spark error class", None
+
+
+def checkpoint_refusal(text: str) -> str | None:
+    """The error in a driver's output that means "this application cannot run on this checkpoint", or None.
+
+    The first Spark error class (wrappers such as STREAM_FAILED skipped) when it is about state or
+    stateful operators; Spark 3.5's class-less state exceptions; the changed-number-of-sources
+    assertion as ``SOURCE_COUNT_CHANGED``. Shared by the probe and the tests that watch Spark refuse.
+    """
+    if _SOURCE_COUNT.search(text):
+        return SOURCE_COUNT_CHANGED
+    first = _first_error_class(text)
+    if first and (first.startswith(_BREAKING_PREFIXES) or first in _LEGACY_BREAKING):
+        return first
+    return None
+
+
+def _first_error_class(text: str) -> str | None:
+    classes = [c for c in _ERROR_CLASS.findall(text) if c not in _WRAPPERS]
+    return classes[0] if classes else next((c for c in _LEGACY_BREAKING if c in text), None)
 
 
 def _message_of(text: str, error_class: str | None) -> str:

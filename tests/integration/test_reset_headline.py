@@ -39,6 +39,7 @@ from confluent_kafka import Producer as KafkaProducer
 from airflow_kafka_spark.checkpoint.reader import read_checkpoint
 from airflow_kafka_spark.kafka.offsets import TopicPartition, parse_offsets_json
 from airflow_kafka_spark.lifecycle.record import LifecycleRecord
+from airflow_kafka_spark.runtime.probe import checkpoint_refusal
 from airflow_kafka_spark.verdict.options import DeployOptions
 from airflow_kafka_spark.verdict.validate import validate
 from devstack import oracle, spark, topics
@@ -193,9 +194,7 @@ def test_reset_preserve_keeps_every_record_exactly_once_across_an_incompatible_c
         refused_run.stop(expect_ok=False)
         assert refused_run.proc.returncode != 0, "Spark should refuse the old checkpoint for the new stateful version"
         refused_log = refused_run.log.read_text()
-        spark_error = next((line.strip() for line in refused_log.splitlines()
-                            if "CANNOT_LOAD_STATE_STORE" in line or "STATE_STORE" in line
-                            or "StatefulOperator" in line), "")
+        spark_error = checkpoint_refusal(refused_log)   # Spark 4.2: STREAMING_STATEFUL_OPERATOR_MISSING_...
         assert spark_error, refused_log[-3000:]
         timings["refused"] = time.monotonic() - t0
 
