@@ -102,6 +102,17 @@ class AirflowServices:
             if proc.poll() is not None:
                 pytest.fail(f"airflow {name} exited {proc.returncode}:\n{self.tail(name)}")
 
+    def wait_for_run(self, client, dag_id: str, run_id: str, *, timeout: float, poll: float = 2) -> str:
+        """Poll a DAG run through the REST API until it ends; its final state (components checked alive)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            self.check_alive()
+            state = client.get(f"/api/v2/dags/{dag_id}/dagRuns/{run_id}").json()["state"]
+            if state in ("success", "failed"):
+                return state
+            time.sleep(poll)
+        pytest.fail(f"run {run_id} did not finish in {timeout:.0f}s:\n{self.tail('scheduler')}")
+
     def tail(self, component: str, chars: int = 4000) -> str:
         log = self.procs[component][1]
         return log.read_text(errors="replace")[-chars:] if log.exists() else "(no log)"

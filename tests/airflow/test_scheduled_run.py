@@ -77,23 +77,12 @@ def cluster(broker, airflow_home, tmp_path_factory):
         mp.undo()
 
 
-def _wait_for_run(services: AirflowServices, client, run_id: str, timeout: float = 420) -> str:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        services.check_alive()
-        state = client.get(f"/api/v2/dags/{DAG_ID}/dagRuns/{run_id}").json()["state"]
-        if state in ("success", "failed"):
-            return state
-        time.sleep(2)
-    pytest.fail(f"run {run_id} did not finish in {timeout:.0f}s:\n{services.tail('scheduler')}")
-
-
 def _trigger(services: AirflowServices, client, conf: dict) -> tuple[str, str, dict[str, dict]]:
     """POST the run as the UI does, wait for it; (run id, state, task instances by task id)."""
     r = client.post(f"/api/v2/dags/{DAG_ID}/dagRuns", json={"logical_date": None, "conf": conf})
     assert r.status_code == 200, r.text
     run_id = r.json()["dag_run_id"]
-    state = _wait_for_run(services, client, run_id)
+    state = services.wait_for_run(client, DAG_ID, run_id, timeout=420, poll=2)
     tis = {t["task_id"]: t for t in client.get(f"/api/v2/dags/{DAG_ID}/dagRuns/{run_id}/taskInstances",
                                               params={"limit": 100}).json()["task_instances"]}
     return run_id, state, tis

@@ -110,17 +110,6 @@ def stack(broker, airflow_home, hadoop, yarn_submit, webhdfs, rm, tmp_path_facto
         mp.undo()
 
 
-def _wait_for_run(services: AirflowServices, client, run_id: str, timeout: float = 1500) -> str:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        services.check_alive()
-        state = client.get(f"/api/v2/dags/{DAG_ID}/dagRuns/{run_id}").json()["state"]
-        if state in ("success", "failed"):
-            return state
-        time.sleep(5)
-    pytest.fail(f"run {run_id} did not finish in {timeout:.0f}s:\n{services.tail('scheduler')}")
-
-
 def _run(stack: dict, mode: str, what: str) -> tuple[str, str, dict[str, dict]]:
     services, client = stack["services"], stack["client"]
     conf = {"job": JOB, "mode": mode, "backup_id": None, "datetime": None, "dry_run": False,
@@ -129,7 +118,7 @@ def _run(stack: dict, mode: str, what: str) -> tuple[str, str, dict[str, dict]]:
     r = client.post(f"/api/v2/dags/{DAG_ID}/dagRuns", json={"logical_date": None, "conf": conf})
     assert r.status_code == 200, r.text
     run_id = r.json()["dag_run_id"]
-    state = _wait_for_run(services, client, run_id)
+    state = services.wait_for_run(client, DAG_ID, run_id, timeout=1500, poll=5)
     TIMINGS[f"yarn: safe restart, {what}"] = time.perf_counter() - started
     print(f"\n[yarn] {what}: {state} in {time.perf_counter() - started:.0f}s")
     tis = {t["task_id"]: t for t in client.get(f"/api/v2/dags/{DAG_ID}/dagRuns/{run_id}/taskInstances",
