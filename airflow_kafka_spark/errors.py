@@ -1,9 +1,11 @@
 """Errors that carry one line for a person, and the exit codes of the command line: the one place for both.
 
-Everything a user can cause (a bad path, an unreachable broker, a tampered manifest) is raised
-as a :class:`UserError`; the command line prints its message alone and exits 2, the Airflow
-layer fails the task with it. A refusal because the situation (not the input) is unsafe is an
-:class:`OperationBlocked`, exit 3 like a BLOCK verdict. Anything else is a bug and keeps its traceback.
+Everything a user can cause (a bad path, a tampered manifest) is raised as a :class:`UserError`;
+the command line prints its message alone and exits 2, the Airflow layer fails the task with it.
+Kafka or storage that does not answer is an :class:`Unreachable` (exit 4): the input may be fine
+and a retry may work, so scripts must be able to tell it from a typo. A refusal because the
+situation (not the input) is unsafe is an :class:`OperationBlocked`, exit 3 like a BLOCK verdict.
+Anything else is a bug and keeps its traceback.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ class ExitCode(IntEnum):
     OK = 0
     USER_ERROR = 2
     BLOCKED = 3
+    UNREACHABLE = 4
     INTERRUPTED = 130
 
 
@@ -28,6 +31,33 @@ class UserError(Exception):
 
     def __init__(self, message: str) -> None:
         super().__init__(" ".join(message.split()))
+
+
+class Unreachable(UserError):
+    """Kafka or the storage did not answer (refused, timed out, name not resolved): exit 4, not 2."""
+
+    exit_code = ExitCode.UNREACHABLE
+
+
+# Exception class names (anywhere in the MRO) that mean "no answer from the other side", known by name
+# so that this module imports neither requests, botocore nor aiohttp.
+_CONNECTIVITY_NAMES = frozenset({
+    "ConnectionError", "TimeoutError", "gaierror", "EndpointConnectionError", "ConnectTimeoutError",
+    "ReadTimeoutError", "ConnectTimeout", "ReadTimeout", "NewConnectionError", "MaxRetryError",
+    "ClientConnectorError", "ServerTimeoutError", "ConnectionClosedError",
+})
+
+
+def is_unreachable(exc: BaseException) -> bool:
+    """Whether ``exc`` (or what it wraps) means the other side did not answer, rather than answered no."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if any(c.__name__ in _CONNECTIVITY_NAMES for c in type(current).__mro__):
+            return True
+        current = current.__cause__ or current.__context__
+    return False
 
 
 class CheckpointFormatError(UserError):

@@ -39,7 +39,7 @@ from airflow_kafka_spark._util.stores import (
     webhdfs_rename,
 )
 from airflow_kafka_spark._util.text import one_line
-from airflow_kafka_spark.errors import UserError
+from airflow_kafka_spark.errors import Unreachable, UserError, is_unreachable
 
 OBJECT_STORE_PROTOCOLS = frozenset({
     "s3", "s3a", "gs", "gcs", "abfs", "abfss", "az", "adl", "wasb", "wasbs", "oss", "r2", "memory",
@@ -125,7 +125,7 @@ def info_or_none(loc: Location) -> dict | None:
     except FileNotFoundError:
         return None
     except OSError as exc:
-        raise UserError(f"cannot access {loc.url}: {os_reason(exc)}") from None
+        raise storage_error(f"cannot access {loc.url}", exc) from None
 
 
 def is_dir(loc: Location, info: dict | None = None) -> bool:
@@ -135,6 +135,12 @@ def is_dir(loc: Location, info: dict | None = None) -> bool:
 
 def exists(loc: Location) -> bool:
     return info_or_none(loc) is not None
+
+
+def storage_error(message: str, exc: BaseException) -> UserError:
+    """``message: <reason>`` as one line; an :class:`Unreachable` (exit 4) when the store did not answer."""
+    cls = Unreachable if is_unreachable(exc) else UserError
+    return cls(f"{message}: {os_reason(exc)}")
 
 
 def os_reason(exc: BaseException) -> str:
@@ -172,7 +178,7 @@ def list_files(loc: Location) -> dict[str, dict]:
     except FileNotFoundError:
         return {}
     except OSError as exc:
-        raise UserError(f"cannot list {loc.url}: {os_reason(exc)}") from None
+        raise storage_error(f"cannot list {loc.url}", exc) from None
     root = loc.fs._strip_protocol(loc.path).rstrip("/")
     out: dict[str, dict] = {}
     for path, info in found.items():
@@ -220,7 +226,7 @@ def write_atomic(loc: Location, data: bytes) -> None:
                 fs.rm(path)
             fs.mv(tmp, path)
     except OSError as exc:
-        raise UserError(f"cannot write {loc.url}: {os_reason(exc)}") from None
+        raise storage_error(f"cannot write {loc.url}", exc) from None
 
 
 def fsync_dir(path: str) -> None:
@@ -272,7 +278,7 @@ def read_bytes(loc: Location, *, limit: int | None = None, follow_links: bool = 
     except IsADirectoryError:
         raise UserError(f"{loc.url} is a directory, expected a file") from None
     except OSError as exc:
-        raise UserError(f"cannot read {loc.url}: {os_reason(exc)}") from None
+        raise storage_error(f"cannot read {loc.url}", exc) from None
 
 
 def refuse_chained_url(url: str, what: str = "location") -> None:
@@ -354,7 +360,7 @@ def siblings_with_prefix(loc: Location, prefix: str) -> list[Location]:
     except FileNotFoundError:
         return []
     except OSError as exc:
-        raise UserError(f"cannot list {parent}: {os_reason(exc)}") from None
+        raise storage_error(f"cannot list {parent}", exc) from None
     out = []
     for p in names:
         name = posixpath.basename(str(p).rstrip("/"))
@@ -420,7 +426,7 @@ def move_dir(src: Location, dst: Location) -> None:
             src.fs.copy(posixpath.join(src.path, rel), posixpath.join(dst.path, rel))
         src.fs.rm(src.path, recursive=True)
     except OSError as exc:
-        raise UserError(f"cannot move {src.url} to {dst.url}: {os_reason(exc)}") from None
+        raise storage_error(f"cannot move {src.url} to {dst.url}", exc) from None
 
 
 def list_local_detail(path: str) -> dict[str, dict]:
@@ -473,7 +479,7 @@ def _list_local_tree(loc: Location) -> dict[str, dict]:
                 return {}
             continue
         except OSError as exc:
-            raise UserError(f"cannot list {loc.url}: {os_reason(exc)}") from None
+            raise storage_error(f"cannot list {loc.url}", exc) from None
         for entry in entries:
             rel = prefix + entry.name
             try:
@@ -481,7 +487,7 @@ def _list_local_tree(loc: Location) -> dict[str, dict]:
             except FileNotFoundError:
                 continue
             except OSError as exc:
-                raise UserError(f"cannot list {loc.url}: {os_reason(exc)}") from None
+                raise storage_error(f"cannot list {loc.url}", exc) from None
             if stat.S_ISDIR(st.st_mode):
                 if entry.is_symlink():   # never walk out of the tree through a linked folder
                     out[rel] = {"name": entry.path, "type": "other", "size": 0, "mtime": st.st_mtime,

@@ -13,7 +13,7 @@ import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import IO, TYPE_CHECKING, Any
 
-from airflow_kafka_spark.errors import ExitCode, UserError
+from airflow_kafka_spark.errors import ExitCode, OperationBlocked, Unreachable, UserError, is_unreachable
 
 if TYPE_CHECKING:
     from airflow_kafka_spark.verdict.findings import Finding, Verdict
@@ -75,7 +75,7 @@ def emit(text: str, stream: IO[str] | None = None) -> None:
 
 
 # --------------------------------------------------------------------------------------------------
-# errors: one line, exit 2
+# errors: one line, exit 2 (bad input), 3 (blocked) or 4 (unreachable)
 # --------------------------------------------------------------------------------------------------
 
 
@@ -84,7 +84,10 @@ def error_line(message: str) -> str:
 
 
 def guarded(run: Callable[[], int], *, json_errors: bool = False) -> int:
-    """Run a command; a :class:`UserError` becomes one ``error:`` line on stderr and exit 2.
+    """Run a command; a :class:`UserError` becomes one ``error:`` line on stderr and its exit code.
+
+    2 for bad input, 3 when blocked, 4 when Kafka or the storage did not answer (an
+    :class:`Unreachable`, or any error caused by a refused/timed-out connection).
 
     With ``json_errors`` the same error is also printed to stdout as one JSON object, so a script
     reading ``--json`` output always gets JSON. Anything else is a bug and keeps its traceback.
@@ -93,15 +96,22 @@ def guarded(run: Callable[[], int], *, json_errors: bool = False) -> int:
         return run()
     except UserError as exc:
         error = exc
+        if not isinstance(exc, (Unreachable, OperationBlocked)) and is_unreachable(exc):
+            # raised ``from None`` over a connection failure (the context is kept): exit 4, not 2
+            error = Unreachable(str(exc))
     except KeyboardInterrupt:
         emit(error_line("interrupted"), sys.stderr)
         return ExitCode.INTERRUPTED
     except Exception as exc:
-        if not _missing_credentials(exc):
+        if is_unreachable(exc):
+            error = Unreachable(f"storage not reachable: {' '.join(str(exc).split())[:300]}; check the URL, the "
+                                "endpoint (--storage-option endpoint_url=...) and that it answers from this host")
+        elif not _missing_credentials(exc):
             raise
-        error = UserError(f"no credentials for the object store ({exc}): set AWS_ACCESS_KEY_ID and "
-                          "AWS_SECRET_ACCESS_KEY (or AWS_PROFILE, or an instance role) where this runs, or pass "
-                          "--storage-option key=... --storage-option secret=...")
+        else:
+            error = UserError(f"no credentials for the object store ({exc}): set AWS_ACCESS_KEY_ID and "
+                              "AWS_SECRET_ACCESS_KEY (or AWS_PROFILE, or an instance role) where this runs, or pass "
+                              "--storage-option key=... --storage-option secret=...")
     if json_errors:
         emit(dump_json({"error": str(error), "exit_code": error.exit_code}, compact=True))
     emit(error_line(str(error)), sys.stderr)

@@ -18,7 +18,7 @@ from typing import Any, Self
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
 
-from airflow_kafka_spark.errors import UserError
+from airflow_kafka_spark.errors import Unreachable, UserError
 from airflow_kafka_spark.kafka.secrets import bootstrap_servers_of, redact, scrub
 
 # librdkafka error codes that mean "could not talk to the cluster at all" rather than "the cluster
@@ -254,7 +254,7 @@ class KafkaClient:
                          f"({what}): {clean(err.str(), self.config)}; check security.protocol, "
                          "sasl.mechanism, sasl.username and the password in the Kafka connection")
 
-    def _unreachable(self, what: str, t0: float, fallback: str = "") -> UserError:
+    def _unreachable(self, what: str, t0: float, fallback: str = "") -> Unreachable:
         reason = self._errors.reason(t0) or fallback or "no answer"
-        return UserError(f"Kafka at {self.bootstrap_servers} is not reachable ({what} got no answer within "
+        return Unreachable(f"Kafka at {self.bootstrap_servers} is not reachable ({what} got no answer within "
                          f"{self.timeout:g}s: {reason}); {FIX_CONNECTION}")
