@@ -33,14 +33,15 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 
-from airflow_kafka_spark.cli import checkpoint, validate, watch
+from airflow_kafka_spark.cli import checkpoint, metrics, validate, watch
 from airflow_kafka_spark.cli import output as report
 from airflow_kafka_spark.cli._args import Command, Parser
 from airflow_kafka_spark.errors import ExitCode
 
 PROG = "aks"
 
-COMMANDS: dict[str, Command] = {c.name: c for c in (*validate.COMMANDS, *checkpoint.COMMANDS, *watch.COMMANDS)}
+COMMANDS: dict[str, Command] = {c.name: c for c in (*validate.COMMANDS, *checkpoint.COMMANDS, *watch.COMMANDS,
+                                                    *metrics.COMMANDS)}
 
 
 def register(name: str, help: str, configure: Callable[[argparse.ArgumentParser], None],

@@ -88,6 +88,8 @@ LOST_RECORDS = _gauge("aks_lost_records", "aks.lost_records",
                       "Unread records already deleted by retention (S01)")
 LAST_BATCH_AGE = _gauge("aks_last_batch_age_seconds", "aks.last_batch_age_seconds",
                         "Seconds since the last planned batch's batchTimestampMs")
+SCRAPE_SECONDS = _gauge("aks_scrape_duration_seconds", "aks.scrape_duration_seconds",
+                        "Seconds the last computation of these metrics took (every job observed once)")
 GATE_OUTCOMES = MetricDef("aks_gate_outcomes_total", MetricType.COUNTER,
                           "Gate outcomes in the job's lifecycle record (its last 200 events)", "aks.gate")
 
@@ -285,5 +287,15 @@ def prometheus_text(samples: Iterable[MetricSample]) -> str:
     return "\n".join(lines) + "\n" if lines else ""
 
 
-__all__ = ["CONTENT_TYPE", "MetricDef", "MetricSample", "MetricType", "gate_metrics", "group_label",
-           "observation_metrics", "prometheus_text", "registry_metrics"]
+__all__ = [
+    "CONTENT_TYPE",
+    "SCRAPE_SECONDS",
+    "MetricDef",
+    "MetricSample",
+    "MetricType",
+    "gate_metrics",
+    "group_label",
+    "observation_metrics",
+    "prometheus_text",
+    "registry_metrics",
+]
