@@ -70,4 +70,9 @@ def get_provider_info() -> dict[str, Any]:
                 "python-modules": ["airflow_kafka_spark.triggers.health", "airflow_kafka_spark.triggers.lag"],
             }
         ],
+        # The streaming-jobs page in the UI (a FastAPI app + nav entry). Airflow imports the class only
+        # where it loads plugins (the API server, ...), never from this function.
+        "plugins": [
+            {"name": "airflow_kafka_spark", "plugin-class": "airflow_kafka_spark.ui.plugin.StreamingJobsPlugin"}
+        ],
     }
