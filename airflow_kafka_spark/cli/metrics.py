@@ -23,12 +23,18 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from airflow_kafka_spark.cli._args import Command, add_kafka_arguments, positive_float
-from airflow_kafka_spark.cli.watch import _kafka_config_for, _registry, _registry_argument
+
+try:  # the shared --job helpers (cli/_job.py, issue 13 item 7); before them, the same helpers in cli/watch.py
+    from airflow_kafka_spark.cli._job import add_registry_argument, kafka_config_for, load_registry
+except ImportError:  # pragma: no cover - removed once cli/_job.py is committed
+    from airflow_kafka_spark.cli.watch import _kafka_config_for as kafka_config_for
+    from airflow_kafka_spark.cli.watch import _registry as load_registry
+    from airflow_kafka_spark.cli.watch import _registry_argument as add_registry_argument
 from airflow_kafka_spark.errors import ExitCode
 
 
 def _arguments(p: argparse.ArgumentParser) -> None:
-    _registry_argument(p)
+    add_registry_argument(p)
     p.add_argument("--job", metavar="NAME", action="append", default=[],
                    help="serve only this job (repeatable; default every job of the registry)")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1; 0.0.0.0 for all)")
@@ -50,7 +56,7 @@ class MetricsCache:
 
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
-        self.registry = _registry(args)
+        self.registry = load_registry(args)
         for name in args.job:
             self.registry.get(name)          # an unknown --job is a usage error now, not at the first scrape
         self.history: dict[str, list[Any]] = {}
@@ -62,11 +68,11 @@ class MetricsCache:
         from airflow_kafka_spark.watch.metrics import SCRAPE_SECONDS, MetricSample, prometheus_text, registry_metrics
 
         try:
-            self.registry = _registry(self.args)    # pick up added jobs; keep the last good registry on error
+            self.registry = load_registry(self.args)    # pick up added jobs; keep the last good registry on error
         except Exception as exc:
             print(f"warning: registry not reloaded, serving the previous one: {exc}", file=sys.stderr, flush=True)
         t0 = time.monotonic()
-        samples = registry_metrics(self.registry, lambda spec: _kafka_config_for(self.args, spec),
+        samples = registry_metrics(self.registry, lambda spec: kafka_config_for(self.args, spec),
                                    cluster_name=self.args.cluster_name, history=self.history,
                                    jobs=self.args.job or None, timeout=self.args.timeout)
         samples.append(MetricSample(SCRAPE_SECONDS, (), round(time.monotonic() - t0, 3)))

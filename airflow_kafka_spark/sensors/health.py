@@ -37,6 +37,7 @@ from airflow_kafka_spark.airflow_glue.jobs import (
     push_failure,
     run_reporting_failure,
 )
+from airflow_kafka_spark.airflow_glue.stats import gate_outcome
 from airflow_kafka_spark.checkpoint.reader import read_checkpoint
 from airflow_kafka_spark.errors import UserError
 from airflow_kafka_spark.lifecycle.events import DriverKind, LifecycleEvent
@@ -52,6 +53,7 @@ from airflow_kafka_spark.runtime.health import (
     probe_health,
 )
 from airflow_kafka_spark.triggers.health import StreamingHealthTrigger
+from airflow_kafka_spark.watch.metrics import group_label
 
 
 class StreamingHealthSensor(BaseSensorOperator):
@@ -187,6 +189,7 @@ class StreamingHealthSensor(BaseSensorOperator):
     def _finish(self, context: Any, spec: JobSpec, result: dict[str, Any]) -> dict[str, Any]:
         result.pop("samples", None)
         result["job"] = spec.name
+        gate_outcome(group_label(spec), "health", "passed" if result.get("state") == HEALTHY else "failed")
         if result.get("state") == FAILED:
             fail(context, f"health gate of job {spec.name} failed: {result.get('reason')}")
         if result.get("state") != HEALTHY:

@@ -92,8 +92,10 @@ class StreamingLagSensor(BaseSensorOperator):
     # -- poke mode -------------------------------------------------------------------------------
 
     def poke(self, context: Context) -> PokeReturnValue:
+        from airflow_kafka_spark.airflow_glue.stats import emit_observation
         from airflow_kafka_spark.errors import UserError
         from airflow_kafka_spark.hooks.streaming import StreamingKafkaHook
+        from airflow_kafka_spark.watch.metrics import group_label
         from airflow_kafka_spark.watch.observation import keep_recent
         from airflow_kafka_spark.watch.observe import observe_job
 
@@ -105,6 +107,7 @@ class StreamingLagSensor(BaseSensorOperator):
         except UserError as exc:
             raise AirflowException(f"job {spec.name}: {exc}") from None
         self._samples = keep_recent(self._samples, obs.sample)
+        emit_observation(obs, group=group_label(spec))
         event = lag_gate(obs, max_lag_records=records, max_lag_seconds=seconds, fail_on_alert=self.fail_on_alert)
         if event is not None and event["status"] == "failed":
             raise AirflowFailException(event["message"])

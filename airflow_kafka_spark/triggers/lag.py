@@ -74,6 +74,7 @@ class StreamingLagTrigger(BaseTrigger):
 
     def _observe(self, samples: list[Sample]) -> Observation:
         """Blocking: connection lookup, checkpoint read, Kafka requests (run via ``sync_to_async``)."""
+        from airflow_kafka_spark.airflow_glue.stats import emit_observation
         from airflow_kafka_spark.hooks.streaming import StreamingKafkaHook
         from airflow_kafka_spark.watch.observe import observe
         from airflow_kafka_spark.watch.status import StatusThresholds
@@ -82,9 +83,11 @@ class StreamingLagTrigger(BaseTrigger):
         # Only the stall threshold shapes the status here; the lag limits are the gate's (and may be 0,
         # "fully caught up", which a status threshold may not).
         thresholds = StatusThresholds.from_mapping({"stall_after_s": self.stall_after_s})
-        return observe(checkpoint=self.checkpoint, topics=self.topics, kafka_config=config, thresholds=thresholds,
-                       samples=samples, job=self.job, max_offsets_per_trigger=self.max_offsets_per_trigger,
-                       timeout=self.timeout)
+        obs = observe(checkpoint=self.checkpoint, topics=self.topics, kafka_config=config, thresholds=thresholds,
+                      samples=samples, job=self.job, max_offsets_per_trigger=self.max_offsets_per_trigger,
+                      timeout=self.timeout)
+        emit_observation(obs, group=self.job)      # every poll reaches the metrics, not only the sensor's first poke
+        return obs
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         from asgiref.sync import sync_to_async

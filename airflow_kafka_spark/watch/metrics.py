@@ -179,6 +179,11 @@ def gate_metrics(record: LifecycleRecord | None, *, group: str, cluster_name: st
                          float(n)) for (gate, outcome), n in counts.items()]
 
 
+def cluster_label(obs: Observation, given: str | None = None) -> str:
+    """The ``cluster_name`` label: the one given, else the Kafka cluster id, else the bootstrap servers."""
+    return given or obs.broker.cluster_id or obs.broker.bootstrap_servers
+
+
 def group_label(spec: JobSpec) -> str:
     """The ``group`` label of a job: its Kafka group for a DStream job, else the registry job name."""
     return spec.group if spec.group else spec.name
@@ -229,7 +234,7 @@ def registry_metrics(registry: Registry | Iterable[JobSpec],
                 continue
             if history is not None:
                 history[spec.name] = keep_recent(past, obs.sample)
-            name = cluster_name or obs.broker.cluster_id or obs.broker.bootstrap_servers
+            name = cluster_label(obs, cluster_name)
             out.append(MetricSample(JOB_UP, _labels(cluster_name=name, group=group), 1.0))
             out += observation_metrics(obs, group=group, cluster_name=name)
             try:
@@ -293,6 +298,7 @@ __all__ = [
     "MetricDef",
     "MetricSample",
     "MetricType",
+    "cluster_label",
     "gate_metrics",
     "group_label",
     "observation_metrics",
