@@ -6,15 +6,27 @@ registry (``streaming_jobs.yaml`` beside this file, or ``$AKS_JOB_REGISTRY``).
 
 Procedure::
 
-    plan ─ validate_before ─ stop ─ backup ─┬ reset ──┬─ validate_after ─ submit ─ health_gate ─┐
-                                            └ restore ┘                                        ├ finish
-                          (any step from stop on fails) ─────────────────────────── rollback ──┘
+    plan ─ validate_before ─ approve ─ stop ─ backup ─┬ reset ──┬─ validate_after ─ submit ─ health_gate ─┐
+                                                      └ restore ┘                                        ├ finish
+                                    (any step from stop on fails) ─────────────────────────── rollback ──┘
 
 * ``plan`` decides what the mode means and takes the job's run lease (one run per job at a time).
 * ``validate_before`` judges the checkpoint against Kafka. A BLOCK (e.g. retention deleted records
   the job has not read) stops the run **before anything is changed**, unless the mode replaces the
   checkpoint anyway (reset, restore): then the override is recorded and the reset or restore plan
   judges its own result.
+* ``approve`` plans the reset or restore (the core's dry run) and, when it would skip records
+  (reset-latest, reset-to-datetime past the committed position, any plan that skips), replay
+  records into a sink that is not idempotent, or when a BLOCK was overridden, **pauses the run for
+  a person** (Airflow's human-in-the-loop ``ApprovalOperator``: the "Required actions" page shows
+  the records skipped and read again per topic and the verdict codes). Otherwise it skips and the
+  run goes on without a pause. **Reject** skips every step that changes something (the finish
+  task audits the rejection with who rejected it); **Approve** lets the reset/restore run, and the
+  approver and their comment go into the audit entry. The job keeps running until the stop, so the
+  reset is planned again after the stop and refused (nothing changed, the rollback resubmits the
+  application) if it would skip more than the approved ``max_records_skipped`` (empty: the number
+  shown plus 10 %, at least 1,000). ``accept_data_loss`` in the trigger form is a *pre-approval*
+  for automation: no pause, no bound, recorded as ``pre-approved`` by the triggering user.
 * ``stop`` ends the running driver on a batch boundary; ``backup`` takes a verified backup.
 * ``reset`` runs for the reset modes and for ``auto`` when the registry's ``compatibility_version``
   differs from the one of the application that last passed a health gate (checkpoint-breaking
@@ -38,6 +50,7 @@ from pathlib import Path
 from airflow.sdk import DAG, Param, TriggerRule, chain
 
 from airflow_kafka_spark.names import BACKUP_ID_PATTERN
+from airflow_kafka_spark.operators.approval import SafeRestartApprovalOperator
 from airflow_kafka_spark.operators.checkpoint import (
     BackupCheckpointOperator,
     ResetCheckpointOperator,
@@ -45,6 +58,7 @@ from airflow_kafka_spark.operators.checkpoint import (
     ValidateCheckpointOperator,
 )
 from airflow_kafka_spark.operators.safe_restart import (
+    APPROVE,
     BACKUP,
     CHANGE_STEPS,
     FINISH,
@@ -110,8 +124,9 @@ PARAMS = {
     "datetime": Param(None, type=["null", "string"], format="date-time", title="Date and time",
                       description="For mode reset-to-datetime: ISO-8601, e.g. 2026-01-31T12:00:00Z."),
     "dry_run": Param(False, type="boolean", title="Dry run", description="Plan only: change nothing."),
-    "accept_data_loss": Param(False, type="boolean", title="Accept data loss",
-                              description="Allow a reset that skips records (recorded in the audit history)."),
+    "accept_data_loss": Param(False, type="boolean", title="Pre-approve data loss",
+                              description="For automation: approve a plan that skips records without the "
+                                          "approval pause (recorded in the audit history as pre-approved)."),
     "reason": Param(None, type=["null", "string"], maxLength=500, title="Reason",
                     description="Why; kept in the job's audit history."),
 }
@@ -136,12 +151,16 @@ with DAG(
     dry = plan.output["dry_run"]
     validate_before = ValidateCheckpointOperator(
         task_id=VALIDATE_BEFORE, job=JOB, override=plan.output["tolerate_block"], dry_run=dry, reason=REASON)
-    stop = StopStreamingJobOperator(task_id=STOP, job=JOB, dry_run=dry, reason=REASON)
+    approve = SafeRestartApprovalOperator(task_id=APPROVE, job=JOB, plan_task_id=PLAN, verdict_task_id=VALIDATE_BEFORE,
+                                          change_task_ids=CHANGE_STEPS)
+    stop = StopStreamingJobOperator(task_id=STOP, job=JOB, dry_run=dry, reason=REASON,
+                                    trigger_rule=TriggerRule.NONE_FAILED)   # runs when no approval was needed
     backup = BackupCheckpointOperator(task_id=BACKUP, job=JOB, missing_ok=True, dry_run=dry,
                                       reason="before safe restart {{ run_id }}")
     reset = ResetCheckpointOperator(
         task_id=RESET, job=JOB, mode=plan.output["reset_mode"], to_datetime=plan.output["to_datetime"],
-        accept_data_loss=plan.output["accept_data_loss"], dry_run=dry, reason=REASON)
+        accept_data_loss=approve.output["accept_data_loss"],
+        max_records_skipped=approve.output["max_records_skipped"], dry_run=dry, reason=REASON)
     restore = RestoreCheckpointOperator(task_id=RESTORE, job=JOB, backup_id=plan.output["restore_backup_id"],
                                         dry_run=dry, reason=REASON)
     validate_after = ValidateCheckpointOperator(
@@ -154,8 +173,8 @@ with DAG(
                                            trigger_rule=TriggerRule.ONE_FAILED)
     finish = SafeRestartFinishOperator(task_id=FINISH, job=JOB, reason=REASON, trigger_rule=TriggerRule.ALL_DONE)
 
-    chain(plan, validate_before, stop, backup, [reset, restore], validate_after, submit, health_gate)
+    chain(plan, validate_before, approve, stop, backup, [reset, restore], validate_after, submit, health_gate)
     steps = {STOP: stop, BACKUP: backup, RESET: reset, RESTORE: restore, VALIDATE_AFTER: validate_after,
              SUBMIT: submit, HEALTH_GATE: health_gate}
     [steps[t] for t in CHANGE_STEPS] >> rollback
-    [plan, validate_before, *steps.values(), rollback] >> finish
+    [plan, validate_before, approve, *steps.values(), rollback] >> finish

@@ -219,15 +219,19 @@ class ResetCheckpointOperator(StreamingJobOperator):
         ``None``/empty skips the task.
     :param to_datetime: for ``to-datetime``: ISO-8601 or epoch milliseconds.
     :param sink_log: a file sink's ``_spark_metadata``: ``refuse`` (default) or ``move-aside``.
+    :param max_records_skipped: with ``accept_data_loss``, the most records the reset may skip (what a
+        person approved, see :mod:`~airflow_kafka_spark.operators.approval`): the reset is planned again
+        and refused, changing nothing, above it. ``None``/empty: no bound.
     """
 
     template_fields = ("job", "reason", "mode", "to_datetime", "shift_by", "to_offsets", "dry_run",
-                       "accept_data_loss")
+                       "accept_data_loss", "max_records_skipped")
 
     def __init__(self, *, job: str, mode: str | None, to_datetime: str | None = None, shift_by: int | str | None = None,
                  to_offsets: str | None = None, dry_run: bool | str = False, accept_data_loss: bool | str = False,
-                 sink_log: str = "refuse", **kwargs: Any) -> None:
+                 sink_log: str = "refuse", max_records_skipped: int | str | None = None, **kwargs: Any) -> None:
         super().__init__(job=job, **kwargs)
+        self.max_records_skipped = max_records_skipped
         self.mode = mode
         self.to_datetime = to_datetime
         self.shift_by = shift_by
@@ -260,8 +264,17 @@ class ResetCheckpointOperator(StreamingJobOperator):
             to_offsets=parse_offsets_json(offsets, what="to_offsets") if offsets else None, topics=spec.topics,
             sink_output=spec.sink_output, sink_log=self.sink_log,
             accept_data_loss=flag(self.accept_data_loss, name="accept_data_loss"))
+        dry_run = flag(self.dry_run, name="dry_run")
+        bound = optional_text(self.max_records_skipped)
+        if bound is not None and not dry_run:   # the job is stopped now: the plan is what the reset does
+            again = reset_checkpoint(spec.checkpoint, spec.backup_root, kafka_config(spec), request, job=spec.name,
+                                     dry_run=True).plan
+            if again.skipped > int(bound):
+                fail(context, f"job {spec.name}: the reset would now skip {again.skipped:,} records, more than the "
+                              f"{int(bound):,} approved; nothing was changed: trigger the restart again to see and "
+                              "approve the new plan")
         result = reset_checkpoint(spec.checkpoint, spec.backup_root, kafka_config(spec), request, job=spec.name,
-                                  dry_run=flag(self.dry_run, name="dry_run"), actor=actor(context))
+                                  dry_run=dry_run, actor=actor(context))
         self.log.info("job %s: %s", spec.name, result.plan.headline)
         self.log.info("%s", result.plan.render())
         return {"job": spec.name, **result.to_dict()}

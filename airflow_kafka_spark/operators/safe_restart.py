@@ -49,6 +49,7 @@ from airflow_kafka_spark.lifecycle.events import LifecycleEvent
 from airflow_kafka_spark.lifecycle.model import RECORD_SUFFIX
 from airflow_kafka_spark.lifecycle.record import LifecycleRecord
 from airflow_kafka_spark.operators._common import StreamingJobOperator
+from airflow_kafka_spark.operators.approval import APPROVAL_KEY, APPROVAL_TIMEOUT
 from airflow_kafka_spark.operators.checkpoint import position
 from airflow_kafka_spark.operators.streaming import driver_alive, stop_job, submit_job
 from airflow_kafka_spark.ops.backup.manifest import load_backup
@@ -59,9 +60,9 @@ from airflow_kafka_spark.runtime.app_versions import last_good_app
 
 RUN_LEASE_SUFFIX = ".safe-restart" + RECORD_SUFFIX
 # Task ids of the DAG, shared by the DAG file and these operators.
-PLAN, VALIDATE_BEFORE, STOP, BACKUP, RESET, RESTORE, VALIDATE_AFTER, SUBMIT, HEALTH_GATE, ROLLBACK, FINISH = (
-    "plan", "validate_before", "stop", "backup", "reset", "restore", "validate_after", "submit", "health_gate",
-    "rollback", "finish")
+PLAN, VALIDATE_BEFORE, APPROVE, STOP, BACKUP, RESET, RESTORE, VALIDATE_AFTER, SUBMIT, HEALTH_GATE, ROLLBACK, FINISH = (
+    "plan", "validate_before", "approve", "stop", "backup", "reset", "restore", "validate_after", "submit",
+    "health_gate", "rollback", "finish")
 PLAN_KEYS = ("dry_run", "tolerate_block", "reset_mode", "to_datetime", "accept_data_loss", "restore_backup_id")
 CHANGE_STEPS = (STOP, BACKUP, RESET, RESTORE, VALIDATE_AFTER, SUBMIT, HEALTH_GATE)
 
@@ -80,8 +81,10 @@ def run_lease_record(spec: JobSpec) -> LifecycleRecord:
 
 
 def run_lease_ttl_s(spec: JobSpec) -> float:
-    """Long enough for a whole run (see :func:`airflow_kafka_spark.runtime.safe_restart.run_lease_ttl_s`)."""
-    return safe_restart.run_lease_ttl_s(spec.stop_timeout_s, spec.health_gate.timeout_s)
+    """Long enough for a whole run (see :func:`airflow_kafka_spark.runtime.safe_restart.run_lease_ttl_s`),
+    including the longest wait for a person's approval."""
+    return safe_restart.run_lease_ttl_s(spec.stop_timeout_s, spec.health_gate.timeout_s) \
+        + APPROVAL_TIMEOUT.total_seconds()
 
 
 class SafeRestartPlanOperator(StreamingJobOperator):
@@ -267,8 +270,9 @@ def _verdict_of(context: Any, task_id: str) -> dict[str, Any] | None:
     return {"verdict": doc.get("verdict"), "headline": doc.get("headline"), "overridden": doc.get("overridden")}
 
 
-def outcome_of(plan: Mapping[str, Any] | None, states: Mapping[str, str]) -> str:
-    """The run's outcome from its task states (pure)."""
+def outcome_of(plan: Mapping[str, Any] | None, states: Mapping[str, str],
+               approval: Mapping[str, Any] | None = None) -> str:
+    """The run's outcome from its task states and the approval decision (pure)."""
     if states.get(PLAN) != "success" or not plan:
         return "REFUSED"
     if plan.get("dry_run"):
@@ -276,6 +280,10 @@ def outcome_of(plan: Mapping[str, Any] | None, states: Mapping[str, str]) -> str
             else "DRY_RUN_FAILED"
     if states.get(VALIDATE_BEFORE) == "failed":
         return "BLOCKED"
+    if (approval or {}).get("decision") == "rejected":
+        return "REJECTED"
+    if states.get(APPROVE) == "failed":       # no answer in time, or the plan could not be made
+        return "NOT_APPROVED"
     if any(states.get(t) == "failed" for t in CHANGE_STEPS):
         return {"success": "ROLLED_BACK", "failed": "ROLLBACK_FAILED"}.get(states.get(ROLLBACK, ""), "FAILED")
     if states.get(HEALTH_GATE) == "success":
@@ -290,7 +298,8 @@ class SafeRestartFinishOperator(StreamingJobOperator):
         plan = _pull(context, PLAN)
         states = _states(context)
         failures = {t: _pull(context, t, FAILURE_KEY) for t, s in states.items() if s == "failed"}
-        outcome = outcome_of(plan, states)
+        approval = _pull(context, APPROVE, APPROVAL_KEY)
+        outcome = outcome_of(plan, states, approval)
         rollback = _pull(context, ROLLBACK) if states.get(ROLLBACK) == "success" else None
         backup = _pull(context, BACKUP) or {}
         audit: dict[str, Any] = {
@@ -305,6 +314,7 @@ class SafeRestartFinishOperator(StreamingJobOperator):
             "restore": _summary(_pull(context, RESTORE)), "stop": _stop_summary(_pull(context, STOP)),
             "submitted_driver": (_pull(context, SUBMIT) or {}).get("driver"),
             "health": _health_summary(_pull(context, HEALTH_GATE)), "rollback": rollback,
+            "approval": _approval_summary(approval),
             "offsets_before": ((plan or {}).get("position_before") or {}).get("offsets"),
             "offsets_after": None, "failures": {k: v for k, v in failures.items() if v}, "task_states": states}
         spec = None
@@ -327,11 +337,11 @@ class SafeRestartFinishOperator(StreamingJobOperator):
                 except UserError as exc:
                     self.log.warning("run lease not released: %s", exc)
         self.log.info("safe restart of %s: %s", audit["job"], outcome)
-        if outcome in ("SUCCESS", "DRY_RUN"):
+        if outcome in ("SUCCESS", "DRY_RUN", "REJECTED"):   # a rejection is a decision, not a failure
             return audit
         context["ti"].xcom_push(key="audit", value=audit)
         first = next((f"{t}: {failures[t] or 'failed (see its log)'}"
-                      for t in (PLAN, VALIDATE_BEFORE, *CHANGE_STEPS, ROLLBACK) if t in failures),
+                      for t in (PLAN, VALIDATE_BEFORE, APPROVE, *CHANGE_STEPS, ROLLBACK) if t in failures),
                      "a step did not complete")
         tail = ""
         if rollback:
@@ -352,6 +362,17 @@ def _summary(doc: Any) -> dict[str, Any] | None:
                               "backup_id": doc.get("backup_id"), "headline": plan.get("headline"),
                               "starting_offsets": doc.get("starting_offsets"),
                               "aside_location": doc.get("aside_location")}.items() if v is not None}
+
+
+def _approval_summary(doc: Any) -> dict[str, Any] | None:
+    """Who decided what on which numbers: the approval as the audit keeps it."""
+    if not isinstance(doc, Mapping):
+        return None
+    request = doc.get("request") or {}
+    return {"decision": doc.get("decision"), "by": doc.get("by"), "comment": doc.get("comment"), "at": doc.get("at"),
+            "max_records_skipped": doc.get("max_records_skipped"), "reasons": request.get("reasons"),
+            "shown": {"skipped": request.get("skipped"), "replayed": request.get("replayed"),
+                      "topics": request.get("topics"), "codes": request.get("codes")}}
 
 
 def _stop_summary(doc: Any) -> dict[str, Any] | None:
