@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import sys
+import threading
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import IO, TYPE_CHECKING, Any
 
@@ -72,6 +74,64 @@ def emit(text: str, stream: IO[str] | None = None) -> None:
     out = stream or sys.stdout
     out.write(text if text.endswith("\n") else text + "\n")
     out.flush()
+
+
+# --------------------------------------------------------------------------------------------------
+# progress of long operations
+# --------------------------------------------------------------------------------------------------
+
+
+class Progress:
+    """Step lines on stderr for an operation that takes longer than ``after_s``; nothing for a quick one.
+
+    The core calls the instance with each step ("backing up the checkpoint"); a watcher thread prints
+    the current step once ``after_s`` has passed, every later step at once, a "still ..." line every
+    ``every_s`` and the total at the end. Used as a context manager around the operation.
+    """
+
+    def __init__(self, what: str, *, after_s: float = 1.0, every_s: float = 10.0, stream: IO[str] | None = None):
+        self.what, self.after_s, self.every_s = what, after_s, every_s
+        self.stream = stream
+        self._t0 = time.monotonic()
+        self._step = "starting"
+        self._shown = False
+        self._last = 0.0
+        self._lock = threading.Lock()
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="aks-progress", daemon=True)
+
+    def __call__(self, step: str) -> None:
+        with self._lock:
+            self._step = step
+            if self._shown:
+                self._print(step)
+
+    def __enter__(self) -> Progress:
+        self._t0 = time.monotonic()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._done.set()
+        self._thread.join()
+        with self._lock:
+            if self._shown:
+                self._print("failed" if exc[0] is not None else "done")
+
+    def _print(self, text: str) -> None:
+        self._last = time.monotonic()
+        emit(f"{self.what}: [{self._last - self._t0:.1f}s] {text}", self.stream or sys.stderr)
+
+    def _watch(self) -> None:
+        if self._done.wait(self.after_s):
+            return
+        with self._lock:
+            self._shown = True
+            self._print(self._step)
+        while not self._done.wait(0.5):
+            with self._lock:
+                if time.monotonic() - self._last >= self.every_s:
+                    self._print(f"still {self._step}")
 
 
 # --------------------------------------------------------------------------------------------------

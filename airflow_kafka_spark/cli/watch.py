@@ -2,11 +2,11 @@
 
 Listed in :data:`COMMANDS`, which :mod:`airflow_kafka_spark.cli` gathers, like the checkpoint
 commands. Same conventions: heavy imports inside the run functions, ``--json`` for machines, one
-``error:`` line and exit 2 for bad input or an unreachable dependency.
+``error:`` line and exit 2 for bad input, 4 when Kafka or the storage does not answer.
 
 Exit codes: ``lag`` exits 0 (with ``--check``: 3 when the job has an alert or its lag is over
-the limits given); ``mirror`` 0; ``audit`` 3 when at least one job failed the audit (the report
-is written either way), else 0.
+the limits given); ``mirror`` 0 (it commits only with ``--execute``); ``audit`` 3 when at least
+one job failed the audit (the report is written either way), else 0.
 
 Kafka settings: ``--bootstrap-servers`` / ``--kafka-config`` / ``-X`` when given; otherwise a job
 named with ``--job`` uses its registry ``kafka_conn_id`` through Airflow's connections
@@ -19,54 +19,31 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from airflow_kafka_spark.cli import output as report
 from airflow_kafka_spark.cli._args import (
     Command,
     add_json_argument,
     add_kafka_arguments,
-    kafka_config_from_args,
     key_value,
     positive_float,
     positive_int,
 )
+from airflow_kafka_spark.cli._job import (
+    add_execute_argument,
+    add_registry_argument,
+    executes,
+    kafka_config_for,
+    load_registry,
+    refuse_conflicts,
+)
 from airflow_kafka_spark.errors import ExitCode
 
 if TYPE_CHECKING:
-    from airflow_kafka_spark.registry.model import JobSpec
     from airflow_kafka_spark.watch.observation import Observation
 
 CLEAR = "\x1b[2J\x1b[H"
-
-
-# --------------------------------------------------------------------------------------------------
-# shared bits
-# --------------------------------------------------------------------------------------------------
-
-
-def _kafka_given(args: argparse.Namespace) -> bool:
-    return bool(args.bootstrap_servers or args.kafka_config or args.kafka_property)
-
-
-def _kafka_config_for(args: argparse.Namespace, spec: JobSpec | None) -> dict[str, Any]:
-    """The command line's Kafka settings, else the job's Airflow connection (``kafka_conn_id``)."""
-    if _kafka_given(args) or spec is None:
-        return kafka_config_from_args(args)
-    from airflow_kafka_spark.hooks.streaming import StreamingKafkaHook
-
-    return StreamingKafkaHook(spec.kafka_conn_id).kafka_config()
-
-
-def _registry(args: argparse.Namespace) -> Any:
-    from airflow_kafka_spark.registry.loader import load_registry
-
-    return load_registry(args.registry)
-
-
-def _registry_argument(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--registry", metavar="PATH",
-                   help="job registry (default: $AKS_JOB_REGISTRY, else ./dags/streaming_jobs.yaml)")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -79,7 +56,7 @@ def _lag_arguments(p: argparse.ArgumentParser) -> None:
     src.add_argument("--checkpoint", metavar="PATH", help="Structured Streaming checkpoint (path or fsspec URL)")
     src.add_argument("--group", metavar="ID", help="consumer group of a job that commits to Kafka")
     src.add_argument("--job", metavar="NAME", help="a job of the registry (checkpoint, topics, thresholds from it)")
-    _registry_argument(p)
+    add_registry_argument(p)
     p.add_argument("--topics", metavar="A,B", help="subscribed topics (needed for --group)")
     p.add_argument("--basis", choices=("committed", "planned"), default="committed",
                    help="measure from the last committed batch (default) or the last planned one")
@@ -161,7 +138,8 @@ def _lag(args: argparse.Namespace) -> int:
 
     if args.count and not args.watch:
         raise UserError("--count only makes sense with --watch")
-    spec = _registry(args).get(args.job) if args.job else None
+    spec = load_registry(args).get(args.job) if args.job else None
+    refuse_conflicts(args, spec)
     if args.group and not args.topics:
         raise UserError("--group needs --topics: a group may hold offsets of topics this job does not read")
     base = {"max_lag_records": spec.max_lag_records, "max_lag_seconds": spec.max_lag_seconds,
@@ -172,7 +150,7 @@ def _lag(args: argparse.Namespace) -> int:
     thresholds = StatusThresholds.from_mapping(base)
     min_headroom = args.min_headroom if args.min_headroom is not None else (spec.min_headroom_s if spec else None)
     topics = tuple(args.topics.split(",")) if args.topics else (spec.topics if spec else None)
-    config = _kafka_config_for(args, spec)
+    config = kafka_config_for(args, spec)
 
     samples: list = []
     done = 0
@@ -221,13 +199,13 @@ def _mirror_arguments(p: argparse.ArgumentParser) -> None:
     src = p.add_argument_group("the job (one of)").add_mutually_exclusive_group(required=True)
     src.add_argument("--checkpoint", metavar="PATH", help="Structured Streaming checkpoint (path or fsspec URL)")
     src.add_argument("--job", metavar="NAME", help="a job of the registry (its checkpoint and mirror_group)")
-    _registry_argument(p)
+    add_registry_argument(p)
     p.add_argument("--group", metavar="ID",
                    help="the shadow group (default: the registry's mirror_group, else aks-mirror-<job>)")
     p.add_argument("--storage-option", metavar="KEY=VALUE", type=key_value, action="append", default=[],
                    help="fsspec option for the checkpoint's file system (repeatable)")
     add_kafka_arguments(p)
-    p.add_argument("--dry-run", action="store_true", help="show what would be committed, commit nothing")
+    add_execute_argument(p, "commit the offsets to the shadow group")
     add_json_argument(p)
 
 
@@ -235,18 +213,19 @@ def _mirror(args: argparse.Namespace) -> int:
     from airflow_kafka_spark.errors import UserError
     from airflow_kafka_spark.watch.mirror import default_group, mirror_checkpoint
 
-    spec = _registry(args).get(args.job) if args.job else None
+    execute = executes(args)
+    spec = load_registry(args).get(args.job) if args.job else None
     group = args.group or (spec.mirror_group if spec else None) or (default_group(spec.name) if spec else None)
     if not group:
         raise UserError("name the shadow group with --group (e.g. aks-mirror-<job>)")
-    config = _kafka_config_for(args, spec)
+    config = kafka_config_for(args, spec)
     result = mirror_checkpoint(spec.checkpoint if spec else args.checkpoint, group, config,
-                               storage_options=dict(args.storage_option) or None, dry_run=args.dry_run,
+                               storage_options=dict(args.storage_option) or None, dry_run=not execute,
                                timeout=args.timeout)
     if args.json:
         report.emit(report.dump_json(result.to_dict()))
         return ExitCode.OK
-    verb = "would commit" if args.dry_run else "committed"
+    verb = "committed" if execute else "would commit"
     lines = [f"{verb} batch {report.fmt(result.batch_id)} to shadow group {result.group}:"]
     rows = [[str(tp), result.previous.get(tp), off] for tp, off in sorted(result.offsets.items())]
     if rows:
@@ -254,6 +233,8 @@ def _mirror(args: argparse.Namespace) -> int:
     lines += [f"warning: {w}" for w in result.warnings]
     if result.moved_back:
         lines.append(f"note: moved back on {', '.join(map(str, result.moved_back))} (checkpoint reset or restore)")
+    if not execute:
+        lines.append("plan only: nothing was committed; pass --execute to commit")
     report.emit("\n".join(lines))
     return ExitCode.OK
 
@@ -264,7 +245,7 @@ def _mirror(args: argparse.Namespace) -> int:
 
 
 def _audit_arguments(p: argparse.ArgumentParser) -> None:
-    _registry_argument(p)
+    add_registry_argument(p)
     p.add_argument("--out", metavar="DIR",
                    help="report folder (default: $AKS_AUDIT_DIR, else <first allowed root>/audit)")
     p.add_argument("--job", metavar="NAME", action="append", default=[], help="audit only this job (repeatable)")
@@ -279,9 +260,9 @@ def _audit(args: argparse.Namespace) -> int:
     from airflow_kafka_spark._util.text import fmt_duration
     from airflow_kafka_spark.watch.audit.report import default_audit_dir, run_audit
 
-    registry = _registry(args)
+    registry = load_registry(args)
     out = args.out or default_audit_dir(registry)
-    result = run_audit(registry, out, lambda spec: _kafka_config_for(args, spec), jobs=args.job or None,
+    result = run_audit(registry, out, lambda spec: kafka_config_for(args, spec), jobs=args.job or None,
                        keep_runs=args.keep_runs, check_verdict=not args.no_verdict, timeout=args.timeout)
     if args.json:
         report.emit(report.dump_json(result.to_dict()))

@@ -9,6 +9,8 @@ pre-operation backup: they already hold the operation lock and have recovered.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from airflow_kafka_spark._util.fs import open_location
 from airflow_kafka_spark._util.lock import LockFile
 from airflow_kafka_spark.lifecycle.record import LifecycleRecord
@@ -23,12 +25,17 @@ from airflow_kafka_spark.ops.reset import ResetResult
 from airflow_kafka_spark.ops.reset_plan import ResetRequest
 from airflow_kafka_spark.ops.restore import RestoreResult
 
+#: Hears one short line per step of a long operation ("backing up the checkpoint"); the CLI prints
+#: them once a run takes more than a second, the Airflow layer may log them.
+Progress = Callable[[str], None]
+
 
 def backup_checkpoint(checkpoint_location: str, backup_root: str, *, job: str | None = None,
                       reason: str = "manual", force: bool = False, spark_version: str | None = None,
                       settle_s: float = 2.0, keep_last: int | None = None, max_age_s: float | None = None,
                       storage_options: dict | None = None, backup_storage_options: dict | None = None,
-                      now_ms: int | None = None, seal_key: bytes | None = None) -> BackupResult:
+                      now_ms: int | None = None, seal_key: bytes | None = None,
+                      progress: Progress | None = None) -> BackupResult:
     """Copy the last committed version of a stopped query's checkpoint to ``backup_root`` (``backup.take``).
 
     Refuses (exit 3) while an interrupted reset/restore is recorded beside the checkpoint: the
@@ -36,9 +43,12 @@ def backup_checkpoint(checkpoint_location: str, backup_root: str, *, job: str | 
     and the one after it; ``keep_last`` / ``max_age_s`` prune after a successful backup. Raises
     :class:`OperationBlocked` (exit 3) for a running query without ``force``, :class:`UserError`
     (exit 2) for bad input; in both cases nothing is published. ``seal_key`` (default:
-    ``$AKS_SEAL_KEY_FILE``'s) adds the keyed seal.
+    ``$AKS_SEAL_KEY_FILE``'s) adds the keyed seal. ``progress`` hears each step (the CLI shows the
+    steps of a run that takes more than a second).
     """
     refuse_if_interrupted(checkpoint_location, storage_options)
+    if progress:
+        progress("copying and hashing the checkpoint's files, then verifying the backup")
     return take_backup(checkpoint_location, backup_root, job=job, reason=reason, force=force,
                        spark_version=spark_version, settle_s=settle_s, keep_last=keep_last, max_age_s=max_age_s,
                        storage_options=storage_options, backup_storage_options=backup_storage_options,
@@ -69,7 +79,8 @@ def prune_backups(backup_root: str, job: str, *, keep_last: int | None = None, m
 def reset_checkpoint(checkpoint_location: str, backup_root: str | None, kafka_config: dict, request: ResetRequest,
                      *, job: str | None = None, dry_run: bool = False, actor: str | None = None,
                      storage_options: dict | None = None, backup_storage_options: dict | None = None,
-                     kafka_timeout: float = 10.0, backup_settle_s: float = 2.0) -> ResetResult:
+                     kafka_timeout: float = 10.0, backup_settle_s: float = 2.0,
+                     progress: Progress | None = None) -> ResetResult:
     """Plan and (unless ``dry_run``) execute a reset (``ops.reset``).
 
     Raises :class:`OperationBlocked` (exit 3) when the plan blocks, the job is running, or the
@@ -78,7 +89,7 @@ def reset_checkpoint(checkpoint_location: str, backup_root: str | None, kafka_co
     run shows it as a BLOCK instead).
     """
     kw = dict(job=job, actor=actor, storage_options=storage_options, backup_storage_options=backup_storage_options,
-              kafka_timeout=kafka_timeout, backup_settle_s=backup_settle_s)
+              kafka_timeout=kafka_timeout, backup_settle_s=backup_settle_s, progress=progress)
     if dry_run:
         return reset.run_reset(checkpoint_location, backup_root, kafka_config, request, dry_run=True, **kw)
     ck = open_location(checkpoint_location, storage_options, what="checkpoint location")
@@ -96,7 +107,7 @@ def restore_checkpoint(checkpoint_location: str, backup_root: str, backup_id: st
                        sink_output: str | None = None, actor: str | None = None,
                        storage_options: dict | None = None, backup_storage_options: dict | None = None,
                        kafka_timeout: float = 10.0, backup_settle_s: float = 2.0,
-                       seal_key: bytes | None = None) -> RestoreResult:
+                       seal_key: bytes | None = None, progress: Progress | None = None) -> RestoreResult:
     """Roll ``checkpoint_location`` back to backup ``backup_id`` (``ops.restore``, which explains the order).
 
     ``sink_output`` lets a file sink's ``_spark_metadata`` be compared with the backup (S19).
@@ -108,7 +119,7 @@ def restore_checkpoint(checkpoint_location: str, backup_root: str, backup_id: st
                              backup_storage_options=backup_storage_options, seal_key=seal_key)
     kw = dict(job=t.job, idempotent_sink=idempotent_sink, sink_output=sink_output, actor=actor,
               storage_options=storage_options, backup_storage_options=backup_storage_options,
-              kafka_timeout=kafka_timeout, backup_settle_s=backup_settle_s, seal_key=t.seal_key)
+              kafka_timeout=kafka_timeout, backup_settle_s=backup_settle_s, seal_key=t.seal_key, progress=progress)
     if dry_run:
         return restore.run_restore(t.ck, t.root, t.manifest, t.record, kafka_config, dry_run=True, **kw)
     # Not queued behind another restore/reset (timeout 0): two restores started together must not

@@ -1,7 +1,7 @@
 """What a reset or a restore would do, partition by partition, before it does anything.
 
 A :class:`Plan` is computed from what the checkpoint, Kafka and the lifecycle record say, printed
-(``--dry-run`` stops there), and then executed exactly: execution never re-decides. Its rows are
+(a plan without ``--execute`` stops there), and then executed exactly: execution never re-decides. Its rows are
 modelled on ``kafka-consumer-groups --reset-offsets``' plan (topic, partition, new offset), with
 the columns a streaming job needs on top: where the old checkpoint would have resumed, the end of
 a pending (planned, uncommitted) batch, the log bounds, and how many records the change skips or

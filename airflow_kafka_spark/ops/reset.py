@@ -20,6 +20,7 @@ log does not list them: readers that go through the log see only the new run. Th
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -98,7 +99,9 @@ class ResetResult:
 
 def run_reset(checkpoint_location: str, backup_root: str | None, kafka_config: dict, request: ResetRequest, *,
            job: str | None, dry_run: bool, actor: str | None, storage_options: dict | None,
-           backup_storage_options: dict | None, kafka_timeout: float, backup_settle_s: float) -> ResetResult:
+           backup_storage_options: dict | None, kafka_timeout: float, backup_settle_s: float,
+           progress: Callable[[str], None] | None = None) -> ResetResult:
+    step = progress or (lambda _text: None)
     ck = open_location(checkpoint_location, storage_options, what="checkpoint location")
     if backup_root is None and not dry_run:
         raise UserError("a reset takes a verified backup first: pass a backup root (--backup-root)")
@@ -115,6 +118,7 @@ def run_reset(checkpoint_location: str, backup_root: str | None, kafka_config: d
         raise OperationBlocked(f"job {job} is running ({running}): stop it on a batch boundary before resetting its "
                                "checkpoint", code="QUERY_RUNNING")
 
+    step("planning against Kafka")
     plan, state, record = plan_with_state(checkpoint_location, kafka_config, request,
                                            storage_options=storage_options, kafka_timeout=kafka_timeout)
     op_id = new_operation_id()
@@ -142,6 +146,7 @@ def run_reset(checkpoint_location: str, backup_root: str | None, kafka_config: d
         raise OperationBlocked(f"reset refused: {worst.code} — {worst.message}; fix: {worst.fix}", code=worst.code,
                                details=result.to_dict())
 
+    step("backing up the checkpoint (verified before anything moves)")
     bk = take_backup(checkpoint_location, str(backup_root), job=job,
                       reason=f"before reset --mode {request.mode} ({op_id})", storage_options=storage_options,
                            backup_storage_options=backup_storage_options, settle_s=backup_settle_s)
@@ -159,6 +164,7 @@ def run_reset(checkpoint_location: str, backup_root: str | None, kafka_config: d
         "old_query_id": state.query_id, "skipped": plan.skipped, "replayed": plan.replayed,
         "pending_replay": plan.pending_replay, "plan": plan.to_dict(),
     }
+    step("moving the old checkpoint aside and recording the new position")
     journal = Journal.begin(ck, Operation.RESET, op_id, payload)
     faults.crash_point("reset.journaled")
     roll_forward(journal, ck, storage_options=storage_options)

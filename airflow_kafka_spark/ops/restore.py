@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import hashlib
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -150,7 +151,9 @@ def open_restore(checkpoint_location: str, backup_root: str, backup_id: str, *, 
 def run_restore(ck: Location, root: Location, manifest: Manifest, record: LifecycleRecord | None, kafka_config: dict,
                 *, job: str, dry_run: bool, idempotent_sink: bool | None, sink_output: str | None, actor: str | None,
              storage_options: dict | None, backup_storage_options: dict | None, kafka_timeout: float,
-             backup_settle_s: float, seal_key: bytes | None) -> RestoreResult:
+             backup_settle_s: float, seal_key: bytes | None,
+             progress: Callable[[str], None] | None = None) -> RestoreResult:
+    step = progress or (lambda _text: None)
     checkpoint_location, backup_root, backup_id = ck.url, root.url, manifest.backup_id
     if not dry_run:
         remove_stale_staging(ck)   # leftovers of restores killed before their commit point
@@ -164,10 +167,12 @@ def run_restore(ck: Location, root: Location, manifest: Manifest, record: Lifecy
         staging, staged_options = ck.sibling(f".staging-{op_id}"), storage_options
         scratch = staging
     try:
+        step(f"staging backup {backup_id} ({len(manifest.files):,} files, each checked against its sha256)")
         materialize(manifest, backup_root, staging, storage_options=backup_storage_options,
                     hash_only=(lambda p: p.startswith("state/")) if dry_run else None)
         current = read_checkpoint(checkpoint_location, storage_options=storage_options)
         staged = read_checkpoint(staging.url, storage_options=staged_options)
+        step("judging the staged copy against Kafka")
         plan, verdict = judge_restore(manifest, current, staged, record, kafka_config, job=job,
                                idempotent_sink=idempotent_sink, sink_output=sink_output,
                                storage_options=storage_options, kafka_timeout=kafka_timeout)
@@ -197,6 +202,7 @@ def run_restore(ck: Location, root: Location, manifest: Manifest, record: Lifecy
                                details=result.to_dict())
     try:
         if current.exists and (current.offset_batch_ids or current.commit_batch_ids):
+            step("backing up the current checkpoint")
             pre = take_backup(checkpoint_location, backup_root, job=job,
                                     reason=f"before restore of {backup_id} ({op_id})",
                                     storage_options=storage_options, backup_storage_options=backup_storage_options,
@@ -223,6 +229,7 @@ def run_restore(ck: Location, root: Location, manifest: Manifest, record: Lifecy
         remove_tree(staging)
         raise
     faults.crash_point("restore.journaled")
+    step("moving the current checkpoint aside and the backup into place")
     roll_forward(journal, ck, storage_options=storage_options)
     result.restored = True
     return result

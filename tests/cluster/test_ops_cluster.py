@@ -159,7 +159,7 @@ def test_backup_restore_reset_round_trip(ck_store, backup_store, stores, hadoop,
 def aks_reset(ck_url: str, root_url: str, broker, settle: float) -> list[str]:
     return [sys.executable, "-m", "airflow_kafka_spark.cli", "reset", "--checkpoint", ck_url, "--backup-root",
             root_url, "--mode", "preserve", "--bootstrap-servers", broker.bootstrap_servers,
-            "--settle", str(settle), "--json"]
+            "--settle", str(settle), "--json", "--execute"]
 
 
 @pytest.mark.parametrize("store", ["s3", "hdfs"])

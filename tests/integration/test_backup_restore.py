@@ -146,7 +146,7 @@ def test_restore_past_retention_is_blocked_with_the_count_and_changes_nothing(jo
     assert (tree(job.root), tree(job.backups)) == before
 
     out = aks("restore", "--checkpoint", str(job.checkpoint), "--backup-root", str(job.backups), "--backup",
-              old.backup_id, "--bootstrap-servers", job.bootstrap, "--json")
+              old.backup_id, "--bootstrap-servers", job.bootstrap, "--json", "--execute")
     assert out.returncode == 3, out.stderr
     assert json.loads(out.stdout)["code"] == "OFFSET_BELOW_LOG_START"
     assert (tree(job.root), tree(job.backups)) == before
@@ -219,7 +219,7 @@ def test_a_killed_reset_never_loses_the_checkpoint_and_a_rerun_converges(broker,
     root = tmp_path / "backups"
     args = ("reset", "--checkpoint", ck.location, "--backup-root", str(root), "--mode", "preserve",
             "--bootstrap-servers", broker.bootstrap_servers, "--sink-output", str(out), "--sink-log", "move-aside",
-            "--settle", "0", "--json")
+            "--settle", "0", "--json", "--execute")
     killed = aks(*args, env={"AKS_CRASH_AT": point})
     assert killed.returncode == -9, killed.stdout + killed.stderr
 
@@ -260,12 +260,16 @@ def test_reset_dry_run_and_bad_input_change_nothing(broker, tmp_path, reset_setu
     base = ("reset", "--checkpoint", ck.location, "--backup-root", str(root),
             "--bootstrap-servers", broker.bootstrap_servers, "--settle", "0")
     before = tree(tmp_path)
-    dry = aks(*base, "--mode", "preserve", "--dry-run")
-    assert dry.returncode == 0, dry.stderr
-    assert "dry run: nothing changed" in dry.stdout and "SINK_NOT_INSPECTED" in dry.stdout
-    blocked = aks(*base, "--mode", "preserve", "--sink-output", str(out), "--dry-run")
+    dry = aks(*base, "--mode", "preserve")   # without --execute: the plan only
+    assert dry.returncode == 0 and not dry.stderr, dry.stderr
+    assert "plan only: nothing changed" in dry.stdout and "SINK_NOT_INSPECTED" in dry.stdout
+    assert "--execute" in dry.stdout
+    old_spelling = aks(*base, "--mode", "preserve", "--dry-run")   # still accepted for one release
+    assert old_spelling.returncode == 0 and old_spelling.stdout == dry.stdout
+    assert old_spelling.stderr.count("\n") == 1 and "deprecated" in old_spelling.stderr
+    blocked = aks(*base, "--mode", "preserve", "--sink-output", str(out))
     assert blocked.returncode == 3 and "SINK_WILL_DISCARD_BATCHES" in blocked.stdout
-    refused = aks(*base, "--mode", "latest")
+    refused = aks(*base, "--mode", "latest", "--execute")
     assert refused.returncode == 3 and "DATA_LOSS" in refused.stderr and refused.stderr.count("\n") == 1
     for args, needle in [
         (("--mode", "to-offsets", "--to-offsets", json.dumps({topic: {"0": 10_000}})), "outside its log"),
@@ -273,10 +277,10 @@ def test_reset_dry_run_and_bad_input_change_nothing(broker, tmp_path, reset_setu
         (("--mode", "to-datetime", "--to-datetime", "yesterday"), "is not a time"),
         (("--mode", "sideways"), "invalid choice"),
     ]:
-        bad = aks(*base, *args)
+        bad = aks(*base, *args, "--execute")
         assert bad.returncode == 2 and needle in bad.stderr and bad.stderr.count("\n") == 1, bad.stderr
     missing = aks("reset", "--checkpoint", str(tmp_path / "nope"), "--backup-root", str(root), "--mode", "preserve",
-                  "--bootstrap-servers", broker.bootstrap_servers)
+                  "--bootstrap-servers", broker.bootstrap_servers, "--execute")
     assert missing.returncode == 2 and "does not exist" in missing.stderr
     assert tree(tmp_path) == before
 
@@ -319,7 +323,7 @@ def test_a_killed_restore_never_loses_a_checkpoint_and_a_rerun_converges(broker,
     advance(ck, topic, 4, 7)                                      # the current checkpoint moved on to batch 7
     current = tree(ck.root)
     args = ("restore", "--checkpoint", ck.location, "--backup-root", str(root), "--backup", old.backup_id,
-            "--bootstrap-servers", broker.bootstrap_servers, "--settle", "0", "--json")
+            "--bootstrap-servers", broker.bootstrap_servers, "--settle", "0", "--json", "--execute")
     killed = aks(*args, env={"AKS_CRASH_AT": point})
     assert killed.returncode == -9, killed.stdout + killed.stderr
     asides = sorted(ck.root.parent.glob("ck.restore-*"))

@@ -47,7 +47,7 @@ def test_lag_shows_an_interrupted_reset_and_check_exits_3(broker, tmp_path, topi
     assert json.loads(before.stdout)["interrupted_operation"] is None
 
     killed = aks("reset", "--checkpoint", ck.location, "--backup-root", str(tmp_path / "backups"), "--mode",
-                 "preserve", "--bootstrap-servers", bs, "--settle", "0", "--json",
+                 "preserve", "--bootstrap-servers", bs, "--settle", "0", "--json", "--execute",
                  env={"AKS_CRASH_AT": "reset.journaled"})
     assert killed.returncode == -9, killed.stdout + killed.stderr
     op_id = json.loads((tmp_path / "ck.operation.json").read_text())["operation_id"]

@@ -108,7 +108,7 @@ def test_parquet_sink_replay_of_a_pending_batch_duplicates_nothing(broker, tmp_p
     # reset's plan (dry run, new checkpoint, file-sink log moved aside) reads the same pending records again
     plan = _aks("reset", "--checkpoint", str(ck), "--backup-root", str(tmp_path / "backups"), "--mode", "preserve",
                 "--bootstrap-servers", bootstrap, "--sink-output", spec.sink_output, "--sink-log", "move-aside",
-                "--dry-run", "--json")
+                "--json")   # without --execute: the plan
     assert plan.returncode == 0, plan.stdout + plan.stderr
     assert json.loads(plan.stdout)["plan"]["totals"]["pending_replay"] == announced
 

@@ -227,7 +227,7 @@ def test_reset_preserve_keeps_every_record_exactly_once_across_an_incompatible_c
         plans = {}
         for d in (ours_idem, ours_append):
             out = aks("reset", "--checkpoint", str(d / "ck"), "--backup-root", str(backups), "--mode", "preserve",
-                      "--bootstrap-servers", bootstrap, "--json", "--settle", "0.5")
+                      "--bootstrap-servers", bootstrap, "--json", "--settle", "0.5", "--execute")
             assert out.returncode == 0, out.stdout + out.stderr
             plans[d.name] = json.loads(out.stdout)
             assert not (d / "ck").exists()
@@ -344,7 +344,7 @@ def test_file_sink_reset_moves_the_sink_log_or_refuses(broker, tmp_path, topic_n
     later = produce(bootstrap, topic, 60, partitions=2, start_id=120)
 
     base = ("reset", "--checkpoint", str(ck), "--backup-root", str(tmp_path / "backups"), "--mode", "preserve",
-            "--bootstrap-servers", bootstrap, "--sink-output", str(out), "--settle", "0")
+            "--bootstrap-servers", bootstrap, "--sink-output", str(out), "--settle", "0", "--execute")
     refused = aks(*base)
     assert refused.returncode == 3 and "SINK_WILL_DISCARD_BATCHES" in refused.stderr, refused.stderr
     assert ck.exists()

@@ -56,9 +56,9 @@ def test_restore_without_job_finds_the_backup_filed_under_the_folder_name(broker
 
     common = ("--checkpoint", str(ck), "--backup-root", str(root), "--bootstrap-servers", bootstrap,
               "--settle", "0", "--json")
-    dry = aks("restore", "--backup", backup_id, "--dry-run", *common)
+    dry = aks("restore", "--backup", backup_id, *common)   # the plan (no --execute)
     assert dry.returncode == 0, dry.stdout + dry.stderr
-    latest = aks("restore", "--backup", "latest", *common)
+    latest = aks("restore", "--backup", "latest", "--execute", *common)
     assert latest.returncode == 0, latest.stdout + latest.stderr
     result = json.loads(latest.stdout)
     assert result["restored"] is True and result["backup_id"] == backup_id
@@ -66,6 +66,6 @@ def test_restore_without_job_finds_the_backup_filed_under_the_folder_name(broker
     restored = tree(ck)
     assert {k: v for k, v in restored.items() if k in backed_up} == backed_up
 
-    other = aks("restore", "--backup", "latest", "--job", "someone_else", *common)
+    other = aks("restore", "--backup", "latest", "--job", "someone_else", "--execute", *common)
     assert other.returncode == 2 and other.stderr.count("\n") == 1, other.stderr
     assert "someone_else" in other.stderr

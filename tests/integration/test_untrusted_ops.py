@@ -72,7 +72,7 @@ def test_a_killed_reset_blocks_validate_and_a_rerun_after_a_deploy_refuses(broke
     ck, topic = job
     bs = broker.bootstrap_servers
     args = ("reset", "--checkpoint", ck.location, "--backup-root", str(tmp_path / "backups"), "--mode", "preserve",
-            "--bootstrap-servers", bs, "--settle", "0", "--json")
+            "--bootstrap-servers", bs, "--settle", "0", "--json", "--execute")
     killed = aks(*args, env={"AKS_CRASH_AT": "reset.journaled"})
     assert killed.returncode == -9, killed.stdout + killed.stderr
     journal = tmp_path / "ck.operation.json"
@@ -86,7 +86,7 @@ def test_a_killed_reset_blocks_validate_and_a_rerun_after_a_deploy_refuses(broke
     assert doc["headline"].startswith("verdict: BLOCK — INTERRUPTED_OPERATION")
     human = aks("validate", "--checkpoint", ck.location, "--bootstrap-servers", bs)
     assert human.returncode == 3 and "INTERRUPTED_OPERATION" in human.stdout.strip().splitlines()[-1]
-    dry = aks(*[a for a in args if a != "--json"], "--dry-run")
+    dry = aks(*[a for a in args if a not in ("--json", "--execute")])   # the plan (the default)
     assert dry.returncode == 3 and "INTERRUPTED_OPERATION" in dry.stdout and "Traceback" not in dry.stderr
 
     # The job is deployed meanwhile: it takes the lease, commits batch 4 and writes batch 5.
@@ -136,7 +136,7 @@ def test_validate_blocks_empty_latest_offsets_like_reset_refuses_them(broker, tm
     before = tree(ck.root)
     code, doc = validate_json(ck.location, bs, "--no-record")
     assert code == 3 and "KAFKA_OFFSETS_EMPTY" in {f["code"] for f in doc["findings"]}, doc["headline"]
-    dry = aks("reset", "--checkpoint", ck.location, "--mode", "preserve", "--bootstrap-servers", bs, "--dry-run")
+    dry = aks("reset", "--checkpoint", ck.location, "--mode", "preserve", "--bootstrap-servers", bs)
     assert dry.returncode in (2, 3) and "Traceback" not in dry.stderr
     assert tree(ck.root) == before
 

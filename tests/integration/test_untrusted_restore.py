@@ -101,7 +101,7 @@ def test_a_dry_run_writes_nothing_anywhere(broker, moved_on):
     ck, root, old, base = moved_on
     before = snapshot(base)
     time.sleep(0.05)        # a folder created and removed within the same tick would still change mtimes
-    out = aks(*restore_args(ck, root, old.backup_id, broker, "--dry-run", "--settle", "0", "--json"))
+    out = aks(*restore_args(ck, root, old.backup_id, broker, "--settle", "0", "--json"))   # a plan: the default
     assert out.returncode == 0, out.stderr
     doc = json.loads(out.stdout)
     assert doc["dry_run"] is True and doc["restored"] is False and doc["records_to_replay"] == 2 * (80 - 40)
@@ -155,14 +155,14 @@ def test_cleanup_never_touches_a_neighbours_staging_and_a_rerun_is_a_no_op(broke
     neighbour = base / "job1.staging-20260101T000000Z-abcdef"     # matched by the glob "job[12].staging-*"
     neighbour.mkdir()
     (neighbour / "metadata").write_text("the neighbour's restore in progress")
-    out = aks(*restore_args(ck, root, old.backup_id, broker, "--settle", "0", "--json"))
+    out = aks(*restore_args(ck, root, old.backup_id, broker, "--settle", "0", "--json", "--execute"))
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["restored"] is True
     assert (neighbour / "metadata").read_text() == "the neighbour's restore in progress"
     assert tree(ck.root) == {f.path: f.sha256 for f in old.files}
 
     before = snapshot(base)
-    again = aks(*restore_args(ck, root, old.backup_id, broker, "--settle", "0"))
+    again = aks(*restore_args(ck, root, old.backup_id, broker, "--settle", "0", "--execute"))
     assert again.returncode == 0, again.stderr
     assert "already in place" in again.stdout and "nothing was done" in again.stdout
     assert restored_events(ck.location) == 1
@@ -174,7 +174,7 @@ def test_cleanup_never_touches_a_neighbours_staging_and_a_rerun_is_a_no_op(broke
 
 def test_two_concurrent_restores_one_proceeds_the_other_refuses(broker, moved_on):
     ck, root, old, base = moved_on
-    args = aks_args(*restore_args(ck, root, old.backup_id, broker, "--settle", "4", "--json"))
+    args = aks_args(*restore_args(ck, root, old.backup_id, broker, "--settle", "4", "--json", "--execute"))
     procs = [subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
              for _ in range(2)]
     results = [(p.wait(timeout=180), *p.communicate()) for p in procs]

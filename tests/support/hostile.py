@@ -307,14 +307,14 @@ def commands(sb: Sandbox, variant: Variant, timeout_s: float = 5.0) -> list[tupl
     if variant.job_name_arg is not None:
         validate += ["--job-name", variant.job_name_arg]
     restore = ["restore", "--checkpoint", ck, *store, "--backup", sb.backup_id, *kafka, "--settle", "0"]
+    # reset and restore plan unless --execute is given
     return [
         ("validate", validate),
         ("backups", ["backups", *store]),
         ("verify", ["backups", *store, "--verify", sb.backup_id]),
-        ("restore-dry", [*restore, "--dry-run"]),
-        ("reset-dry", ["reset", "--checkpoint", ck, *store, *kafka, "--mode", "preserve", "--dry-run",
-                       "--settle", "0"]),
-        ("restore", restore),
+        ("restore-dry", restore),
+        ("reset-dry", ["reset", "--checkpoint", ck, *store, *kafka, "--mode", "preserve", "--settle", "0"]),
+        ("restore", [*restore, "--execute"]),
         ("backup", ["backup", "--checkpoint", ck, *store, "--settle", "0", "--reason", "hostile corpus"]),
     ]
 

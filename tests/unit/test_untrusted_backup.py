@@ -105,8 +105,8 @@ def test_a_resealed_manifest_with_an_unsafe_path_is_not_verified_listed_or_resto
     listed = aks("backups", "--backup-root", str(root), "--job", JOB)
     assert listed.returncode == 0 and f"INVALID {m.backup_id}.json" in listed.stdout, listed.stdout
     assert m.backup_id not in [b.backup_id for b in list_backups(str(root), JOB).backups]
-    # restore reads the manifest before Kafka: it refuses with one line, dry run or not
-    for extra in (["--dry-run"], []):
+    # restore reads the manifest before Kafka: it refuses with one line, plan or --execute
+    for extra in (["--execute"], []):
         line = one_line(aks("restore", "--checkpoint", ck.location, "--backup-root", str(root), "--job", JOB,
                             "--backup", m.backup_id, "--bootstrap-servers", "127.0.0.1:9", *extra))
         assert repr(bad) in line, line
@@ -265,7 +265,7 @@ def test_fifos_and_links_under_the_backup_root_do_not_hang_or_mislead(setup, tmp
     (root / JOB / "blobs" / "zz").symlink_to(outside, target_is_directory=True)
     listed = aks("backups", "--backup-root", str(root), "--job", JOB, timeout=30)
     assert listed.returncode == 0 and "FIFO" in listed.stdout and m.backup_id in listed.stdout, listed.stderr
-    pruned = aks("backups", "--backup-root", str(root), "--job", JOB, "--prune", "--keep-last", "1", timeout=30)
+    pruned = aks("backups", "--backup-root", str(root), "--job", JOB, "--prune", "--keep-last", "1", "--execute", timeout=30)
     assert pruned.returncode == 0, pruned.stderr
     assert (outside / ("ab" * 32)).read_text() == "keep me"
     # a blob replaced by a FIFO: verify reports it, never waits on it
