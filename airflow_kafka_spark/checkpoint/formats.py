@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+from operator import itemgetter
 from typing import Any
 
 from airflow_kafka_spark._util.jsonfile import UntrustedJSONError, load_json
@@ -271,6 +272,8 @@ def _kafka_offsets_of(doc: Any, what: str) -> PartitionOffsets:
 
 
 def _in_range(offsets: PartitionOffsets, what: str) -> PartitionOffsets:
+    if not offsets or (max(offsets.values()) <= _MAX_LONG and max(map(itemgetter(1), offsets)) <= _MAX_INT):
+        return offsets   # the common case in two C-level passes; the loop below names the culprit
     for tp, offset in offsets.items():
         if tp.partition > _MAX_INT or offset > _MAX_LONG:
             raise CheckpointFormatError(f"{what}: {tp} -> {offset} is out of range for Kafka")

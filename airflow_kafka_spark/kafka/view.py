@@ -13,9 +13,10 @@ Design notes (why it looks the way it does):
 * Every request carries a deadline. An unreachable cluster is the most common user error, and it
   must end as one :class:`UserError` line naming the servers within ``timeout`` seconds, not as a
   librdkafka stack of retries.
-* Requests are batched: one ``describe_topics`` for all topics, one ``describe_configs``, and one
-  ``list_offsets`` call per offset kind (earliest, latest) for *every* partition, because a
-  pre-deploy check on a cluster with hundreds of partitions must not do hundreds of round trips.
+* Requests are batched: one ``describe_topics`` for all topics, one ``describe_configs``, and
+  ListOffsets requests of 250 partitions per offset kind (earliest, latest; :mod:`.listing` says
+  why not one), because a pre-deploy check on a cluster with hundreds of partitions must not do
+  hundreds of round trips.
 * Latest offsets that went *down* compared with what we saw before (or with a checkpoint) are
   re-read before anyone acts on them (S26: a leader hand-off can report a regressed log end for a
   moment, KAFKA-7703). Verdict code decides what a persistent regression means; this module only
@@ -32,32 +33,22 @@ import dataclasses
 import logging
 import time
 from collections.abc import Iterable
-from typing import Any
 
-from confluent_kafka import (
-    IsolationLevel,
-    KafkaError,
-    KafkaException,
-    TopicCollection,
-)
-from confluent_kafka import TopicPartition as KTP
-from confluent_kafka.admin import (
-    ConfigResource,
-    OffsetSpec,
-    ResourceType,
-)
+from confluent_kafka import KafkaError, KafkaException, TopicCollection
+from confluent_kafka.admin import ConfigResource, ResourceType
 
 from airflow_kafka_spark.errors import UserError
-from airflow_kafka_spark.kafka.client import RETRIABLE_CODES, ConfigValue, err_of, int_or_none
+from airflow_kafka_spark.kafka.client import ConfigValue, err_of, int_or_none
 from airflow_kafka_spark.kafka.groups import GroupOffsets
+from airflow_kafka_spark.kafka.listing import OffsetLister
 from airflow_kafka_spark.kafka.model import BrokerState, TopicInfo
-from airflow_kafka_spark.kafka.offsets import PartitionOffsets, TopicPartition
+from airflow_kafka_spark.kafka.offsets import EARLIEST, LATEST, PartitionOffsets, TopicPartition
 from airflow_kafka_spark.kafka.records import RecordProbe
 
 log = logging.getLogger(__name__)
 
 
-class KafkaView(GroupOffsets, RecordProbe):
+class KafkaView(GroupOffsets, RecordProbe, OffsetLister):
     """Reads cluster metadata and offsets. ``config`` is a librdkafka dict (the Kafka provider's
     ``kafka`` connection extra), passed through unchanged, so SASL/SSL work.
 
@@ -148,7 +139,7 @@ class KafkaView(GroupOffsets, RecordProbe):
 
     def earliest_offsets(self, tps: Iterable[TopicPartition]) -> PartitionOffsets:
         """Log-start offsets of ``tps`` in one ``list_offsets`` request (missing topics left out)."""
-        return self._list_offsets(list(tps), OffsetSpec.earliest(), self._deadline(), "earliest offsets",
+        return self._list_offsets(list(tps), EARLIEST, self._deadline(), "earliest offsets",
                                   tolerate_gone=True)
 
     def latest_offsets(self, tps: Iterable[TopicPartition]) -> PartitionOffsets:
@@ -158,7 +149,7 @@ class KafkaView(GroupOffsets, RecordProbe):
         This is the seam S26 tests use: a subclass returning a regressed value once exercises
         :meth:`confirm_latest` against a real broker.
         """
-        return self._list_offsets(list(tps), OffsetSpec.latest(), self._deadline(), "latest offsets",
+        return self._list_offsets(list(tps), LATEST, self._deadline(), "latest offsets",
                                   tolerate_gone=True)
 
     def confirm_latest(self, tps: Iterable[TopicPartition], reference: PartitionOffsets, *,
@@ -215,11 +206,11 @@ class KafkaView(GroupOffsets, RecordProbe):
                             f"{self.bootstrap_servers}; fix the topic names or create the topics "
                             "before resetting by time")
         tps = [TopicPartition(n, p) for n, (_, count) in descriptions.items() for p in range(count)]
-        found = self._list_offsets(tps, OffsetSpec.for_timestamp(int(timestamp_ms)), deadline,
+        found = self._list_offsets(tps, int(timestamp_ms), deadline,
                                    f"offsets for time {timestamp_ms}", exist=True)
         past_end = [tp for tp, o in found.items() if o < 0]
         if past_end:
-            found.update(self._list_offsets(past_end, OffsetSpec.latest(), deadline, "latest offsets",
+            found.update(self._list_offsets(past_end, LATEST, deadline, "latest offsets",
                                             exist=True))
         return found
 
@@ -257,48 +248,7 @@ class KafkaView(GroupOffsets, RecordProbe):
             found[name] = (topic_id, len(desc.partitions))
         return found, missing
 
-    def _submit_offsets(self, tps: list[TopicPartition], spec: OffsetSpec, deadline: float, what: str
-                        ) -> dict[Any, concurrent.futures.Future]:
-        request = {KTP(tp.topic, tp.partition): spec for tp in tps}
-        return self._call(what, lambda a, rt: a.list_offsets(
-            request, isolation_level=IsolationLevel.READ_UNCOMMITTED, request_timeout=rt), deadline)
-
-    def _collect_offsets(self, futs: dict[Any, concurrent.futures.Future], deadline: float, what: str,
-                         *, exist: bool
-                         ) -> tuple[PartitionOffsets, list[TopicPartition], set[TopicPartition],
-                                    KafkaException | None]:
-        """Offsets that arrived, partitions worth a retry, partitions that do not exist, a hard error.
-
-        librdkafka answers a request in which *no* partition has a known leader with one
-        ``_NOENT`` ("No leaders found") for all of them, and an unknown partition of a known topic
-        with ``_UNKNOWN_PARTITION``. When ``exist`` (the partitions were just listed by
-        ``describe_topics``) those mean "no leader yet" and are retried; for partitions a caller
-        named they mean "no such partition".
-        """
-        self._wait(futs.values(), deadline, what)
-        out: PartitionOffsets = {}
-        retry: list[TopicPartition] = []
-        gone: set[TopicPartition] = set()
-        for ktp, fut in futs.items():
-            tp = TopicPartition(ktp.topic, ktp.partition)
-            try:
-                # All futures are done after the one wait above: no per-partition wait (2 × 1,000
-                # ``concurrent.futures.wait`` calls cost ~0.1 s at 1,000 partitions).
-                out[tp] = (fut.result(0) if fut.done() else self._result(fut, what, deadline, raw=True)).offset
-            except KafkaException as exc:
-                err = err_of(exc)
-                code = err.code() if err is not None else None
-                if code in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError.UNKNOWN_TOPIC_ID):
-                    gone.add(tp)
-                elif code in (KafkaError._NOENT, KafkaError._UNKNOWN_PARTITION):
-                    (retry.append(tp) if exist else gone.add(tp))
-                elif code in RETRIABLE_CODES:
-                    retry.append(tp)
-                else:
-                    return out, retry, gone, exc
-        return out, retry, gone, None
-
-    def _list_offsets(self, tps: list[TopicPartition], spec: OffsetSpec, deadline: float, what: str,
+    def _list_offsets(self, tps: list[TopicPartition], spec: int, deadline: float, what: str,
                       *, exist: bool = False, tolerate_gone: bool = False) -> PartitionOffsets:
         result, gone = self._offsets_retrying({"x": (spec, tps)}, deadline, what, exist=exist)
         if gone and not tolerate_gone:
@@ -308,18 +258,18 @@ class KafkaView(GroupOffsets, RecordProbe):
 
     def _offsets_both(self, tps: list[TopicPartition], deadline: float
                       ) -> tuple[PartitionOffsets, PartitionOffsets, set[TopicPartition]]:
-        """Earliest and latest for all ``tps``: two ``list_offsets`` requests in flight at once."""
+        """Earliest and latest for all ``tps`` (ListOffsets requests of :data:`~.listing.CHUNK` partitions)."""
         if not tps:
             return {}, {}, set()
         result, gone = self._offsets_retrying(
-            {"earliest": (OffsetSpec.earliest(), tps), "latest": (OffsetSpec.latest(), tps)},
+            {"earliest": (EARLIEST, tps), "latest": (LATEST, tps)},
             deadline, "list offsets", exist=True)
         return result["earliest"], result["latest"], gone
 
-    def _offsets_retrying(self, kinds: dict[str, tuple[OffsetSpec, list[TopicPartition]]], deadline: float,
+    def _offsets_retrying(self, kinds: dict[str, tuple[int, list[TopicPartition]]], deadline: float,
                           what: str, *, exist: bool
                           ) -> tuple[dict[str, PartitionOffsets], set[TopicPartition]]:
-        """Run several ``list_offsets`` kinds concurrently, retrying leaderless partitions until the deadline.
+        """Several kinds of offsets (earliest, latest, a time), retrying leaderless partitions until the deadline.
 
         A freshly created or re-created topic can answer LEADER_NOT_AVAILABLE for a moment; that is
         not a user error and must not become one.
@@ -329,10 +279,10 @@ class KafkaView(GroupOffsets, RecordProbe):
         gone: set[TopicPartition] = set()
         backoff = 0.1
         while todo:
-            futs = {k: self._submit_offsets(todo[k], kinds[k][0], deadline, f"{what} ({k})") for k in todo}
             next_todo: dict[str, list[TopicPartition]] = {}
-            for k, f in futs.items():
-                got, retry, g, exc = self._collect_offsets(f, deadline, f"{what} ({k})", exist=exist)
+            for k in todo:
+                got, retry, g, exc = self._fetch_offsets(todo[k], kinds[k][0], deadline, f"{what} ({k})",
+                                                         exist=exist)
                 if exc is not None:
                     raise self._user_error(exc, what) from None
                 results[k].update(got)
@@ -357,7 +307,7 @@ class KafkaView(GroupOffsets, RecordProbe):
         if not tps:
             return {}
         result, gone = self._offsets_retrying(
-            {"earliest": (OffsetSpec.earliest(), tps), "latest": (OffsetSpec.latest(), tps)},
+            {"earliest": (EARLIEST, tps), "latest": (LATEST, tps)},
             self._deadline(), "offsets of the probed partitions", exist=False)
         early, late = result["earliest"], result["latest"]
         return {tp: (early[tp], late[tp]) for tp in tps if tp not in gone and tp in early and tp in late}

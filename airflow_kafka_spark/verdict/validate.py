@@ -111,10 +111,14 @@ def _validate_checkpoint(kafka: KafkaView, location: str, options: DeployOptions
                                             int(time.time() * 1000))
         if previous is not None:
             topics += [t for t in dict.fromkeys(tp.topic for tp in previous.position) if t not in topics]
-    broker = kafka.broker_state(topics, reference=resume_offsets(checkpoint) or None)
+    start = resume_offsets(checkpoint)
+    broker = kafka.broker_state(topics, reference=start or None)
     timestamps, unprobed = _probe_identity(kafka, checkpoint, broker, record, options, probe_budget_s)
-    # the job's recent batch sizes only size an unlimited first batch (S28): not read under a rate limit
-    recent = read_recent_batches(checkpoint, storage_options) if options.max_offsets_per_trigger is None else None
+    # The job's recent batch sizes only size an unlimited first batch (S28): not read under a rate
+    # limit, nor when no partition's log end is past the position (no backlog, no first batch to size).
+    recent = None
+    if options.max_offsets_per_trigger is None and any(o > start.get(tp, -1) for tp, o in broker.latest.items()):
+        recent = read_recent_batches(checkpoint, storage_options)
     verdict = evaluate(checkpoint, broker, record, options, timestamps, previous=previous,
                        group=_group(kafka, options.kafka_group_id), recent=recent)
     extra: list[Finding] = [interrupted] if interrupted is not None else []
