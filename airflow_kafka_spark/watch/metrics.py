@@ -262,7 +262,8 @@ def _escape_help(text: str) -> str:
     return text.replace("\\", "\\\\").replace("\n", "\\n")
 
 
-def _value(v: float) -> str:
+def _value(value: float) -> str:
+    v = float(value)
     if math.isnan(v):
         return "NaN"
     if math.isinf(v):
