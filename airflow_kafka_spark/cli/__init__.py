@@ -1,4 +1,4 @@
-"""``aks``: the command line over the core (validate, backup, backups, restore, reset, lag, mirror, audit).
+"""``aks``: the command line over the core (validate, backup(s), restore, reset, lag, mirror, audit, status, stop).
 
 Why it looks like this:
 
@@ -23,8 +23,9 @@ Why it looks like this:
 
       register("hello", "a test command", _arguments, _run)
 
-* Exit codes are one convention for all: 0 = fine (PASS/WARN), 3 = BLOCK, 2 = bad input or an
-  unreachable dependency, printed as one ``error: ...`` line (never a traceback).
+* Exit codes are one convention for all (:data:`EPILOG`): 0 = fine (PASS/WARN), 2 = bad input,
+  3 = BLOCK, 4 = Kafka or storage unreachable; errors are one ``error: ...`` line (never a traceback).
+* Commands that change something print their plan and change nothing unless ``--execute`` is given.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 
-from airflow_kafka_spark.cli import checkpoint, metrics, validate, watch
+from airflow_kafka_spark.cli import checkpoint, control, metrics, validate, watch
 from airflow_kafka_spark.cli import output as report
 from airflow_kafka_spark.cli._args import Command, Parser
 from airflow_kafka_spark.errors import ExitCode
@@ -41,7 +42,20 @@ from airflow_kafka_spark.errors import ExitCode
 PROG = "aks"
 
 COMMANDS: dict[str, Command] = {c.name: c for c in (*validate.COMMANDS, *checkpoint.COMMANDS, *watch.COMMANDS,
-                                                    *metrics.COMMANDS)}
+                                                    *control.COMMANDS, *metrics.COMMANDS)}
+
+EPILOG = """\
+exit codes:
+  0    done; the verdict is PASS or WARN; a plan that would pass
+  2    bad input (a typo, a missing file, an unknown job): nothing was changed
+  3    BLOCK: the verdict or the plan refuses, or the operation was refused (nothing was changed)
+  4    Kafka or the storage did not answer (refused, timed out, unknown host): retry or fix the address
+  130  interrupted (Ctrl-C)
+
+reset, restore, backups --prune, mirror and stop print their plan and change nothing unless
+--execute is given. --job NAME takes the checkpoint, backup root, topics, sink and Kafka
+connection from the job registry; flags given on the command line win.
+settings: `airflow config list --section kafka_spark` (env AIRFLOW__KAFKA_SPARK__<NAME>)."""
 
 
 def register(name: str, help: str, configure: Callable[[argparse.ArgumentParser], None],
@@ -56,15 +70,32 @@ def register(name: str, help: str, configure: Callable[[argparse.ArgumentParser]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = Parser(prog=PROG, description="Lifecycle tools for Spark Structured Streaming jobs on Kafka. "
-                                           "Exit codes: 0 ok (PASS/WARN), 3 BLOCK, 2 bad input or "
-                                           "unreachable dependency.")
+    parser = Parser(prog=PROG, description="Lifecycle tools for Spark Structured Streaming jobs on Kafka.",
+                    epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action=_Version, help="print the version and exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     for cmd in COMMANDS.values():
         p = sub.add_parser(cmd.name, help=cmd.help, description=cmd.help)
         cmd.configure(p)
         p.set_defaults(_run=cmd.run)
     return parser
+
+
+class _Version(argparse.Action):
+    """``aks --version``: the installed distribution's version, looked up only when asked (fast start)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: object) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, help=str(kwargs.get("help")))
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: object) -> None:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            text = version("airflow-kafka-spark")
+        except PackageNotFoundError:
+            text = "unknown (not installed)"
+        report.emit(f"{PROG} {text}")
+        parser.exit(0)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

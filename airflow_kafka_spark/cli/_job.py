@@ -30,13 +30,14 @@ def add_registry_argument(p: argparse.ArgumentParser) -> None:
                    help="job registry (default: [kafka_spark] job_registry, else <dags_folder>/streaming_jobs.yaml)")
 
 
-def add_execute_argument(p: argparse.ArgumentParser, what: str) -> None:
-    """``--execute`` (act) and the deprecated ``--dry-run`` (the default now); say so in the help."""
+def add_execute_argument(p: argparse.ArgumentParser, what: str, *, old_dry_run: bool = True) -> None:
+    """``--execute`` (act) and, for commands that had it, the deprecated ``--dry-run`` (the default now)."""
     g = p.add_argument_group("plan or act").add_mutually_exclusive_group()
     g.add_argument("--execute", action="store_true", help=f"{what}; without --execute the plan is printed and "
                                                           "nothing is changed")
-    g.add_argument("--dry-run", action="store_true",
-                   help="deprecated, the default: print the plan, change nothing (removed in the next release)")
+    if old_dry_run:
+        g.add_argument("--dry-run", action="store_true",
+                       help="deprecated, the default: print the plan, change nothing (removed in the next release)")
 
 
 def executes(args: argparse.Namespace) -> bool:
