@@ -11,15 +11,29 @@ through :func:`~airflow_kafka_spark.hooks._provider_api.private_member`, so a pr
 renames them fails here with one line naming the provider version and the supported range, and
 fails tests/support/provider_contract.py (run on the newest provider in tests/airflow and on the
 oldest supported one, 6.0.0, in tests/install) before any user sees it.
+
+**OpenLineage.** ``SparkSubmitOperator`` puts the task's OpenLineage parent job (namespace, job
+name, run id, root run) and optionally the transport into the Spark conf, so the Spark job's
+lineage events hang under the Airflow task. The product builds the hook itself, so it does the same
+here with the same functions (``common.compat``'s, which are no-ops without the openlineage
+provider) and the same switches: ``[openlineage] spark_inject_parent_job_info`` and
+``spark_inject_transport_info``. One difference: transport credentials (``auth.*``, ``headers.*``)
+are **not** put on the command line, which ``ps``, the task's XCom and the lifecycle record show;
+give them to the driver through ``spark-defaults.conf`` or ``--properties-file`` instead.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from typing import Any
 
 from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
-from airflow.sdk import BaseHook
+from airflow.providers.common.compat.openlineage.utils.spark import (
+    inject_parent_job_information_into_spark_properties,
+    inject_transport_information_into_spark_properties,
+)
+from airflow.sdk import BaseHook, conf
 from airflow.sdk.exceptions import AirflowNotFoundException
 
 from airflow_kafka_spark.errors import UserError
@@ -28,6 +42,7 @@ from airflow_kafka_spark.registry.model import JobSpec
 from airflow_kafka_spark.runtime.submit import SparkTarget
 
 SPARK_PROVIDER = "apache-airflow-providers-apache-spark"
+log = logging.getLogger(__name__)
 
 
 def spark_hook(spec: JobSpec, **kwargs: Any) -> SparkSubmitHook:
@@ -65,13 +80,42 @@ def build_command(hook: SparkSubmitHook, application: str) -> list[str]:
     return list(private_member(hook, SparkSubmitHook, "_build_spark_submit_command", SPARK_PROVIDER)(application))
 
 
-def spark_target(spec: JobSpec) -> SparkTarget:
-    """The job's Spark connection as the plain values the core's submit needs."""
+# Transport properties that carry credentials: never on a command line (see the module doc).
+_SECRET_TRANSPORT_PARTS = (".auth.", ".headers.")
+
+
+def with_lineage(spark_conf: Mapping[str, Any], context: Mapping[str, Any]) -> dict[str, Any]:
+    """``spark_conf`` plus the OpenLineage properties ``SparkSubmitOperator`` would inject for this task.
+
+    Keys the job's own ``spark_conf`` already sets are left alone (the provider's rule).
+    """
+    out = dict(spark_conf)
+    if conf.getboolean("openlineage", "spark_inject_parent_job_info", fallback=False):
+        out = inject_parent_job_information_into_spark_properties(out, context)
+    if conf.getboolean("openlineage", "spark_inject_transport_info", fallback=False):
+        injected = inject_transport_information_into_spark_properties(dict(out), context)
+        secret = sorted(k for k in injected if k not in out and any(p in k for p in _SECRET_TRANSPORT_PARTS))
+        if secret:
+            log.warning("OpenLineage transport credentials (%s) are not put on the spark-submit command line; "
+                        "give them to the driver through spark-defaults.conf or --properties-file", ", ".join(secret))
+        out = {k: v for k, v in injected.items() if k not in secret}
+    return out
+
+
+def spark_target(spec: JobSpec, context: Mapping[str, Any] | None = None) -> SparkTarget:
+    """The job's Spark connection as the plain values the core's submit needs.
+
+    ``context`` (a task's) adds the OpenLineage parent job to the commands it builds when
+    ``[openlineage]`` enables it (see the module doc).
+    """
     probe = spark_hook(spec, deploy_mode=spec.deploy_mode) if spec.deploy_mode else spark_hook(spec)
     conn = resolved_connection(probe)
 
     def build(kwargs: Mapping[str, Any], application: str) -> list[str]:
-        return build_command(spark_hook(spec, **dict(kwargs)), application)
+        kwargs = dict(kwargs)
+        if context is not None:
+            kwargs["conf"] = with_lineage(kwargs.get("conf") or {}, context)
+        return build_command(spark_hook(spec, **kwargs), application)
 
     extra = BaseHook.get_connection(spec.spark_conn_id).extra_dejson or {}
     return SparkTarget(master=str(conn["master"]), deploy_mode=conn["deploy_mode"],
