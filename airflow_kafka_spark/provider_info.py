@@ -3,8 +3,10 @@
 Why this file is so plain: Airflow calls :func:`get_provider_info` while it *initialises its
 configuration*, i.e. during ``import airflow`` itself (observed with 3.3.2). If this module is
 missing, fails to import, or the function raises, every Airflow command and every
-``import airflow`` in the process crashes, not only this provider. So it imports nothing, reads
-no file and computes nothing; it returns a literal.
+``import airflow`` in the process crashes, not only this provider. So it reads no file and
+computes nothing; it returns a literal plus the ``config`` section built from
+:data:`airflow_kafka_spark.settings.SETTINGS` (standard library only, no I/O), which is how
+``airflow config list`` knows the ``[kafka_spark]`` options.
 
 Rules kept here on purpose:
 
@@ -22,6 +24,8 @@ Rules kept here on purpose:
 from __future__ import annotations
 
 from typing import Any
+
+from airflow_kafka_spark.settings import provider_config
 
 INTEGRATION = "Spark Structured Streaming on Kafka"
 
@@ -64,6 +68,7 @@ def get_provider_info() -> dict[str, Any]:
                 "python-modules": ["airflow_kafka_spark.sensors.health", "airflow_kafka_spark.sensors.lag"],
             }
         ],
+        "config": provider_config(),
         "triggers": [
             {
                 "integration-name": INTEGRATION,

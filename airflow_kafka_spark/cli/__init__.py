@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import warnings
 from collections.abc import Callable, Sequence
 
 from airflow_kafka_spark.cli import checkpoint, control, metrics, validate, watch
@@ -110,5 +111,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             return ExitCode.USER_ERROR
         return args._run(args)
 
-    return report.guarded(parse_and_run, json_errors=wants_json)
+    with warnings.catch_warnings():
+        # A deprecated setting (AKS_JOB_REGISTRY ...) is one "warning:" line, not Python's two.
+        warnings.showwarning = _warning_line
+        return report.guarded(parse_and_run, json_errors=wants_json)
+
+
+def _warning_line(message: Warning | str, category: type[Warning], *_: object, **__: object) -> None:
+    report.emit(f"warning: {message}", sys.stderr)
 

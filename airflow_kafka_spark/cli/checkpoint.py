@@ -345,7 +345,7 @@ def _reset(args: argparse.Namespace) -> int:
         from airflow_kafka_spark.ops.seal import KEY_FILE_ENV
 
         _seal_key(args)                                  # a bad key file is one line before anything runs
-        os.environ[KEY_FILE_ENV] = args.seal_key_file    # reset's backups read it (this process only)
+        os.environ[KEY_FILE_ENV] = args.seal_key_file    # reset's backups read the setting (this process only)
     request = ResetRequest(
         mode=args.mode,
         to_datetime_ms=parse_datetime(args.to_datetime) if args.to_datetime else None,

@@ -23,13 +23,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from airflow_kafka_spark.cli._args import Command, add_kafka_arguments, positive_float
-
-try:  # the shared --job helpers (cli/_job.py, issue 13 item 7); before them, the same helpers in cli/watch.py
-    from airflow_kafka_spark.cli._job import add_registry_argument, kafka_config_for, load_registry
-except ImportError:  # pragma: no cover - removed once cli/_job.py is committed
-    from airflow_kafka_spark.cli.watch import _kafka_config_for as kafka_config_for
-    from airflow_kafka_spark.cli.watch import _registry as load_registry
-    from airflow_kafka_spark.cli.watch import _registry_argument as add_registry_argument
+from airflow_kafka_spark.cli._job import add_registry_argument, kafka_config_for, load_registry
 from airflow_kafka_spark.errors import ExitCode
 
 

@@ -1,4 +1,9 @@
-"""``aks validate``: the pre-deploy check (does the checkpoint or consumer group still agree with Kafka?)."""
+"""``aks validate``: the pre-deploy check (does the checkpoint or consumer group still agree with Kafka?).
+
+``--job NAME`` judges a registry job as the Airflow operator does (its checkpoint or group, topics,
+sink, confs, rate limit and Kafka connection: ``DeployOptions.for_job``); each deploy flag given here
+overrides the registry's value.
+"""
 
 from __future__ import annotations
 
@@ -10,23 +15,27 @@ from airflow_kafka_spark.cli._args import (
     add_json_argument,
     add_kafka_arguments,
     boolean,
-    kafka_config_from_args,
     key_value,
     positive_int,
 )
+from airflow_kafka_spark.cli._job import add_registry_argument, kafka_config_for, refuse_conflicts, registry_job
 from airflow_kafka_spark.registry.model import SINK_CHOICES, Sink
 
 
 def _arguments(p: argparse.ArgumentParser) -> None:
-    src = p.add_argument_group("offset source (one of)").add_mutually_exclusive_group(required=True)
+    g = p.add_argument_group("offset source (--job, or one of --checkpoint / --group)")
+    g.add_argument("--job", metavar="NAME", help="a registry job: its checkpoint (or group), topics, sink, confs and "
+                                                 "Kafka connection; flags given here win")
+    add_registry_argument(g)
+    src = g.add_mutually_exclusive_group()
     src.add_argument("--checkpoint", metavar="PATH",
                      help="Structured Streaming checkpoint (path or fsspec URL)")
     src.add_argument("--group", metavar="ID", help="consumer group of a DStream job that commits to Kafka")
     add_kafka_arguments(p)
     d = p.add_argument_group("the deploy")
     d.add_argument("--topics", metavar="A,B", help="subscribe list of the deploy (default: the checkpoint's)")
-    d.add_argument("--fail-on-data-loss", metavar="true|false", type=boolean, default=True,
-                   help="the deploy's failOnDataLoss (default true)")
+    d.add_argument("--fail-on-data-loss", metavar="true|false", type=boolean,
+                   help="the deploy's failOnDataLoss (default: the registry job's, else true)")
     d.add_argument("--starting-offsets", metavar="earliest|latest|JSON",
                    help="the deploy's startingOffsets (for a consumer group: auto.offset.reset)")
     d.add_argument("--conf", metavar="KEY=VALUE", type=key_value, action="append", default=[],
@@ -58,22 +67,36 @@ def _arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    import dataclasses
+
+    from airflow_kafka_spark.cli._args import UsageError
+    from airflow_kafka_spark.registry.model import JobKind
     from airflow_kafka_spark.verdict.options import DeployOptions
     from airflow_kafka_spark.verdict.validate import validate
 
-    config = kafka_config_from_args(args)
-    options = DeployOptions(
-        topics=tuple(args.topics.split(",")) if args.topics else None,
-        fail_on_data_loss=args.fail_on_data_loss, starting_offsets=args.starting_offsets,
-        conf=dict(args.conf), expect_new_checkpoint=args.new_checkpoint,
-        target_spark_version=args.spark_version,
-        idempotent_sink=None if args.sink is None else Sink.named(args.sink).replay_is_idempotent,
-        strict=args.strict, max_offsets_per_trigger=args.max_offsets_per_trigger,
-        clock_skew_ms=args.clock_skew_ms, owner=args.owner, kafka_group_id=args.kafka_group_id)
-    verdict = validate(checkpoint_location=args.checkpoint, group_id=args.group, kafka_config=config,
+    spec = registry_job(args, needed=not (args.checkpoint or args.group))
+    refuse_conflicts(args, spec)
+    checkpoint, group = args.checkpoint, args.group
+    if spec is not None and not (checkpoint or group):
+        checkpoint, group = (None, spec.group) if spec.kind is JobKind.DSTREAM else (spec.checkpoint, None)
+    if not (checkpoint or group):
+        raise UsageError("no offset source: pass --job NAME, --checkpoint PATH or --group ID")
+    config = kafka_config_for(args, spec)
+    base = DeployOptions.for_job(spec) if spec is not None else DeployOptions()
+    given = {"topics": tuple(args.topics.split(",")) if args.topics else None,
+             "fail_on_data_loss": args.fail_on_data_loss, "starting_offsets": args.starting_offsets,
+             "conf": {**base.conf, **dict(args.conf)} if args.conf else None,
+             "idempotent_sink": None if args.sink is None else Sink.named(args.sink).replay_is_idempotent,
+             "max_offsets_per_trigger": args.max_offsets_per_trigger}
+    options = dataclasses.replace(
+        base, **{k: v for k, v in given.items() if v is not None}, expect_new_checkpoint=args.new_checkpoint,
+        target_spark_version=args.spark_version, strict=args.strict, clock_skew_ms=args.clock_skew_ms,
+        owner=args.owner, kafka_group_id=args.kafka_group_id)
+    verdict = validate(checkpoint_location=checkpoint, group_id=group, kafka_config=config,
                        options=options, lifecycle_location=args.lifecycle,
                        storage_options=dict(args.storage_option) or None, timeout=args.timeout,
-                       record_identity=not args.no_record, job_name=args.job_name)
+                       record_identity=not args.no_record,
+                       job_name=args.job_name or (spec.name if spec is not None else None))
     if args.json:
         report.emit(report.dump_json(verdict.to_dict()))
     else:

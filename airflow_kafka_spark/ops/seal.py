@@ -2,7 +2,7 @@
 
 Why: a manifest's ``digest`` is a plain sha256 of its content. It catches accidents (a torn copy, a
 hand edit) but not an attacker: anyone who can write to the backup root can edit a manifest and
-recompute the digest. With a key configured (``--seal-key-file``, ``$AKS_SEAL_KEY_FILE``, or the
+recompute the digest. With a key configured (``--seal-key-file``, the ``[kafka_spark] seal_key_file`` setting, or the
 password of an Airflow connection passed by the operators), every manifest written also carries
 ``hmac`` — HMAC-SHA256 of the same canonical body — and every manifest read must carry a valid
 one, or it is refused. Without a key nothing changes (old backups stay readable).
@@ -13,14 +13,14 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
-import os
 from collections.abc import Mapping
 from typing import Any
 
+from airflow_kafka_spark import settings
 from airflow_kafka_spark._util.fs import open_location, read_bytes
 from airflow_kafka_spark.errors import UserError
 
-KEY_FILE_ENV = "AKS_SEAL_KEY_FILE"
+KEY_FILE_ENV = settings.BY_NAME["seal_key_file"].env   # AIRFLOW__KAFKA_SPARK__SEAL_KEY_FILE
 _MAX_KEY_BYTES = 4096
 _MIN_KEY_BYTES = 16
 
@@ -69,8 +69,8 @@ def read_key_file(path: str) -> bytes:
 
 
 def resolve_key(seal_key: bytes | None) -> bytes | None:
-    """The key to use: the one passed, else ``$AKS_SEAL_KEY_FILE``'s, else None (unkeyed)."""
+    """The key to use: the one passed, else the ``[kafka_spark] seal_key_file`` setting's, else None (unkeyed)."""
     if seal_key is not None:
         return check_key(seal_key, source="the caller")
-    path = os.environ.get(KEY_FILE_ENV)
+    path = settings.value("seal_key_file")
     return read_key_file(path) if path else None

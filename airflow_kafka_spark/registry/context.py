@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 from typing import Any, NoReturn
 
+from airflow_kafka_spark import settings
 from airflow_kafka_spark.errors import UserError
 
 # Variables every registry may use; they cannot be redefined under ``vars:``.
@@ -33,11 +34,14 @@ class Context:
         raise UserError(f"job registry {self.path}: {where}: {problem}; {fix}")
 
     def lookup(self, name: str) -> str | None:
-        """A variable's value: registry vars, then the built-ins, then the environment."""
+        """A variable's value: registry vars, then the built-ins, then the settings (``${AKS_DATA_DIR}`` is
+        ``[kafka_spark] data_dir``), then the environment."""
         if name in self.vars:
             return self.vars[name]
         if name in self.builtins:
             return self.builtins[name]
+        if name in settings.BY_LEGACY:
+            return settings.legacy_value(name)
         return os.environ.get(name)
 
 

@@ -6,7 +6,7 @@ reset at the wrong job's checkpoint, or a restore at ``/etc``. So runs name a *j
 that can destroy data (checkpoint, output, backup root, stop marker, the application itself) comes
 from this file, where it is reviewed like code and checked against ``allowed_roots`` at load.
 
-File format (``dags/streaming_jobs.yaml`` by default, ``$AKS_JOB_REGISTRY`` to override)::
+File format (``dags/streaming_jobs.yaml`` by default, ``[kafka_spark] job_registry`` to override)::
 
     version: 1                      # optional; the only format so far
     vars:                           # optional; names usable as ${name} in every value below
@@ -71,13 +71,14 @@ from typing import Any
 
 import yaml
 
+from airflow_kafka_spark import settings
 from airflow_kafka_spark.errors import UserError
 from airflow_kafka_spark.registry import fields, locations, variables
 from airflow_kafka_spark.registry.context import Context, kind, show
 from airflow_kafka_spark.registry.locations import Location
 from airflow_kafka_spark.registry.model import DEPLOY_MODES, NAME_PATTERN, JobSpec, Registry, Sink, is_job_name
 
-REGISTRY_ENV = "AKS_JOB_REGISTRY"
+REGISTRY_ENV = settings.BY_NAME["job_registry"].env   # AIRFLOW__KAFKA_SPARK__JOB_REGISTRY
 REGISTRY_FILENAME = "streaming_jobs.yaml"
 FORMAT_VERSION = 1
 STOP_MARKER_SUFFIX = ".stop"
@@ -99,13 +100,13 @@ PATH_FIELDS = ("application", "checkpoint", "output", "backup_root", "stop_marke
 
 
 def default_registry_path(dags_folder: str | os.PathLike[str] | None = None) -> Path:
-    """Where the registry is: ``$AKS_JOB_REGISTRY``, else ``<dags_folder>/streaming_jobs.yaml``.
+    """Where the registry is: ``[kafka_spark] job_registry``, else ``<dags_folder>/streaming_jobs.yaml``.
 
     Without ``dags_folder`` (the Airflow layer passes ``[core] dags_folder``; the core cannot ask
     Airflow), ``./dags`` and then this checkout's ``dags/`` are tried, so the ``aks`` CLI works
     from the repository without configuration.
     """
-    env = os.environ.get(REGISTRY_ENV)
+    env = settings.value("job_registry")
     if env:
         return Path(env)
     if dags_folder is not None:
@@ -164,7 +165,7 @@ def load_registry(path: str | os.PathLike[str] | None = None, *,
 
 
 def _read(reg_path: Path) -> str:
-    hint = f"create it, or point ${REGISTRY_ENV} at the registry file"
+    hint = f"create it, or point ${REGISTRY_ENV} ([kafka_spark] job_registry) at the registry file"
     try:
         size = reg_path.stat().st_size
         if not reg_path.is_file():

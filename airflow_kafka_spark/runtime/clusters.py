@@ -31,12 +31,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from airflow_kafka_spark import settings
 from airflow_kafka_spark.errors import UserError
 from airflow_kafka_spark.lifecycle.events import DriverKind
 
 RM_WEBAPP_CONF = "spark.hadoop.yarn.resourcemanager.webapp.address"
 RM_WEBAPP_EXTRA = "yarn-rm-webapp"
-K8S_TOKEN_FILE_ENV = "AKS_K8S_TOKEN_FILE"
+K8S_TOKEN_FILE_ENV = settings.BY_NAME["k8s_token_file"].env   # AIRFLOW__KAFKA_SPARK__K8S_TOKEN_FILE
 SERVICE_ACCOUNT = "/var/run/secrets/kubernetes.io/serviceaccount"
 STANDALONE_REST_EXTRA = "rest-url"
 DEFAULT_STANDALONE_REST_PORT = 6066
@@ -141,7 +142,7 @@ def k8s_endpoint(master: str, *, spark_conf: Mapping[str, str], conn_extra: Mapp
     """The API server of a ``k8s://`` master; the namespace as Spark picks it; the token from a file."""
     api = master.strip()[len("k8s://"):] if master.strip().lower().startswith("k8s://") else master.strip()
     namespace = spark_conf.get("spark.kubernetes.namespace") or conn_extra.get("namespace") or "default"
-    token_file = env.get(K8S_TOKEN_FILE_ENV) or f"{SERVICE_ACCOUNT}/token"
+    token_file = settings.value("k8s_token_file", None if env is os.environ else env) or f"{SERVICE_ACCOUNT}/token"
     ca = f"{SERVICE_ACCOUNT}/ca.crt"
     return ClusterEndpoint(kind=DriverKind.K8S.value, urls=(_http(api, https=True),), namespace=str(namespace),
                            token_file=token_file, ca_file=ca if Path(ca).is_file() else None)

@@ -62,7 +62,7 @@ class KubernetesApi:
                 token = Path(self.token_file).read_text().strip()
             except OSError as exc:
                 raise UserError(f"cannot read the Kubernetes token {self.token_file} ({exc.strerror}); mount the "
-                                "service account token or set AKS_K8S_TOKEN_FILE") from None
+                                "service account token or set [kafka_spark] k8s_token_file") from None
         return {"Authorization": f"Bearer {token}"} if token else {}
 
     def _call(self, method: str, path: str, *, query: dict[str, str] | None = None, raw: bool = False) -> Any:

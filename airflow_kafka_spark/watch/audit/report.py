@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from airflow_kafka_spark import settings
 from airflow_kafka_spark._util.fs import Location, list_files, open_location, os_reason, remove_file, write_atomic
 from airflow_kafka_spark.errors import UserError
 from airflow_kafka_spark.watch.audit.chart import CHART_MISSING, chart_available, render_chart
@@ -115,8 +115,8 @@ def _prune(root: Location, keep_runs: int) -> None:
 
 
 def default_audit_dir(registry: Registry) -> str:
-    """``$AKS_AUDIT_DIR``, else ``<first allowed root>/audit``: beside the data the registry manages."""
-    env = os.environ.get("AKS_AUDIT_DIR")
+    """``[kafka_spark] audit_dir``, else ``<first allowed root>/audit``: beside the data the registry manages."""
+    env = settings.value("audit_dir")
     if env:
         return env
     if not registry.allowed_roots:
