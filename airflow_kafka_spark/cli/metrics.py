@@ -23,7 +23,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from airflow_kafka_spark.cli._args import Command, add_kafka_arguments, positive_float
-from airflow_kafka_spark.cli._job import add_registry_argument, kafka_config_for, load_registry
+from airflow_kafka_spark.cli._job import add_registry_argument, kafka_config_for, kafka_given, load_registry
 from airflow_kafka_spark.errors import ExitCode
 
 
@@ -53,6 +53,9 @@ class MetricsCache:
         self.registry = load_registry(args)
         for name in args.job:
             self.registry.get(name)          # an unknown --job is a usage error now, not at the first scrape
+        # Kafka settings on the command line: read (and warned about) once, and wrong ones fail now;
+        # else each job's Airflow connection, read at every computation (a rotated secret is picked up).
+        self.cli_kafka = kafka_config_for(args, None) if kafka_given(args) else None
         self.history: dict[str, list[Any]] = {}
         self.lock = threading.Lock()
         self.text: str | None = None
@@ -66,7 +69,7 @@ class MetricsCache:
         except Exception as exc:
             print(f"warning: registry not reloaded, serving the previous one: {exc}", file=sys.stderr, flush=True)
         t0 = time.monotonic()
-        samples = registry_metrics(self.registry, lambda spec: kafka_config_for(self.args, spec),
+        samples = registry_metrics(self.registry, lambda spec: self.cli_kafka or kafka_config_for(self.args, spec),
                                    cluster_name=self.args.cluster_name, history=self.history,
                                    jobs=self.args.job or None, timeout=self.args.timeout)
         samples.append(MetricSample(SCRAPE_SECONDS, (), round(time.monotonic() - t0, 3)))
