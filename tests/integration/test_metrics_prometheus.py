@@ -5,7 +5,8 @@ The reference job runs under spark-submit on the real broker with a 120 s proces
 job sits between triggers with a lag of 240 that does not move (no producer). In that window the
 endpoint is scraped and ``aks lag --json`` run; both must report the same lag per partition, the
 same total and the same status, and the positions must be what Spark committed (Spark is the
-oracle: 60 records read). The server is a subprocess started the way an operator starts it.
+oracle: 60 records read). The server is a subprocess started the way an operator starts it. The
+scrape and the ``aks lag --json`` document are kept in ``test-artifacts/metrics/`` (git-ignored).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ PARTS = 3
 RECORDS = 300
 PER_TRIGGER = 60
 AKS = str(Path(sys.executable).with_name("aks"))
+ARTIFACTS = Path(os.environ.get("AKS_TEST_ARTIFACTS", Path(__file__).resolve().parents[2] / "test-artifacts"))
 MEASURED: dict[str, object] = {}
 
 
@@ -130,6 +132,9 @@ def test_scrape_equals_aks_lag_json_while_the_reference_job_runs(job, server):
     else:
         pytest.fail("the job committed a batch during every attempt")
     doc = json.loads(lag.stdout)
+    (ARTIFACTS / "metrics").mkdir(parents=True, exist_ok=True)        # the scrape, kept for a look (git-ignored)
+    (ARTIFACTS / "metrics" / "scrape.txt").write_text(text)
+    (ARTIFACTS / "metrics" / "aks-lag.json").write_text(lag.stdout)
     MEASURED["scrape (s)"] = round(scrape_s, 2)
     assert content_type == "text/plain; version=0.0.4; charset=utf-8"
     _, samples = parse(text)
