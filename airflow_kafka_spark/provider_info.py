@@ -56,11 +56,21 @@ def get_provider_info() -> dict[str, Any]:
             {
                 "integration-name": INTEGRATION,
                 "python-modules": [
+                    "airflow_kafka_spark.operators.approval",
                     "airflow_kafka_spark.operators.checkpoint",
+                    "airflow_kafka_spark.operators.links",
                     "airflow_kafka_spark.operators.safe_restart",
                     "airflow_kafka_spark.operators.streaming",
                 ],
             }
+        ],
+        # The task page's links (Spark application, finding docs, audit report): operators/links.py.
+        "extra-links": [
+            "airflow_kafka_spark.operators.links.SparkApplicationLink",
+            "airflow_kafka_spark.operators.links.FindingDocsLink",
+            "airflow_kafka_spark.operators.links.SecondFindingDocsLink",
+            "airflow_kafka_spark.operators.links.ThirdFindingDocsLink",
+            "airflow_kafka_spark.operators.links.AuditReportLink",
         ],
         "sensors": [
             {

@@ -43,6 +43,7 @@ from airflow.sdk import DAG, Param, TriggerRule, task
 from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_kafka_spark.errors import UserError
+from airflow_kafka_spark.operators.links import AuditReportLink
 from airflow_kafka_spark.registry.loader import load_registry
 from airflow_kafka_spark.registry.model import Registry
 
@@ -225,6 +226,7 @@ with DAG(
         _names = _registry.names()
         _observed = [observe.override(task_id=f"observe_{name}")(job=name) for name in _names]
         _report = report(jobs=_names)
+        _report.operator.operator_extra_links = (AuditReportLink(),)   # "Audit report" on the task page
         for _obs in _observed:
             _obs >> _report
         for _name in _names:

@@ -57,6 +57,7 @@ from airflow_kafka_spark.operators.checkpoint import (
     RestoreCheckpointOperator,
     ValidateCheckpointOperator,
 )
+from airflow_kafka_spark.operators.links import SparkApplicationLink
 from airflow_kafka_spark.operators.safe_restart import (
     APPROVE,
     BACKUP,
@@ -169,6 +170,7 @@ with DAG(
     submit = SubmitStreamingJobOperator(task_id=SUBMIT, job=JOB, dry_run=dry, reason=REASON)
     health_gate = StreamingHealthSensor(task_id=HEALTH_GATE, job=JOB, dry_run=dry, deferrable=True,
                                         poke_interval=HEALTH_POLL_S)
+    health_gate.operator_extra_links = (SparkApplicationLink(),)   # sensors may not import operators/links
     rollback = SafeRestartRollbackOperator(task_id=ROLLBACK, job=JOB, reason=REASON,
                                            trigger_rule=TriggerRule.ONE_FAILED)
     finish = SafeRestartFinishOperator(task_id=FINISH, job=JOB, reason=REASON, trigger_rule=TriggerRule.ALL_DONE)

@@ -31,6 +31,7 @@ from airflow_kafka_spark.airflow_glue.jobs import actor, flag, kafka_config, tas
 from airflow_kafka_spark.airflow_glue.spark import spark_target
 from airflow_kafka_spark.lifecycle.record import LifecycleRecord
 from airflow_kafka_spark.operators._common import StreamingJobOperator
+from airflow_kafka_spark.operators.links import SparkApplicationLink
 from airflow_kafka_spark.registry.model import JobSpec
 from airflow_kafka_spark.runtime import start_stop
 from airflow_kafka_spark.runtime.start_stop import DEFAULT_LEASE_TTL_S
@@ -59,6 +60,7 @@ class SubmitStreamingJobOperator(StreamingJobOperator):
     """
 
     template_fields = ("job", "reason", "previous", "dry_run")
+    operator_extra_links = (SparkApplicationLink(),)
 
     def __init__(self, *, job: str, previous: bool | str = False, dry_run: bool | str = False,
                  lease_ttl_s: float = DEFAULT_LEASE_TTL_S, **kwargs: Any) -> None:
@@ -88,6 +90,7 @@ class StopStreamingJobOperator(StreamingJobOperator):
     """
 
     template_fields = ("job", "reason", "dry_run")
+    operator_extra_links = (SparkApplicationLink(),)
 
     def __init__(self, *, job: str, timeout_s: float | None = None, poll_s: float = 1.0,
                  dry_run: bool | str = False, **kwargs: Any) -> None:
