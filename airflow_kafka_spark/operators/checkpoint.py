@@ -26,6 +26,7 @@ from airflow_kafka_spark.lifecycle.events import LifecycleEvent
 from airflow_kafka_spark.lifecycle.record import LifecycleRecord
 from airflow_kafka_spark.names import validate_backup_id
 from airflow_kafka_spark.operators._common import StreamingJobOperator
+from airflow_kafka_spark.operators.links import FINDING_LINKS
 from airflow_kafka_spark.ops.commands import backup_checkpoint
 from airflow_kafka_spark.registry.model import JobSpec
 from airflow_kafka_spark.runtime.app_versions import last_good_app
@@ -85,6 +86,7 @@ class ValidateCheckpointOperator(StreamingJobOperator):
     """
 
     template_fields = ("job", "reason", "override", "dry_run", "expect_new_checkpoint")
+    operator_extra_links = FINDING_LINKS   # the docs of the three worst finding codes
 
     def __init__(self, *, job: str, override: bool | str = False, dry_run: bool | str = False,
                  expect_new_checkpoint: bool | str | None = None, kafka_timeout_s: float = 10.0,
