@@ -24,9 +24,7 @@ import os
 import posixpath
 from typing import Any
 
-from fsspec.implementations.local import LocalFileSystem
-
-from airflow_kafka_spark._util.fs import list_local_detail, open_location
+from airflow_kafka_spark._util.fs import is_local_fs, list_local_detail, open_location
 from airflow_kafka_spark._util.text import one_line
 from airflow_kafka_spark.checkpoint.checks import ConsistencyChecks
 from airflow_kafka_spark.checkpoint.formats import (
@@ -148,7 +146,7 @@ class _Reader(ConsistencyChecks, SourcesAndState):
     def _ls(self, rel: str, *, required: bool = False) -> dict[str, dict]:
         """Base name -> fsspec info of one directory; {} if it vanished (unless ``required``)."""
         try:
-            if isinstance(self.fs, LocalFileSystem):
+            if is_local_fs(self.fs):
                 return list_local_detail(self._path(rel))
             listing = self.fs.ls(self._path(rel), detail=True)
         except FileNotFoundError:

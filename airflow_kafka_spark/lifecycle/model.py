@@ -9,9 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import fsspec
-
 from airflow_kafka_spark._util import text
+from airflow_kafka_spark._util.fs import split_protocol
 from airflow_kafka_spark.errors import UserError
 
 RECORD_SUFFIX = ".lifecycle.json"
@@ -20,7 +19,7 @@ RECORD_SUFFIX = ".lifecycle.json"
 def record_location(checkpoint_location: str) -> str:
     """``<checkpoint>.lifecycle.json``: a sibling of the checkpoint folder, not a file inside it."""
     loc = str(checkpoint_location).rstrip("/")
-    protocol, path = fsspec.core.split_protocol(loc)
+    protocol, path = split_protocol(loc)
     if not path or path.strip("/") == "" or (protocol and "/" not in path.strip("/")):
         raise UserError(f"checkpoint location {checkpoint_location!r} has no parent folder to keep the "
                         "lifecycle record beside it; use a checkpoint path below a folder or bucket")

@@ -114,6 +114,8 @@ def test_history_of_a_long_run_with_many_partitions_is_the_retained_100_batches(
 def test_default_read_touches_only_the_files_restart_needs(tmp_path, monkeypatch):
     import fsspec.implementations.local as local
 
+    from airflow_kafka_spark._util.fs import LocalFS
+
     ck = write_checkpoint(tmp_path / "cp", batches=40, pending=True)
     opened: list[str] = []
     real_open = local.LocalFileSystem._open
@@ -124,6 +126,13 @@ def test_default_read_touches_only_the_files_restart_needs(tmp_path, monkeypatch
         return real_open(self, path, mode=mode, **kw)
 
     monkeypatch.setattr(local.LocalFileSystem, "_open", spy)
+    real_cat = LocalFS.cat_file   # plain local paths are read without fsspec
+
+    def cat_spy(self, path, *a, **kw):
+        opened.append(str(Path(path).relative_to(ck.root)))
+        return real_cat(self, path, *a, **kw)
+
+    monkeypatch.setattr(LocalFS, "cat_file", cat_spy)
     read_checkpoint(ck.location)
     assert sorted(opened) == sorted(["metadata", "offsets/40", "offsets/39", "commits/39", "sources/0/0"])
 
@@ -518,6 +527,6 @@ def test_history_on_an_async_filesystem_is_read_in_one_batch(tmp_path, monkeypat
 
     monkeypatch.setattr(fs_local.LocalFileSystem, "async_impl", True, raising=False)
     monkeypatch.setattr(fs_local.LocalFileSystem, "cat", cat)
-    st = read_checkpoint(ck.location, read_history=True)
+    st = read_checkpoint(f"file://{ck.root}", read_history=True)   # a URL: through fsspec, not LocalFS
     assert calls == [10]  # offsets/11 and offsets/10 were already read for the restart check
     assert [b.batch_id for b in st.history] == list(range(12)) and st.problems == []
