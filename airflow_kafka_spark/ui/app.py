@@ -26,6 +26,7 @@ from airflow_kafka_spark.ui import html
 from airflow_kafka_spark.ui.jobs import all_jobs, one_job, registry
 
 URL_PREFIX = "/streaming-jobs"
+_SCRAPE_HISTORY: dict[str, list[Any]] = {}
 METRICS_MISSING = "# the metrics module (airflow_kafka_spark.watch.metrics) is not installed in this version\n"
 
 
@@ -103,14 +104,18 @@ def create_app() -> FastAPI:
 
     @app.get("/metrics", response_class=PlainTextResponse)
     def metrics(user: User) -> Response:
-        """Prometheus text for every registry job (the metrics module's names and labels)."""
+        """Prometheus text for every registry job: the metrics module's names and labels (kafka-lag-exporter's).
+
+        Broker samples are kept between scrapes (per API-server worker), so the status has its trend as
+        under ``aks lag --watch``.
+        """
         try:
-            from airflow_kafka_spark.watch.metrics import prometheus_text, registry_metrics
+            from airflow_kafka_spark.watch.metrics import CONTENT_TYPE, prometheus_text, registry_metrics
         except ImportError:
             return PlainTextResponse(METRICS_MISSING, status_code=501)
         from airflow_kafka_spark.ui.jobs import kafka_config_from_connection
 
-        text = prometheus_text(registry_metrics(_registry_or_404(), kafka_config_from_connection))
-        return PlainTextResponse(text, media_type="text/plain; version=0.0.4; charset=utf-8")
+        samples = registry_metrics(_registry_or_404(), kafka_config_from_connection, history=_SCRAPE_HISTORY)
+        return Response(prometheus_text(samples), media_type=CONTENT_TYPE)
 
     return app

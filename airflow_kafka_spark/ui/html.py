@@ -117,7 +117,8 @@ def _row(v: JobView, base: str) -> str:
     alerts = "".join(f'<div class="alert" data-alert="{escape(a.code)}">{escape(a.code)}: {escape(a.message)}</div>'
                      for a in v.alerts)
     head, loss = _headroom(v)
-    return (f'<tr data-job="{name}"><td><a href="{escape(_job_href(base, v.spec.name))}">{name}</a></td>'
+    observed = "" if obs is None else f' data-observed-at="{obs.observed_at_ms}"'
+    return (f'<tr data-job="{name}"{observed}><td><a href="{escape(_job_href(base, v.spec.name))}">{name}</a></td>'
             f"{_driver(v)}{_verdict(v)}{lag}<td>{status}{alerts}</td>{head}{loss}{_restart(v)}"
             f'<td><a data-field="restart-link" href="{escape(_job_href(base, v.spec.name))}/restart">'
             "safe restart…</a></td></tr>")

@@ -1,0 +1,6 @@
+"""The UI tests run a real ``airflow api-server``: the same throwaway ``AIRFLOW_HOME`` and migrated DB as tests/airflow.
+
+Importing tests/airflow/conftest.py points Airflow at that home before anything imports it.
+"""
+
+from tests.airflow.conftest import airflow_home, pytest_sessionfinish  # noqa: F401
