@@ -73,17 +73,25 @@ def registry_dags_folder() -> str | None:
 def load_job(job: Any, registry_path: str | None = None) -> tuple[Registry, JobSpec]:
     """The registry and the job called ``job``; any problem is the registry's one-line UserError.
 
-    The operators, sensors and the safe-restart DAG run Structured Streaming steps (checkpoint offset
-    log, Spark's commits); on a ``kind: dstream`` job they would judge, back up or reset the wrong
-    thing, so such a job is refused here until they dispatch it to runtime/dstream.py.
+    A ``kind: dstream`` job is returned too: the safe-restart DAG's operators hand it to
+    :mod:`airflow_kafka_spark.airflow_glue.dstream`; a task that only knows Structured Streaming
+    refuses it with :func:`require_structured`.
     """
     registry = load_registry(registry_path, dags_folder=None if registry_path else registry_dags_folder())
-    spec = registry.get(job)
+    return registry, registry.get(job)
+
+
+def is_dstream(spec: JobSpec) -> bool:
+    return spec.kind is JobKind.DSTREAM
+
+
+def require_structured(spec: JobSpec, what: str) -> JobSpec:
+    """Refuse a DStream job in a task that reads Structured Streaming checkpoints (one line, nothing changed)."""
     if spec.kind is not JobKind.STRUCTURED:
-        raise UserError(f"job {spec.name!r} is a DStream job (kind: dstream, group {spec.group}): the Airflow "
-                        "operators manage Structured Streaming jobs only so far; restart it with "
-                        "airflow_kafka_spark.runtime.dstream (plan, backup, move aside, rollback)")
-    return registry, spec
+        raise UserError(f"job {spec.name!r} is a DStream job (kind: dstream, group {spec.group}): {what} works on "
+                        "Structured Streaming checkpoints only; the streaming_safe_restart DAG (modes auto, keep, "
+                        "reset-preserve) manages DStream jobs")
+    return spec
 
 
 def kafka_config(spec: JobSpec) -> dict[str, Any]:

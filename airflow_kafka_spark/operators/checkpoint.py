@@ -17,7 +17,8 @@ from typing import Any
 
 from airflow.sdk.exceptions import AirflowSkipException
 
-from airflow_kafka_spark.airflow_glue.jobs import actor, fail, flag, kafka_config, optional_text
+from airflow_kafka_spark.airflow_glue import dstream
+from airflow_kafka_spark.airflow_glue.jobs import actor, fail, flag, is_dstream, kafka_config, optional_text
 from airflow_kafka_spark.checkpoint.position import resume_position
 from airflow_kafka_spark.checkpoint.reader import read_checkpoint
 from airflow_kafka_spark.errors import UserError
@@ -101,6 +102,8 @@ class ValidateCheckpointOperator(StreamingJobOperator):
         _, spec = self.load()
         override = flag(self.override, name="override")
         dry_run = flag(self.dry_run, name="dry_run")
+        if is_dstream(spec):
+            return dstream.validate_step(spec, context, override=override, dry_run=dry_run, log=self.log)
         config = kafka_config(spec)
         record = LifecycleRecord.load(spec.checkpoint)
         state = read_checkpoint(spec.checkpoint)
@@ -151,6 +154,8 @@ class BackupCheckpointOperator(StreamingJobOperator):
 
     def run(self, context: Any) -> dict[str, Any]:
         _, spec = self.load()
+        if is_dstream(spec):
+            return dstream.backup_step(spec, context, dry_run=flag(self.dry_run, name="dry_run"), log=self.log)
         state = read_checkpoint(spec.checkpoint)
         has_batches = bool(state.offset_batch_ids or state.commit_batch_ids)
         if not has_batches and self.missing_ok:
@@ -199,6 +204,8 @@ class RestoreCheckpointOperator(StreamingJobOperator):
         if backup_id is None:
             raise AirflowSkipException("no backup to restore in this run")
         _, spec = self.load()
+        if is_dstream(spec):
+            return dstream.restore_step(spec)
         validate_backup_id(backup_id)
         result = restore_checkpoint(
             spec.checkpoint, spec.backup_root, backup_id, kafka_config(spec), job=spec.name,
@@ -249,11 +256,14 @@ class ResetCheckpointOperator(StreamingJobOperator):
         from airflow_kafka_spark.ops.reset_plan import ResetRequest, parse_datetime
 
         mode = optional_text(self.mode)
+        _, spec = self.load()
+        if is_dstream(spec):   # a new build moves its DStream checkpoint aside even when the mode says keep
+            return dstream.reset_step(spec, context, mode=mode, dry_run=flag(self.dry_run, name="dry_run"),
+                                      log=self.log)
         if mode is None:
             raise AirflowSkipException("no reset in this run")
         if mode not in tuple(ResetMode):
             raise UserError(f"reset mode {mode!r} is not one of {', '.join(ResetMode)}")
-        _, spec = self.load()
         when = optional_text(self.to_datetime)
         shift = optional_text(self.shift_by)
         offsets = optional_text(self.to_offsets)

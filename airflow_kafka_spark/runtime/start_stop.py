@@ -21,11 +21,12 @@ from typing import Any
 from airflow_kafka_spark.checkpoint.reader import read_checkpoint
 from airflow_kafka_spark.errors import UserError
 from airflow_kafka_spark.kafka.secrets import bootstrap_servers_of, scrub
+from airflow_kafka_spark.kafka.view import KafkaView
 from airflow_kafka_spark.lifecycle.events import LifecycleEvent
 from airflow_kafka_spark.lifecycle.model import DriverInfo
 from airflow_kafka_spark.lifecycle.record import LifecycleRecord
-from airflow_kafka_spark.registry.model import JobSpec
-from airflow_kafka_spark.runtime import app_versions, clusters, drivers, submit
+from airflow_kafka_spark.registry.model import JobKind, JobSpec
+from airflow_kafka_spark.runtime import app_versions, clusters, drivers, dstream, submit
 from airflow_kafka_spark.runtime.clusters import ClusterEndpoint
 from airflow_kafka_spark.runtime.submit import SparkTarget
 
@@ -132,6 +133,11 @@ def submit_job(spec: JobSpec, *, kafka_config: Mapping[str, Any], target: SparkT
         if record.next_starting_offsets:
             starting_file = submit.starting_offsets_path(spec)
             submit.write_starting_offsets(starting_file, record.next_starting_offsets)
+        aside = dstream.checkpoint_for_start(run_spec, previous=is_previous) if run_spec.kind is JobKind.DSTREAM \
+            else None
+        if aside:
+            log.info("DStream checkpoint of another build moved aside to %s: %s starts from its group", aside,
+                     run_spec.application)
         command, env = build(starting_file)
         shown = scrub(" ".join(command), kafka_config)
         log_path = None
@@ -150,6 +156,13 @@ def submit_job(spec: JobSpec, *, kafka_config: Mapping[str, Any], target: SparkT
             committed_before=state.latest_committed.batch_id if state.latest_committed else None,
             query_id_before=state.query_id, log_path=log_path, starting_offsets_file=starting_file, actor=actor,
             rollback=is_previous, endpoint=endpoint.to_dict() if endpoint else None)
+        dstream_entry = None
+        if run_spec.kind is JobKind.DSTREAM:   # the build writing its DStream checkpoint; the gate's baseline
+            view = KafkaView(dict(kafka_config), timeout=30.0)
+            try:
+                dstream_entry = dstream.record_submit(run_spec, record, kafka=view)
+            finally:
+                view.close()
         # next_starting_offsets stays until the health gate sees the new query plan a batch from it:
         # a driver that dies at start must not use them up.
         record.save()
@@ -160,7 +173,8 @@ def submit_job(spec: JobSpec, *, kafka_config: Mapping[str, Any], target: SparkT
             log.warning("lease of job %s not released: %s", spec.name, exc)
     return {**summary, "driver": entry["driver"], "log_path": log_path, "command": shown,
             "committed_before": entry["committed_before"], "query_id_before": entry["query_id_before"],
-            "starting_offsets_file": starting_file, "submitted_at_ms": entry["submitted_at_ms"]}
+            "starting_offsets_file": starting_file, "submitted_at_ms": entry["submitted_at_ms"],
+            **({"dstream": dstream_entry} if dstream_entry is not None else {})}
 
 
 def stop_job(spec: JobSpec, *, target: Callable[[], SparkTarget], actor: str, log: Any, timeout_s: float | None = None,

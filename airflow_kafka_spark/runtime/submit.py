@@ -57,7 +57,8 @@ from airflow_kafka_spark._util.fs import open_location, remove_file, write_atomi
 from airflow_kafka_spark.errors import UserError
 from airflow_kafka_spark.kafka.secrets import is_secret_key, scrub
 from airflow_kafka_spark.lifecycle.model import DriverInfo
-from airflow_kafka_spark.registry.model import JobSpec
+from airflow_kafka_spark.registry.model import JobKind, JobSpec
+from airflow_kafka_spark.runtime import dstream
 
 DETACH_LOCAL = "local-process"
 DETACH_YARN = "yarn-cluster"
@@ -168,6 +169,8 @@ def job_arguments(spec: JobSpec, *, bootstrap_servers: str, starting_offsets_fil
     """
     if not bootstrap_servers:
         raise UserError(f"job {spec.name}: the Kafka connection {spec.kafka_conn_id!r} has no bootstrap.servers")
+    if spec.kind is JobKind.DSTREAM:    # another contract: the position is the consumer group
+        return dstream.job_arguments(spec, bootstrap_servers=bootstrap_servers, kafka_options=kafka_options)
     args = ["--topics", ",".join(spec.topics), "--bootstrap-servers", bootstrap_servers,
             "--checkpoint", spec.checkpoint]
     if spec.output:

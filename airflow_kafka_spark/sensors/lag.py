@@ -72,11 +72,11 @@ class StreamingLagSensor(BaseSensorOperator):
     # -- resolution ------------------------------------------------------------------------------
 
     def _spec(self) -> JobSpec:
-        from airflow_kafka_spark.airflow_glue.jobs import load_job
+        from airflow_kafka_spark.airflow_glue.jobs import load_job, require_structured
         from airflow_kafka_spark.errors import UserError
 
         try:
-            return load_job(self.job, self.registry_path)[1]
+            return require_structured(load_job(self.job, self.registry_path)[1], "the lag sensor")
         except UserError as exc:
             raise AirflowFailException(str(exc)) from None
 

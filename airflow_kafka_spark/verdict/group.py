@@ -19,13 +19,19 @@ if TYPE_CHECKING:  # types only: the verdict stays free of Kafka client and fssp
 
 
 def evaluate_group(group_offsets: PartitionOffsets, broker: BrokerState, options: DeployOptions,
-                   batch_trail_note: bool = True, *, group_id: str | None = None) -> Verdict:
+                   batch_trail_note: bool = True, *, group_id: str | None = None,
+                   processed_end: PartitionOffsets | None = None) -> Verdict:
     """The same alignment checks for a consumer group's committed offsets (DStream direct-API jobs
     that ``commitAsync``), plus the one-batch trail of ``commitAsync`` (user-stories.md story 1).
 
     For such a job the reset policy of the consumer (``auto.offset.reset``, given here as
     ``options.starting_offsets``; Kafka's default is ``latest``) decides where partitions without a
     committed offset start, so those are judged by that policy rather than by Spark's rules.
+
+    ``processed_end``: the end offsets of the last ranges the stopped job processed (Spark's own
+    ``KafkaRDD`` log lines, :func:`airflow_kafka_spark.runtime.dstream.processed_end_from_log`). With
+    them the replay is exact — the processed-but-uncommitted records; without them it is only bounded
+    by the backlog, which also holds whatever arrived after the last batch.
     """
     topics = options.topics
     start = {tp: o for tp, o in group_offsets.items() if topics is None or tp.topic in topics}
@@ -42,19 +48,38 @@ def evaluate_group(group_offsets: PartitionOffsets, broker: BrokerState, options
     if not start:
         findings.append(_no_group_offsets(label, broker, deploy_topics, policy, options))
     elif batch_trail_note:
-        findings.append(Finding(
-            "GROUP_COMMIT_TRAILS_ONE_BATCH", WARN,
-            numbers={"backlog": backlog, "partitions": len(start), "records_to_replay": backlog},
-            message=(f"{label} is committed by commitAsync, which only queues offsets and commits them "
-                     f"during the next batch: the last batch processed before the stop was never "
-                     f"committed and will be read again on restart — {backlog:,} records between the "
-                     f"group's offsets and the log end, all of them re-read if the job had caught up "
-                     f"before it stopped (0 after a graceful stop whose last batch was empty)"),
-            fix=("make the output idempotent or store offsets with the output; for a clean stop let one "
-                 "more (empty) batch run after the last data so the queued commit drains")))
+        findings.append(_trail_finding(label, start, broker, backlog, processed_end))
     if backlog:
         findings.append(backlog_finding(backlog, options))
     return Verdict.of(apply_strict(findings, options), source="group", subject=group_id)
+
+
+def _trail_finding(label: str, start: PartitionOffsets, broker: BrokerState, backlog: int,
+                   processed_end: PartitionOffsets | None) -> Finding:
+    """commitAsync's one-batch trail: what the restart re-reads, exact when the processed end is known."""
+    fix = ("make the output idempotent or store offsets with the output; for a clean stop let one more (empty) "
+           "batch run after the last data so the queued commit drains")
+    nums: dict[str, Number] = {"backlog": backlog, "partitions": len(start)}
+    if processed_end is not None and all(tp in processed_end for tp in start):
+        replay = sum(max(0, min(processed_end[tp], broker.latest.get(tp, processed_end[tp])) - c)
+                     for tp, c in start.items())
+        return Finding(
+            "GROUP_COMMIT_TRAILS_ONE_BATCH", WARN, numbers={**nums, "records_to_replay": replay},
+            message=(f"{label} is committed by commitAsync, which only queues offsets and commits them during "
+                     f"the next batch: the job processed {replay:,} records past the group's offsets (its last "
+                     f"ranges, from Spark's KafkaRDD log) that were never committed — exactly these are read "
+                     f"again on restart; the other {backlog - replay:,} of the {backlog:,} behind the group "
+                     f"arrived after its last batch and are read for the first time"),
+            fix=fix)
+    return Finding(
+        "GROUP_COMMIT_TRAILS_ONE_BATCH", WARN, numbers={**nums, "records_to_replay": backlog},
+        message=(f"{label} is committed by commitAsync, which only queues offsets and commits them during the "
+                 f"next batch: the last batch processed before the stop was never committed and is read again "
+                 f"on restart — at most {backlog:,} records (all behind the group's offsets): that many only "
+                 f"if the job had caught up before it stopped, fewer when records arrived after its last batch "
+                 f"(0 after a graceful stop whose last batch was empty); the job's driver log (Spark's KafkaRDD "
+                 f"'Computing topic' lines) makes the count exact"),
+        fix=fix)
 
 
 def _group_new_partitions(start: PartitionOffsets, broker: BrokerState, deploy_topics: Iterable[str],
