@@ -66,11 +66,15 @@ class ApprovalRequest:
                       f"| **total** | **{self.skipped:,}** | **{self.replayed:,}** |", ""]
         if self.codes:
             lines += ["Verdict codes: " + ", ".join(f"`{c}`" for c in self.codes), ""]
-        lines += ["The job keeps running until the stop that follows an approval; the reset is then planned "
-                  "again and refused (nothing changed, the running application is put back) if it would skip "
-                  f"more than *max_records_skipped* records. Empty: {self.bound():,} (the number above plus "
-                  f"{SLACK_FRACTION:.0%}, at least {SLACK_MIN_RECORDS:,}).",
-                  "", "**Reject** changes nothing: the checkpoint, the backups and the running job stay as they are."]
+        if self.kind == "reset":
+            lines += ["The job keeps running until the stop that follows an approval; the reset is then planned "
+                      "again and refused (nothing changed, the running application is put back) if it would skip "
+                      f"more than *max_records_skipped* records. Empty: {self.bound():,} (the number above plus "
+                      f"{SLACK_FRACTION:.0%}, at least {SLACK_MIN_RECORDS:,}).", ""]
+        elif self.kind == "restore":
+            lines += ["The job keeps running until the stop that follows an approval: the restore then reads "
+                      "again what the job committed meanwhile, on top of the numbers above.", ""]
+        lines += ["**Reject** changes nothing: the checkpoint, the backups and the running job stay as they are."]
         return "\n".join(lines)
 
     def to_dict(self) -> dict[str, Any]:
