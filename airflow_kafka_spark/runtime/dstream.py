@@ -1,24 +1,26 @@
 """The safe restart of a DStream job (registry ``kind: dstream``): its position is a consumer group
 (``commitAsync``, one batch late) and, optionally, a DStream checkpoint only its own build can read.
 
-The steps, in the order the safe path runs them (tests/dstream/test_safe_path.py drives them with
-the real job through a recompile; the safe-restart DAG does not dispatch ``kind: dstream`` jobs to
-them yet — its operators are the Structured Streaming ones):
+The steps, in the order the safe path runs them (the ``streaming_safe_restart`` DAG's operators hand
+a DStream job to them through airflow_glue/dstream.py; tests/dstream/test_safe_restart_dag.py runs
+the DAG and tests/dstream/test_safe_path.py these functions, both with the real job through a
+recompile):
 
 1. :func:`plan_dstream_restart` before the stop: the group against Kafka (``verdict.group``) and the
    DStream checkpoint against the build being deployed (``verdict.dstream``). A BLOCK stops here.
 2. the graceful stop (the job's stop marker), then :func:`plan_dstream_restart` again: only now is
    the one-batch trail final, and its ``records_to_replay`` is the count announced for the restart
-   (duplicates with an append sink; none with an idempotent one).
+   (duplicates with an append sink; none with an idempotent one) — exact with the stopped driver's
+   last ranges (:func:`processed_end_of_last_driver`, Spark's KafkaRDD log lines), else an upper bound.
 3. :func:`backup_dstream`: the group's committed offsets and a copy of the DStream checkpoint.
 4. :func:`move_checkpoint_aside` when the plan says so (another or an unknown build wrote it): the
    new build then starts from the group's committed offsets.
-5. submit, and :func:`group_progress` as the health gate: the group's commits move past the offsets
-   the restart started from.
+5. submit (:func:`job_arguments`, :func:`record_submit`: the build, the gate's baseline;
+   :func:`checkpoint_for_start` refuses another build's checkpoint), and the health gate
+   (:func:`group_sample`, :func:`judge_group_health`): the group's commits move on, lag not growing.
 6. :func:`rollback_dstream` if anything after the stop failed: the group's offsets and the DStream
    checkpoint both come back from the backup.
 """
-
 from __future__ import annotations
 
 import itertools

@@ -3,14 +3,14 @@
 A DStream checkpoint (``checkpoint-<time>`` files) is the Java-serialized ``DStreamGraph``: the
 job's function objects with their classes' ``serialVersionUID``. After a recompile,
 ``StreamingContext.getOrCreate`` fails with ``InvalidClassException ... local class incompatible``
-(tests/dstream/test_recompile.py shows it with the real job), so the only safe moves are: the same
+(tests/dstream/test_safe_path.py shows it with the real job), so the only safe moves are: the same
 build restarts on it, or a new build starts without it, from the consumer group the job
 ``commitAsync``s to. The product cannot decompile a checkpoint, but it can know which build wrote
 it: after a start, :func:`record_build` keeps the application jar's digest in the lifecycle record
 beside the checkpoint, and the deploy compares the new jar's digest with it before anything starts.
-(runtime/dstream.py's safe path and the tests call it; the safe-restart DAG does not run DStream
-jobs yet.) Without a record the verdict can only warn: the checkpoint's own Java-serialized,
-LZ4-compressed graph is not decoded here.
+(The product's submit of a DStream job calls it, runtime/dstream.record_submit.) Without a record
+the verdict can only warn: the checkpoint's own Java-serialized, LZ4-compressed graph is not
+decoded here.
 """
 
 from __future__ import annotations

@@ -20,6 +20,7 @@ from airflow_kafka_spark.runtime.dstream import (
     group_progress,
     move_checkpoint_aside,
     plan_dstream_restart,
+    processed_end_from_log,
     rollback_dstream,
 )
 from airflow_kafka_spark.verdict.dstream import dstream_checkpoint_verdict, jar_digest, read_state, record_build
@@ -84,7 +85,10 @@ def test_recompile_through_the_safe_path(broker, dstream_v1, dstream_v2, topic_n
         }
 
         assert old.stop("stop requested at 2026-11-24T02:00:00Z") == 0, old.tail()  # the product's marker text
-        plan = plan_dstream_restart(spec, str(dstream_v2.jar), kafka=view)  # the trail is final only now
+        # the trail is final only now: Kafka alone bounds it; the old driver's log (KafkaRDD lines) makes it exact
+        bound = plan_dstream_restart(spec, str(dstream_v2.jar), kafka=view)
+        ranges = processed_end_from_log(old.log.read_text(errors="replace"))
+        plan = plan_dstream_restart(spec, str(dstream_v2.jar), kafka=view, processed_end=ranges)
 
         # user story 2: what the unsafe deploy (the new build on the old checkpoint) does, as the verdict said
         assert dstream_checkpoint_verdict(str(ck), str(dstream_v1.jar)).severity == "PASS"
@@ -107,7 +111,8 @@ def test_recompile_through_the_safe_path(broker, dstream_v1, dstream_v2, topic_n
                 tp = TopicPartition(r["topic"], r["partition"])
                 processed_end[tp] = max(processed_end.get(tp, 0), r["until"])
         reread = sum(end - backup.group_offsets[tp] for tp, end in processed_end.items())
-        assert reread > 0 and plan.records_to_replay >= reread and plan.duplicates_expected == plan.records_to_replay
+        assert reread > 0 and bound.records_to_replay >= reread and not bound.replay_exact
+        assert plan.replay_exact and plan.records_to_replay == reread == plan.duplicates_expected
 
         new = run_for(dstream_v2, tmp_path, bootstrap=bs, topic=topic_name, group=group, checkpoint=ck, name="v2")
         new.start()
@@ -126,7 +131,10 @@ def test_recompile_through_the_safe_path(broker, dstream_v1, dstream_v2, topic_n
 
         assert sink.idempotent() == truth and set(sink.appended()) == truth  # record by record: none lost
         assert sink.duplicates() == reread  # exactly the processed-but-uncommitted batch, nothing else
-        print(f"safe path: produced {len(truth)}, announced {plan.records_to_replay}, duplicated {reread}")
+        print(
+            f"safe path: produced {len(truth)}, announced {plan.records_to_replay} (Kafka alone: at most "
+            f"{bound.records_to_replay}), duplicated {reread}"
+        )
 
         # the rollback: both the group's offsets and the DStream checkpoint come back
         rollback_dstream(spec, backup, kafka=view)
