@@ -44,11 +44,11 @@ spark-submit line are shown in the task XComs and logs, and nothing is changed.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from airflow.sdk import DAG, Param, TriggerRule, chain
 
+from airflow_kafka_spark import settings
 from airflow_kafka_spark.names import BACKUP_ID_PATTERN
 from airflow_kafka_spark.operators.approval import SafeRestartApprovalOperator
 from airflow_kafka_spark.operators.checkpoint import (
@@ -85,7 +85,7 @@ from airflow_kafka_spark.sensors.health import StreamingHealthSensor
 DAG_ID = "streaming_safe_restart"
 # How often the health gate looks at the job. Seconds; the default suits production, tests and the
 # demo set a short one.
-HEALTH_POLL_S = float(os.environ.get("AKS_HEALTH_GATE_POLL_S", "15"))
+HEALTH_POLL_S = settings.float_value("health_gate_poll_s", 15.0)   # [kafka_spark] health_gate_poll_s
 # The shape of a backup id (airflow_kafka_spark.names, checked again before any use): rejecting a
 # malformed id in the form means no run is created for it.
 

@@ -24,12 +24,15 @@ def broker(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def connector_jars() -> str:
-    """``$AKS_CONNECTOR_JARS`` for drivers the operators start on a local master (the jars devstack fetched)."""
-    if not os.environ.get("AKS_CONNECTOR_JARS"):
+    """``[kafka_spark] connector_jars`` for drivers the operators start on a local master (the jars devstack
+    fetched), as its environment form, which Airflow and ``aks`` both read."""
+    from airflow_kafka_spark.runtime.submit import CONNECTOR_JARS_ENV
+
+    if not os.environ.get(CONNECTOR_JARS_ENV):
         from devstack.jars import spark_kafka_jars
 
-        os.environ["AKS_CONNECTOR_JARS"] = ",".join(str(j) for j in spark_kafka_jars())
-    return os.environ["AKS_CONNECTOR_JARS"]
+        os.environ[CONNECTOR_JARS_ENV] = ",".join(str(j) for j in spark_kafka_jars())
+    return os.environ[CONNECTOR_JARS_ENV]
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -53,6 +53,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from airflow_kafka_spark import settings
 from airflow_kafka_spark._util.fs import open_location, remove_file, write_atomic
 from airflow_kafka_spark.errors import UserError
 from airflow_kafka_spark.kafka.secrets import is_secret_key, scrub
@@ -86,7 +87,7 @@ _ENV_DROP_PREFIXES = ("AIRFLOW_CONN_", "AIRFLOW_VAR_", "AIRFLOW__", "_AIRFLOW")
 K8S_TAG_LABEL = "aks-tag"   # airflow_kafka_spark.runtime.k8s.TAG_LABEL
 # Where the Kafka connector jars for a local master come from when the job's spark_conf names none:
 # comma-separated paths (the dev stack and the test suite set it from devstack.jars), else Maven.
-CONNECTOR_JARS_ENV = "AKS_CONNECTOR_JARS"
+CONNECTOR_JARS_ENV = settings.BY_NAME["connector_jars"].env   # AIRFLOW__KAFKA_SPARK__CONNECTOR_JARS
 CONNECTOR_PACKAGE = "org.apache.spark:spark-sql-kafka-0-10_2.13"
 
 _YARN_APP = re.compile(r"\b(application_\d+_\d+)\b")
@@ -206,19 +207,21 @@ class ConnectorJars:
 def local_connector(spec: JobSpec, master: str, env: Mapping[str, str]) -> ConnectorJars:
     """The connector for a ``local`` master whose spark_conf names none (else nothing to add).
 
-    ``$AKS_CONNECTOR_JARS`` (comma-separated paths) when set, else the connector matching the
+    ``[kafka_spark] connector_jars`` (comma-separated paths) when set, else the connector matching the
     installed pyspark from Maven (``spark.jars.packages``; needs network access at driver start).
     """
     if not needs_local_connector_jars(spec, master):
         return ConnectorJars()
-    listed = tuple(j.strip() for j in env.get(CONNECTOR_JARS_ENV, "").split(",") if j.strip())
+    setting = settings.value("connector_jars", None if env is os.environ else env) or ""
+    listed = tuple(j.strip() for j in setting.split(",") if j.strip())
     if listed:
         return ConnectorJars(jars=listed)
     try:
         version = metadata.version("pyspark")
     except metadata.PackageNotFoundError:
         raise UserError(f"job {spec.name}: a local master needs the Kafka connector; set spark.jars or "
-                        f"spark.jars.packages in its spark_conf, or ${CONNECTOR_JARS_ENV} to the jar paths") from None
+                        "spark.jars.packages in its spark_conf, or [kafka_spark] connector_jars to the jar "
+                        "paths") from None
     return ConnectorJars(packages=f"{CONNECTOR_PACKAGE}:{version}")
 
 
