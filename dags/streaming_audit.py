@@ -13,6 +13,8 @@ Shape::
 * ``observe_<job>`` (one per job) reads the checkpoint, the broker and the backup catalog and
   returns the job's audit as XCom. It never fails for the job's own problems — an unreachable
   cluster or a missing checkpoint is itself a finding — so one broken job cannot hide the others.
+  Its lag, status and headroom also go to Airflow's metrics (``Stats``: StatsD / OpenTelemetry,
+  when ``[metrics]`` turns them on; names in docs/metrics.md).
 * ``report`` (runs whatever happened upstream) writes ``audit-<UTC>.json / .md / .png``,
   ``latest.*`` and the small ``audit-history.json`` into the audit folder, which is
   ``$AKS_AUDIT_DIR`` or ``<first allowed root of the registry>/audit`` (or the ``out_dir`` param,
@@ -136,9 +138,11 @@ ALERT_CALLBACKS: list[Any] = [alert_job]
 @task(show_return_value_in_logs=False)   # the XCom holds every partition; the log gets one summary line
 def observe(job: str, **context: Any) -> dict[str, Any]:
     """Audit one job; the result (never an exception for the job's own problems) is the XCom."""
+    from airflow_kafka_spark.airflow_glue.stats import emit_observation
     from airflow_kafka_spark.hooks.streaming import StreamingKafkaHook
     from airflow_kafka_spark.watch.audit.history import AuditHistory
     from airflow_kafka_spark.watch.audit.job import audit_job, thresholds_of
+    from airflow_kafka_spark.watch.metrics import group_label
     from airflow_kafka_spark.watch.observation import Alert
 
     registry = load_registry(dags_folder=DAGS_FOLDER)
@@ -152,7 +156,8 @@ def observe(job: str, **context: Any) -> dict[str, Any]:
         return JobAudit(job=job, audited_at_ms=int(time.time() * 1000), thresholds=thresholds_of(spec),
                         error=str(exc), alerts=[Alert("AUDIT_ERROR", str(exc)).to_dict()]).to_dict()
     audit = audit_job(spec, config, samples=history.samples_for(job),
-                      check_verdict=bool(context["params"].get("check_verdict", True)))
+                      check_verdict=bool(context["params"].get("check_verdict", True)),
+                      on_observation=lambda obs: emit_observation(obs, group=group_label(spec)))
     log.info("job %s: %s; lag %s records, %s s; headroom %s s; alerts: %s", job, audit.status, audit.lag_records,
              audit.lag_seconds, audit.headroom_s, [a["code"] for a in audit.alerts] or "none")
     return audit.to_dict()

@@ -6,7 +6,8 @@ host/port, the ``statsd`` package installed) and ``Stats`` initialised as a work
 does at start. The checkpoints are written byte for byte as Spark 4.0 writes them, over a real
 topic on the real broker; the received gauges must equal what the core's ``observe_job`` says for
 the same job (records exactly; the age of the oldest unread record within the seconds between
-the two looks), and the two gate outcomes (one passed, one failed) arrive as counters.
+the two looks), and the two gate outcomes (one passed, one failed) arrive as counters. The hourly
+``streaming_audit`` DAG sends the same gauges for every job it audits.
 """
 
 from __future__ import annotations
@@ -69,40 +70,44 @@ class UdpListener:
         self.sock.close()
 
 
-@pytest.fixture
-def statsd(airflow_home, monkeypatch):
+@pytest.fixture(scope="module")
+def statsd(airflow_home):
     from airflow.sdk.observability import stats
     from airflow.sdk.observability.metrics import stats_utils
 
     listener = UdpListener()
-    monkeypatch.setenv("AIRFLOW__METRICS__STATSD_ON", "True")
-    monkeypatch.setenv("AIRFLOW__METRICS__STATSD_HOST", "127.0.0.1")
-    monkeypatch.setenv("AIRFLOW__METRICS__STATSD_PORT", str(listener.port))
-    monkeypatch.setenv("AIRFLOW__METRICS__STATSD_PREFIX", "airflow")
+    mp = pytest.MonkeyPatch()
+    mp.setenv("AIRFLOW__METRICS__STATSD_ON", "True")
+    mp.setenv("AIRFLOW__METRICS__STATSD_HOST", "127.0.0.1")
+    mp.setenv("AIRFLOW__METRICS__STATSD_PORT", str(listener.port))
+    mp.setenv("AIRFLOW__METRICS__STATSD_PREFIX", "airflow")
     # what the task runner's main() does on a worker before it runs a task
     stats.initialize(factory=stats_utils.get_stats_factory(), export_legacy_names=False)
     yield listener
     listener.close()
-    monkeypatch.undo()
+    mp.undo()
     stats.initialize(factory=stats_utils.get_stats_factory(), export_legacy_names=False)   # back to no StatsD
 
 
-@pytest.fixture
-def env(broker, tmp_path, monkeypatch):
-    data = tmp_path / "data"
+@pytest.fixture(scope="module")
+def env(broker, tmp_path_factory):
+    base = tmp_path_factory.mktemp("aks-statsd")
+    data = base / "data"
     data.mkdir()
     topic = f"statsd-{os.getpid()}"
     topics.create_topic(broker.bootstrap_servers, topic, 2)
     produce(broker.bootstrap_servers, topic, 400, partitions=2)            # 200 per partition
-    registry = write_registry(tmp_path / "streaming_jobs.yaml", [
+    registry = write_registry(base / "streaming_jobs.yaml", [
         {"name": "gauged", "topics": [topic], "max_lag_records": 1000},
         {"name": "gated", "topics": [topic]},
         {"name": "dead", "topics": [topic]},
     ])
-    monkeypatch.setenv("AKS_DATA_DIR", str(data))
-    monkeypatch.setenv("AKS_JOB_REGISTRY", str(registry))
-    monkeypatch.setenv("AIRFLOW_CONN_KAFKA_DEFAULT", kafka_conn(broker.bootstrap_servers))
-    return Env(data=data, registry=registry, bootstrap=broker.bootstrap_servers, topic=topic)
+    mp = pytest.MonkeyPatch()
+    mp.setenv("AKS_DATA_DIR", str(data))
+    mp.setenv("AKS_JOB_REGISTRY", str(registry))
+    mp.setenv("AIRFLOW_CONN_KAFKA_DEFAULT", kafka_conn(broker.bootstrap_servers))
+    yield Env(data=data, registry=registry, bootstrap=broker.bootstrap_servers, topic=topic)
+    mp.undo()
 
 
 def test_lag_sensor_and_health_gate_reach_statsd_with_the_cores_numbers(env, statsd):
@@ -111,6 +116,7 @@ def test_lag_sensor_and_health_gate_reach_statsd_with_the_cores_numbers(env, sta
     from airflow_kafka_spark.sensors.lag import StreamingLagSensor
     from airflow_kafka_spark.watch.observe import observe_job
 
+    statsd.lines.clear()
     fake_checkpoint(env, "gauged", batches=3, rpb=5)        # C = 15 of 200 per partition: lag 185 + 185
     fake_checkpoint(env, "gated", batches=3, rpb=5)
     record_fake_submit(env, "gated", os.getpid(), committed_before=1)    # batch 2 is new: the gate passes
@@ -149,3 +155,30 @@ def test_lag_sensor_and_health_gate_reach_statsd_with_the_cores_numbers(env, sta
     assert got["airflow.aks.gate.gated.health.passed"] == [(1, "c")]
     assert got["airflow.aks.gate.dead.health.failed"] == [(1, "c")]
     assert not any(name.startswith("airflow.aks.") and ".gated." in name and "gate" not in name for name in got)
+
+
+def test_the_hourly_audit_sends_each_jobs_numbers(env, statsd):
+    """The ``streaming_audit`` DAG from dags/: every ``observe_<job>`` task sends its observation's gauges."""
+    from airflow.dag_processing.dagbag import DagBag
+
+    from airflow_kafka_spark.registry.loader import load_registry
+    from airflow_kafka_spark.watch.observe import observe_job
+    from tests.airflow.conftest import REPO
+
+    statsd.lines.clear()
+    fake_checkpoint(env, "gauged", batches=3, rpb=5)
+    fake_checkpoint(env, "gated", batches=4, rpb=10)          # C = 40: lag 160 + 160
+    bag = DagBag(dag_folder=str(REPO / "dags"))
+    assert not bag.import_errors, bag.import_errors
+    dag = bag.get_dag("streaming_audit")
+    started = time.perf_counter()
+    dag.test(run_conf={"check_verdict": False})
+    run_s = time.perf_counter() - started
+    time.sleep(0.5)
+    got = statsd.stats()
+    print(f"\nmeasured: streaming_audit dag.test() {run_s:.1f} s, {len(statsd.lines)} datagrams")
+    registry = load_registry(str(env.registry))
+    for job, lag in (("gauged", 370), ("gated", 320), ("dead", 380)):
+        core = observe_job(registry.get(job), {"bootstrap.servers": env.bootstrap})
+        assert got[f"airflow.aks.lag.{job}"] == [(core.lag.records, "g")] and core.lag.records == lag
+        assert got[f"airflow.aks.status.{job}.{core.status.status}"] == [(1, "g")]

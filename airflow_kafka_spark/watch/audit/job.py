@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import posixpath
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -35,6 +35,7 @@ from airflow_kafka_spark.watch.observe import observe_job
 if TYPE_CHECKING:
     from airflow_kafka_spark.kafka.view import KafkaView
     from airflow_kafka_spark.registry.model import JobSpec
+    from airflow_kafka_spark.watch.observation import Observation
 
 FORMAT_VERSION = 1
 STALE_TMP_AFTER_S = 15 * 60.0       # Spark renames its temp files within milliseconds
@@ -167,8 +168,12 @@ def _backup_info(spec: JobSpec, now_ms: int, storage_options: dict | None) -> di
 def audit_job(spec: JobSpec, kafka_config: Mapping[str, Any] | None = None, *, view: KafkaView | None = None,
               samples: Sequence[Sample] = (), now_ms: int | None = None, storage_options: dict | None = None,
               backup_storage_options: dict | None = None, check_verdict: bool = True,
-              stale_tmp_after_s: float = STALE_TMP_AFTER_S, timeout: float = 10.0) -> JobAudit:
+              stale_tmp_after_s: float = STALE_TMP_AFTER_S, timeout: float = 10.0,
+              on_observation: Callable[[Observation], None] | None = None) -> JobAudit:
     """Audit one job. Never raises for the job's own problems: they become alerts in the result.
+
+    ``on_observation`` receives the observation itself (the audit keeps its JSON): the DAG sends its
+    numbers to Airflow's metrics from there, without a second look at the job.
 
     An audit must report every job, so a failure to read one (unreachable cluster, missing
     checkpoint, even a bug) is caught and turned into an ``AUDIT_ERROR`` alert for that job.
@@ -185,6 +190,8 @@ def audit_job(spec: JobSpec, kafka_config: Mapping[str, Any] | None = None, *, v
         obs = observe_job(spec, view=kafka, samples=samples, storage_options=storage_options, timeout=timeout,
                           now_ms=now_ms)
         audit.observation = obs.to_dict()
+        if on_observation is not None:
+            on_observation(obs)
         audit.alerts.extend(a.to_dict() for a in obs.alerts(min_headroom_s=spec.min_headroom_s))
         if obs.status.status.value == "WARN":
             audit.warnings.append(obs.status.reason)
