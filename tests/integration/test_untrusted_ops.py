@@ -167,6 +167,6 @@ def test_hostile_json_and_huge_files_give_one_line_or_a_block(broker, tmp_path, 
     code, doc = validate_json(ck.location, bs, "--no-record")
     assert code == 3 and "INTERRUPTED_OPERATION" in {f["code"] for f in doc["findings"]}
     dry = aks("reset", "--checkpoint", ck.location, "--backup-root", str(tmp_path / "b"), "--mode", "earliest",
-              "--bootstrap-servers", bs, "--settle", "0")
+              "--bootstrap-servers", bs, "--settle", "0", "--execute")
     assert "nested" in one_line_error(dry, 2)
     assert not (tmp_path / "b").exists()
