@@ -60,7 +60,7 @@ class Browser:
                 break
             time.sleep(0.2)
         assert pages, "chromium opened no page"
-        self.ws = connect(pages[0]["webSocketDebuggerUrl"], max_size=64 * 2**20, open_timeout=30)
+        self.ws = connect(pages[0]["webSocketDebuggerUrl"], max_size=64 * 2**20, open_timeout=30).__enter__()
         self.call("Page.enable")
         self.call("Runtime.enable")
         return self

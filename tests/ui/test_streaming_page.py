@@ -2,7 +2,7 @@
 
 One real setup, shared by the checks (module fixture): the broker, one registry job started by the
 real ``SubmitStreamingJobOperator`` (``dag.test()``; the reference job under spark-submit, recorded in
-the lifecycle record) and left with a stable lag (a 600 s trigger after a first batch capped by
+the lifecycle record) and left with a stable lag (a 1 h trigger after a first batch capped by
 ``maxOffsetsPerTrigger``; nothing is produced after the start), one ``aks audit`` run (the verdict
 column and a history point), one ``airflow api-server`` with SimpleAuthManager (the dev setup), and
 headless Chromium (Debian's ``chromium``) driven over the DevTools protocol (tests/support/browser.py).
@@ -76,7 +76,7 @@ def stack(broker, airflow_home, tmp_path_factory):
     produce(broker.bootstrap_servers, topic, 90, partitions=PARTS)
     registry = write_registry(base / "streaming_jobs.yaml", [
         {"name": JOB, "topics": [topic], "max_offsets_per_trigger": 30, "stall_after_s": 3600,
-         "application_args": ["--trigger", "processing:600s"]}])
+         "application_args": ["--trigger", "processing:3600s"]}])
     mp = pytest.MonkeyPatch()
     mp.setenv("AKS_DATA_DIR", str(data))
     mp.setenv("AKS_JOB_REGISTRY", str(registry))
@@ -190,9 +190,29 @@ def test_signed_in_page_shows_the_job_with_the_numbers_of_aks_lag(stack):
                           what="the trigger's answer")
         assert text.startswith("started run"), text
 
+        # inside Airflow's own UI: the nav entry's route shows the page in an iframe (same origin, same session)
+        b.goto(f"{stack.url}/plugin/streaming-jobs")
+        b.wait_for(f"(() => {{ const f = document.querySelector('iframe'); return !!f && !!f.contentDocument && "
+                   f"!!f.contentDocument.querySelector('tr[data-job=\"{JOB}\"]'); }})()",
+                   what="the page in Airflow's iframe", timeout=90)
+        assert b.js("document.querySelector('iframe').getAttribute('src')").endswith("/streaming-jobs/")
+        print(f"[ui] screenshot {b.screenshot(ARTIFACTS / 'airflow-ui-streaming-jobs.png')}")
+
         # an unknown job: one line, 404
         r = httpx.get(f"{stack.url}/streaming-jobs/jobs/no-such-job", cookies={"_token": b.cookies()["_token"]})
         assert r.status_code == 404 and r.text.count("\n") == 1 and "unknown job 'no-such-job'" in r.text, r.text
     client = stack.services.client()
     run = client.get("/api/v2/dags/streaming_safe_restart/dagRuns").json()["dag_runs"][-1]
     assert run["conf"]["job"] == JOB and run["conf"]["dry_run"] is True, run["conf"]
+    plugin = next(p for p in client.get("/api/v2/plugins").json()["plugins"] if p["name"] == "airflow_kafka_spark")
+    assert [v["url_route"] for v in plugin["external_views"]] == ["streaming-jobs"]
+
+
+def test_metrics_endpoint_needs_a_token_and_serves_the_job(stack):
+    """The plugin's /metrics: Prometheus text of the metrics module for the registry job (a bearer token)."""
+    r = stack.services.client().get("/streaming-jobs/metrics")
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain; version=0.0.4"), r.text[:500]
+    lines = [ln for ln in r.text.splitlines() if ln.startswith("kafka_consumergroup_group_sum_lag{")]
+    assert len(lines) == 1 and f'group="{JOB}"' in lines[0], r.text[:2000]
+    assert float(lines[0].rsplit(" ", 1)[1]) == stack.lag_json()["lag_records"]
+    assert SECRET not in r.text
