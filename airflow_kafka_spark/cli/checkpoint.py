@@ -55,9 +55,13 @@ def _storage_arguments(p: argparse.ArgumentParser, *, checkpoint: bool = True) -
 
 
 def _job_and_paths(args: argparse.Namespace, *, checkpoint: bool = True) -> tuple[JobSpec | None, str | None, str]:
-    """(registry job or None, checkpoint, backup root): flags win, the ``--job`` entry fills the rest."""
+    """(registry job or None, checkpoint, backup root): flags win, the ``--job`` entry fills the rest.
+
+    With every location given as a flag, ``--job`` is only the job name (as before the registry):
+    the registry entry's sink and connection describe its own checkpoint, not one named by hand.
+    """
     explicit = bool(args.backup_root) and (not checkpoint or bool(args.checkpoint))
-    spec = registry_job(args, needed=not explicit)
+    spec = None if explicit else registry_job(args)
     ck = pick(args.checkpoint, spec, "checkpoint", what="checkpoint") if checkpoint else None
     root = pick(args.backup_root, spec, "backup_root", what="backup root")
     return spec, ck, root
