@@ -23,6 +23,7 @@ from devstack import topics
 from devstack.produce import produce
 from tests.airflow.test_operators import (
     Env,
+    add_batch,
     dead_pid,
     fake_checkpoint,
     kafka_conn,
@@ -101,6 +102,7 @@ def env(broker, tmp_path_factory):
         {"name": "gauged", "topics": [topic], "max_lag_records": 1000},
         {"name": "gated", "topics": [topic]},
         {"name": "dead", "topics": [topic]},
+        {"name": "deferred", "topics": [topic], "max_lag_records": 20},
     ])
     mp = pytest.MonkeyPatch()
     mp.setenv("AKS_DATA_DIR", str(data))
@@ -182,3 +184,24 @@ def test_the_hourly_audit_sends_each_jobs_numbers(env, statsd):
         core = observe_job(registry.get(job), {"bootstrap.servers": env.bootstrap})
         assert got[f"airflow.aks.lag.{job}"] == [(core.lag.records, "g")] and core.lag.records == lag
         assert got[f"airflow.aks.status.{job}.{core.status.status}"] == [(1, "g")]
+
+
+def test_the_deferrable_lag_trigger_sends_every_poll(env, statsd):
+    """First poke on the worker (lag 370 > 20), then the trigger's polls until the "job" catches up to 10."""
+    from airflow_kafka_spark.sensors.lag import StreamingLagSensor
+
+    statsd.lines.clear()
+    ck = fake_checkpoint(env, "deferred", batches=3, rpb=5)
+    timer = threading.Timer(2.5, add_batch, args=(ck, env.topic, 3, 195))
+    with new_dag() as dag:
+        StreamingLagSensor(task_id="wait_lag", job="deferred", deferrable=True, poke_interval=1, timeout=90)
+    timer.start()
+    try:
+        result = run_inline(dag)
+    finally:
+        timer.cancel()
+    assert result.states == {"wait_lag": "success"}, result.xcoms
+    time.sleep(0.5)
+    values = [v for v, kind in statsd.stats()["airflow.aks.lag_readable.deferred"]]
+    print(f"\nmeasured: readable lag sent by the poke then the trigger's polls: {values}")
+    assert values[0] == 370 and values[-1] == 10 and len(values) >= 3     # the poke, then >= 2 trigger polls
