@@ -1,0 +1,272 @@
+"""The moving parts of the soak: a producer that never stops, a driver counter, and the killers.
+
+* :class:`Feeder` keeps one idempotent producer sending ``rate`` records a second for the whole
+  soak, through broker restarts; only records whose delivery Kafka acknowledged are the truth.
+* :class:`DriverCounter` counts, every second, the spark-submit JVMs whose command line names the
+  soak's checkpoint: the "never two drivers at once" witness, independent of the lifecycle record.
+* :class:`TaskKiller` watches one DAG run through the REST API and SIGKILLs the task runner process
+  (``airflow worker -- <ti id>``, the LocalExecutor's child that runs the operator) of chosen tasks
+  a seeded delay after it appears, once per task, and the triggerer while the health gate is deferred;
+  Airflow's retry (or the restarted triggerer) must carry the run to the end.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import random
+import re
+import signal
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+from confluent_kafka import Producer
+
+from devstack.produce import ProducedRecord
+
+
+def processes(containing: str) -> list[tuple[int, str]]:
+    """(pid, command line) of every process whose command line contains ``containing``."""
+    found = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmd = Path(entry.path, "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if containing in cmd:
+            found.append((int(entry.name), cmd))
+    return found
+
+
+class Feeder:
+    """``rate`` records a second to ``partitions`` partitions, acknowledged ones kept (thread-safe)."""
+
+    def __init__(self, bootstrap: str, topic: str, partitions: int, rate: int) -> None:
+        self.topic, self.partitions, self.rate = topic, partitions, rate
+        # A delivery may wait out a broker restart: retry for up to 5 minutes rather than drop it.
+        self.producer = Producer(
+            {
+                "bootstrap.servers": bootstrap,
+                "linger.ms": 20,
+                "enable.idempotence": True,
+                "message.timeout.ms": 300_000,
+                "reconnect.backoff.max.ms": 1000,
+                "log_level": 2,  # a broker restart is expected: no line per refused connection
+            }
+        )
+        self.acked: list[ProducedRecord] = []
+        self.failed: list[str] = []
+        self.sent = 0
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True, name="soak-feeder")
+
+    def _delivered(self, err, msg) -> None:
+        with self._lock:
+            if err is not None:
+                self.failed.append(str(err))
+                return
+            rid = json.loads(msg.value())["id"]
+            self.acked.append(ProducedRecord(msg.topic(), msg.partition(), msg.offset(), rid, msg.timestamp()[1]))
+
+    def _send(self, n: int) -> None:
+        for _ in range(n):
+            i = self.sent
+            value = json.dumps({"id": i, "p": i % self.partitions, "ts": int(time.time() * 1000)}).encode()
+            while True:
+                try:
+                    self.producer.produce(
+                        self.topic,
+                        value=value,
+                        key=str(i % 10).encode(),
+                        partition=i % self.partitions,
+                        on_delivery=self._delivered,
+                    )
+                    break
+                except BufferError:
+                    self.producer.poll(0.1)
+            self.sent += 1
+
+    def _run(self) -> None:
+        step, sent_at = 0.25, time.monotonic()
+        while not self._stop.wait(step):
+            # by the clock, not by the loop: poll() returns early whenever a delivery report arrives
+            due = round((time.monotonic() - sent_at) * self.rate)
+            if due:
+                self._send(due)
+                sent_at += due / self.rate
+            self.producer.poll(0)
+
+    def start(self) -> Feeder:
+        self._thread.start()
+        return self
+
+    def stop(self, timeout: float = 120) -> None:
+        """Stop sending and wait until every record sent was acknowledged or failed."""
+        self._stop.set()
+        self._thread.join(30)
+        remaining = self.producer.flush(timeout)
+        assert remaining == 0, f"{remaining} records still unacknowledged after {timeout:.0f}s"
+
+    @property
+    def produced(self) -> list[ProducedRecord]:
+        with self._lock:
+            return sorted(self.acked, key=lambda r: (r.partition, r.offset))
+
+    def end_offsets(self) -> dict[int, int]:
+        """Per partition, one past the highest acknowledged offset."""
+        ends: dict[int, int] = {}
+        for r in self.produced:
+            ends[r.partition] = max(ends.get(r.partition, 0), r.offset + 1)
+        return ends
+
+
+class DriverCounter:
+    """Samples, every ``interval`` seconds, how many spark-submit drivers run on ``marker`` (the checkpoint)."""
+
+    def __init__(self, marker: str, interval: float = 1.0) -> None:
+        self.marker, self.interval = marker, interval
+        self.samples = 0
+        self.max_seen = 0
+        self.over_one: list[tuple[float, list[int]]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True, name="soak-drivers")
+
+    def drivers(self) -> list[int]:
+        return [pid for pid, cmd in processes(self.marker) if "org.apache.spark.deploy.SparkSubmit" in cmd]
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            pids = self.drivers()
+            self.samples += 1
+            self.max_seen = max(self.max_seen, len(pids))
+            if len(pids) > 1:
+                self.over_one.append((time.time(), pids))
+
+    def start(self) -> DriverCounter:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+
+@dataclass
+class Kill:
+    """One SIGKILL the soak did, for the event log."""
+
+    what: str  # task id, or "triggerer"
+    try_number: int
+    delay_s: float  # after the task's DAG file was parsed, or after the gate deferred
+    pid: int
+    where: str = "in execute"  # or "before execute" (templates, XCom pulls), "after execute", "deferred"
+
+    def __str__(self) -> str:
+        return f"SIGKILL {self.what} (try {self.try_number}, pid {self.pid}, {self.delay_s:.2f}s in, {self.where})"
+
+
+def where(log_text: str) -> str:
+    """Where in the task a kill landed, from its log at that moment."""
+    if "::group::Post Execute" in log_text:
+        return "after execute"
+    return "in execute" if '"::endgroup::"' in log_text else "before execute"
+
+
+def task_log(logs: Path, dag_id: str, run_id: str, task_id: str, attempt: int) -> Path:
+    """Airflow 3's default task log path under ``$AIRFLOW_HOME/logs``."""
+    return logs / f"dag_id={dag_id}" / f"run_id={run_id}" / f"task_id={task_id}" / f"attempt={attempt}.log"
+
+
+@dataclass
+class TaskKiller:
+    """SIGKILLs, once each, the task runner of ``targets`` in one DAG run; and the triggerer during the gate.
+
+    A task is killed a seeded delay in ``[0, max_delay_s]`` after its log says the DAG file is parsed,
+    so the kill lands around the operator's ``execute`` (the log at that moment says where: before,
+    in or after it), not in Airflow's start-up. ``client_factory`` gives an authenticated REST client
+    (used to see the health gate deferred); ``restart_triggerer`` starts a new triggerer after the kill.
+    """
+
+    client_factory: Callable[[], object]
+    logs: Path
+    dag_id: str
+    run_id: str
+    targets: set[str]
+    rng: random.Random
+    max_delay_s: float
+    kill_triggerer: bool
+    triggerer_pid: Callable[[], int]
+    restart_triggerer: Callable[[], None]
+    kills: list[Kill] = field(default_factory=list)
+    missed: list[str] = field(default_factory=list)
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+
+    def start(self) -> TaskKiller:
+        self._thread = threading.Thread(target=self._run, daemon=True, name="soak-killer")
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(60)
+        done = {k.what for k in self.kills}
+        self.missed = sorted((self.targets | ({"triggerer"} if self.kill_triggerer else set())) - done)
+
+    def _kill_task(self, task: str, started: float) -> None:
+        log = task_log(self.logs, self.dag_id, self.run_id, task, 1)
+        text = log.read_text(errors="replace")
+        found = re.search(r'"ti_id":\s*"([0-9a-f-]+)"', text)
+        runner = processes(f"airflow worker -- {found.group(1)}") if found else []
+        if runner:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(runner[0][0], signal.SIGKILL)
+                self.kills.append(Kill(task, 1, time.monotonic() - started, runner[0][0], where(text)))
+
+    def _gate_deferred(self, client) -> bool:
+        try:
+            r = client.get(f"/api/v2/dags/{self.dag_id}/dagRuns/{self.run_id}/taskInstances/health_gate")
+        except httpx.HTTPError:  # a busy api-server: ask again on the next round
+            return False
+        return r.status_code == 200 and r.json().get("state") == "deferred"
+
+    def _run(self) -> None:
+        client = self.client_factory()
+        pending = set(self.targets)
+        trig = self.kill_triggerer
+        delays = {t: self.rng.uniform(0, self.max_delay_s) for t in sorted(pending | {"triggerer"})}
+        started: dict[str, float] = {}
+        last_rest = 0.0
+        try:
+            while not self._stop.is_set() and (pending or trig):
+                for task in sorted(pending):
+                    if task not in started:
+                        log = task_log(self.logs, self.dag_id, self.run_id, task, 1)
+                        if log.exists() and '"Worker startup parse complete"' in log.read_text(errors="replace"):
+                            started[task] = time.monotonic()
+                    if task in started and time.monotonic() - started[task] >= delays[task]:
+                        self._kill_task(task, started[task])
+                        pending.discard(task)
+                if trig and time.monotonic() - last_rest > 1.0:
+                    last_rest = time.monotonic()
+                    if "triggerer" in started or self._gate_deferred(client):
+                        first = started.setdefault("triggerer", time.monotonic())
+                        if time.monotonic() - first >= delays["triggerer"] * 2:
+                            pid = self.triggerer_pid()
+                            with contextlib.suppress(ProcessLookupError):
+                                os.killpg(pid, signal.SIGKILL)
+                            self.kills.append(Kill("triggerer", 1, time.monotonic() - first, pid, "deferred"))
+                            self.restart_triggerer()
+                            trig = False
+                self._stop.wait(0.05)
+        finally:
+            client.close()

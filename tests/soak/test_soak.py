@@ -1,0 +1,446 @@
+"""Soak: a seeded random sequence of faults over the reference job, then the sink checked record by record.
+
+Everything is real: a broker of its own (stopped and started on the same port and data), Airflow's
+api-server + scheduler (LocalExecutor) + triggerer on SQLite running a copy of the safe-restart DAG
+with retries (the product DAG has none: a retry there is the operator's decision), spark-submit of
+the reference job (idempotent sink) on ``local[2]``, and a producer that never stops.
+
+Events: safe restart ``keep``; ``auto`` after a checkpoint-breaking change (compatibility_version
+bump: reset ``preserve``); ``restore`` of a backup an earlier run took (same application); SIGKILL of
+the driver's process group while a batch is planned and not committed; broker stop/start; and,
+inside the DAG runs, SIGKILL of the task runner of chosen operators (Airflow retries it) and of the
+triggerer while the health gate is deferred (a new triggerer picks the trigger up).
+
+At the end: 0 records missing; duplicates only as many as the reset/restore plans announced; never
+two drivers on the checkpoint (sampled every second); every backup verifies. The seed is printed;
+``AKS_SOAK_SEED`` replays a run, ``AKS_SOAK_EVENTS`` sets its length (default 30),
+``AKS_SOAK_MAX_S`` stops starting events after that many seconds (the figures say how many ran),
+``AKS_SOAK_REPORT`` writes the figures as JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import signal
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import httpx
+import pytest
+
+from airflow_kafka_spark.checkpoint.reader import read_checkpoint
+from airflow_kafka_spark.lifecycle.record import LifecycleRecord
+from airflow_kafka_spark.ops.backup.manifest import list_backups
+from airflow_kafka_spark.ops.backup.store import verify_backup
+from airflow_kafka_spark.runtime import drivers
+from devstack import oracle, topics
+from devstack.broker import LocalBroker
+from tests.airflow.services import AirflowServices
+from tests.airflow.test_operators import SPARK_LOCAL_CONN, kafka_conn, write_registry
+from tests.soak.harness import DriverCounter, Feeder, TaskKiller
+from tests.support.waiting import wait_until
+
+pytestmark = [pytest.mark.soak, pytest.mark.airflow, pytest.mark.integration]
+
+REPO = Path(__file__).resolve().parents[2]
+DAG_ID = "streaming_safe_restart_soak"
+JOB = "soak"
+PARTITIONS = 2
+RATE = 20  # records a second, for the whole soak
+BASE_OPS = ["plan", "validate_before", "approve", "stop", "backup", "validate_after", "submit", "health_gate", "finish"]
+MODE_OPS = {"keep": BASE_OPS, "auto": [*BASE_OPS, "reset"], "restore": [*BASE_OPS, "restore"]}
+CHEAP = ("driver_kill", "broker_bounce")
+
+
+def soak_dag(folder: Path) -> Path:
+    """The product DAG under another id, with retries: SIGKILLed task runners must be retried by Airflow."""
+    text = (REPO / "dags" / "streaming_safe_restart.py").read_text()
+    for old, new in [
+        ('DAG_ID = "streaming_safe_restart"', f'DAG_ID = "{DAG_ID}"'),
+        (
+            'default_args={"retries": 0}',
+            'default_args={"retries": 3, "retry_delay": __import__("datetime").timedelta(seconds=2)}',
+        ),
+    ]:
+        assert old in text, f"the safe-restart DAG changed; the soak copy cannot set {old!r}"
+        text = text.replace(old, new)
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{DAG_ID}.py"
+    path.write_text(text)
+    return path
+
+
+def sync_dag(folder: Path) -> None:
+    from airflow.dag_processing.bundles.manager import DagBundlesManager
+    from airflow.dag_processing.dagbag import DagBag, sync_bag_to_db
+
+    DagBundlesManager().sync_bundles_to_db()
+    bag = DagBag(dag_folder=folder, bundle_path=folder, bundle_name="dags-folder")
+    assert DAG_ID in bag.dags, bag.import_errors
+    sync_bag_to_db(bag, "dags-folder", None)
+
+
+@dataclass
+class Figures:
+    seed: int
+    events_target: int
+    events: list[str] = field(default_factory=list)
+    mix: dict[str, int] = field(default_factory=dict)
+    dag_runs: int = 0
+    missed_kills: list[str] = field(default_factory=list)
+    produced: int = 0
+    sink_rows: int = 0
+    missing: int = 0
+    duplicated: int = 0
+    announced: int = 0
+    unexpected: int = 0
+    max_drivers: int = 0
+    driver_samples: int = 0
+    backups_verified: int = 0
+    killed_operators: list[str] = field(default_factory=list)
+    wall_s: float = 0.0
+
+    def note(self, kind: str, text: str) -> None:
+        self.events.append(f"{len(self.events) + 1:3d} {kind}: {text}")
+        self.mix[kind] = self.mix.get(kind, 0) + 1
+        print(self.events[-1], flush=True)
+
+
+class Soak:
+    def __init__(
+        self,
+        base: Path,
+        broker: LocalBroker,
+        services: AirflowServices,
+        registry: Path,
+        topic: str,
+        rng: random.Random,
+        figures: Figures,
+    ) -> None:
+        self.base, self.broker, self.services, self.registry = base, broker, services, registry
+        self.topic, self.rng, self.fig = topic, rng, figures
+        self.data = base / "data"
+        self.checkpoint = self.data / "checkpoints" / JOB
+        self.compat = 1
+        self.client = services.client()
+        self.era_backups: list[str] = []  # backups taken since the last checkpoint-breaking change
+        self.killed_ops: set[str] = set()
+        self.triggerer_killed = False
+        self.job_down = True
+
+    def write_registry(self) -> None:
+        write_registry(
+            self.registry,
+            [
+                {
+                    "name": JOB,
+                    "topics": [self.topic],
+                    "sink": "idempotent",
+                    "max_offsets_per_trigger": 200,
+                    "compatibility_version": str(self.compat),
+                    "application_args": ["--trigger", "processing:1s", "--shuffle-partitions", "2"],
+                    "spark_conf": {"spark.sql.shuffle.partitions": "2", "spark.driver.memory": "640m"},
+                    "health_gate": {"min_batches": 2, "timeout_s": 240, "idle_pass_s": 60},
+                }
+            ],
+        )
+
+    # -- DAG runs ------------------------------------------------------------------------------
+    def dag_run(self, mode: str, **conf) -> None:
+        ops = MODE_OPS[mode]
+        fresh = [o for o in ops if o not in self.killed_ops]
+        k = len(ops) if self.fig.events_target >= 100 else max(1, len(ops) // 2)  # a long run kills in every step
+        targets = set(fresh[:k]) | {o for o in ops if self.rng.random() < 0.25}
+        targets = set(self.rng.sample(sorted(targets), min(len(targets), k)))
+        kill_trig = not self.triggerer_killed or self.rng.random() < 0.4
+        body = {
+            "job": JOB,
+            "mode": mode,
+            "backup_id": None,
+            "datetime": None,
+            "dry_run": False,
+            "accept_data_loss": False,
+            "reason": f"soak {mode}",
+            **conf,
+        }
+        r = self.client.post(f"/api/v2/dags/{DAG_ID}/dagRuns", json={"logical_date": None, "conf": body})
+        assert r.status_code == 200, r.text
+        run_id = r.json()["dag_run_id"]
+        killer = TaskKiller(
+            self.services.client,
+            self.services.home / "logs",
+            DAG_ID,
+            run_id,
+            targets,
+            self.rng,
+            max_delay_s=0.5,
+            kill_triggerer=kill_trig,
+            triggerer_pid=lambda: self.services.procs["triggerer"][0].pid,
+            restart_triggerer=lambda: self.services.start("triggerer"),
+        ).start()
+        started = time.monotonic()
+        try:
+            state = self.wait(run_id, timeout=900)
+        finally:
+            killer.stop()
+        tis = {
+            t["task_id"]: t
+            for t in self.get(f"/api/v2/dags/{DAG_ID}/dagRuns/{run_id}/taskInstances", limit=100).json()[
+                "task_instances"
+            ]
+        }
+        states = {k: v["state"] for k, v in tis.items()}
+        self.fig.dag_runs += 1
+        self.fig.note(f"safe restart {mode}", f"{state} in {time.monotonic() - started:.0f}s {conf or ''}")
+        for kill in killer.kills:
+            self.fig.note("triggerer kill" if kill.what == "triggerer" else "task kill", str(kill))
+            self.killed_ops.add(kill.what)
+            self.triggerer_killed |= kill.what == "triggerer"
+        self.fig.missed_kills += [f"{run_id}:{m}" for m in killer.missed]
+        assert state == "success", f"{mode} run {run_id}: {state} {states}\naudit: {json.dumps(self.audit())[:4000]}"
+        backup = self.xcom(run_id, "backup")
+        if mode == "auto" and states.get("reset") == "success":
+            self.era_backups = []
+            self.fig.announced += announced(self.xcom(run_id, "reset"))
+        if mode == "restore":
+            self.fig.announced += int(self.xcom(run_id, "restore").get("records_to_replay") or 0)
+        if backup and backup.get("backup_id"):
+            self.era_backups.append(backup["backup_id"])
+        self.job_down = False
+
+    def get(self, path: str, **params) -> httpx.Response:
+        """GET through the REST API, asked again when a busy api-server answers late."""
+        for attempt in range(5):
+            try:
+                return self.client.get(path, params=params)
+            except httpx.HTTPError:
+                if attempt == 4:
+                    raise
+                time.sleep(2)
+        raise AssertionError("unreachable")
+
+    def audit(self) -> dict:
+        """The last safe-restart audit entry: outcome, failed steps and the reason."""
+        rec = LifecycleRecord.load(str(self.checkpoint))
+        entries = [e for e in (rec.history if rec else []) if e["event"] == "safe_restart"]
+        return entries[-1]["details"] if entries else {}
+
+    def wait(self, run_id: str, timeout: float) -> str:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for name in ("api-server", "scheduler"):
+                proc = self.services.procs[name][0]
+                assert proc.poll() is None, f"{name} died:\n{self.services.tail(name)}"
+            state = self.get(f"/api/v2/dags/{DAG_ID}/dagRuns/{run_id}").json()["state"]
+            if state in ("success", "failed"):
+                return state
+            time.sleep(2)
+        pytest.fail(f"run {run_id} did not end in {timeout:.0f}s:\n{self.services.tail('scheduler')}")
+
+    def xcom(self, run_id: str, task: str) -> dict:
+        r = self.get(
+            f"/api/v2/dags/{DAG_ID}/dagRuns/{run_id}/taskInstances/{task}/xcomEntries/return_value",
+            deserialize=True,
+            stringify=False,
+        )
+        if r.status_code != 200:
+            return {}
+        value = r.json().get("value")
+        return json.loads(value) if isinstance(value, str) else (value or {})
+
+    # -- cheap events --------------------------------------------------------------------------
+    def driver_kill(self) -> None:
+        """SIGKILL the driver's process group while a batch is planned and not committed (or after 15 s)."""
+        rec = LifecycleRecord.load(str(self.checkpoint))
+        assert rec is not None and rec.driver is not None
+        deadline, mid = time.monotonic() + 15, False
+        while time.monotonic() < deadline:
+            st = read_checkpoint(str(self.checkpoint))
+            if st.pending_batch is not None:
+                mid = True
+                break
+            time.sleep(0.05)
+        pid = int(rec.driver.id)
+        os.killpg(pid, signal.SIGKILL)
+        wait_until(lambda: not drivers.local_alive(rec.driver), timeout=30, what="the killed driver to go")
+        self.fig.note("driver kill", f"SIGKILL pid {pid} {'mid-batch' if mid else 'between batches'}")
+        self.job_down = True
+
+    def broker_bounce(self) -> None:
+        started = time.monotonic()
+        down = self.rng.uniform(1, 6)
+        self.broker.stop()
+        time.sleep(down)
+        self.broker.start(timeout=120)
+        self.fig.note("broker stop/start", f"down {down:.1f}s, back in {time.monotonic() - started:.0f}s")
+
+    # -- the sequence --------------------------------------------------------------------------
+    def next_kind(self, forced: list[str]) -> str:
+        while forced:
+            kind = forced.pop(0)
+            if kind == "restore" and not self.era_backups:
+                forced.append("restore")
+                return "keep"
+            if kind == "driver_kill" and self.job_down:
+                forced.insert(0, kind)
+                return "keep"
+            return kind
+        options = {"broker_bounce": 4, "keep": 1, "auto": 1}
+        if not self.job_down:
+            options["driver_kill"] = 4
+        else:
+            options["keep"] = 3  # the job is down: a safe restart brings it back
+        if self.era_backups:
+            options["restore"] = 1
+        kinds = sorted(options)
+        return self.rng.choices(kinds, weights=[options[k] for k in kinds])[0]
+
+    def run_event(self, kind: str) -> None:
+        if kind == "driver_kill":
+            self.driver_kill()
+        elif kind == "broker_bounce":
+            self.broker_bounce()
+        elif kind == "auto":
+            self.compat += 1
+            self.write_registry()
+            self.dag_run("auto")
+        elif kind == "restore":
+            # accept_data_loss is the pre-approval (no HITL pause); the sink comparison still proves nothing was lost
+            self.dag_run("restore", backup_id=self.rng.choice(self.era_backups), accept_data_loss=True)
+        else:
+            self.dag_run("keep")
+
+
+def announced(reset_xcom: dict) -> int:
+    """The records a reset said the new run reads again (a pending batch), from its findings."""
+    found = 0
+
+    def walk(node) -> None:
+        nonlocal found
+        if isinstance(node, dict):
+            if isinstance(node.get("records_to_replay"), int):
+                found = max(found, node["records_to_replay"])
+            for v in node.values():
+                walk(v)
+        elif isinstance(node, list):
+            for v in node:
+                walk(v)
+
+    walk(reset_xcom)
+    return found
+
+
+def test_soak(airflow_home, connector_jars):
+    seed = int(os.environ.get("AKS_SOAK_SEED") or random.SystemRandom().randrange(1, 10**6))
+    target = int(os.environ.get("AKS_SOAK_EVENTS", "30"))
+    # A long run on a busy machine: stop starting events after this many seconds, check everything, report.
+    max_s = float(os.environ.get("AKS_SOAK_MAX_S") or "inf")
+    print(f"\nsoak seed {seed} (replay: AKS_SOAK_SEED={seed} AKS_SOAK_EVENTS={target})", flush=True)
+    rng = random.Random(seed)
+    fig = Figures(seed=seed, events_target=target)
+    started = time.monotonic()
+    base = Path(tempfile.mkdtemp(prefix=f"aks-soak-{seed}-"))  # kept after a failure, for its logs
+    broker = LocalBroker(data_dir=base / "kafka").start()
+    topic = f"soak-{seed}"
+    topics.create_topic(broker.bootstrap_servers, topic, PARTITIONS)
+    dags = base / "dags"
+    soak_dag(dags)
+    registry = base / "streaming_jobs.yaml"
+    env = {
+        "AKS_DATA_DIR": str(base / "data"),
+        "AKS_JOB_REGISTRY": str(registry),
+        "AKS_HEALTH_GATE_POLL_S": "2",
+        "AIRFLOW_CONN_KAFKA_DEFAULT": kafka_conn(broker.bootstrap_servers),
+        "AIRFLOW_CONN_SPARK_DEFAULT": SPARK_LOCAL_CONN,
+        "AIRFLOW__CORE__DAGS_FOLDER": str(dags),
+        "AIRFLOW__CORE__MIN_SERIALIZED_DAG_UPDATE_INTERVAL": "0",
+        # a killed triggerer's triggers go to a live one once its heartbeat is this old
+        "AIRFLOW__TRIGGERER__TRIGGERER_HEALTH_CHECK_THRESHOLD": "10",
+        "AIRFLOW__TRIGGERER__JOB_HEARTBEAT_SEC": "2",
+        "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": "60",
+    }
+    mp = pytest.MonkeyPatch()
+    for k, v in env.items():
+        mp.setenv(k, v)
+    services = AirflowServices(airflow_home, base, env)
+    feeder = counter = None
+    soak = None
+    try:
+        sync_dag(dags)
+        services.start_api_server()
+        services.start("scheduler")
+        services.start("triggerer")
+        soak = Soak(base, broker, services, registry, topic, rng, fig)
+        soak.write_registry()
+        assert soak.client.patch(f"/api/v2/dags/{DAG_ID}", json={"is_paused": False}).status_code == 200
+        feeder = Feeder(broker.bootstrap_servers, topic, PARTITIONS, RATE).start()
+        counter = DriverCounter(f"--checkpoint {soak.checkpoint} ").start()
+
+        soak.dag_run("keep")  # the first deploy
+        # every kind at least once; the restore first (it needs a backup a keep took) so the auto can follow
+        forced = ["auto", "driver_kill", "broker_bounce"]
+        rng.shuffle(forced)
+        forced.insert(0, "restore")
+        while (len(fig.events) < target or forced) and time.monotonic() - started < max_s:
+            soak.run_event(soak.next_kind(forced))
+        if soak.job_down:
+            soak.dag_run("keep")
+
+        feeder.stop()
+        ends = feeder.end_offsets()
+
+        def caught_up() -> bool:
+            st = read_checkpoint(str(soak.checkpoint))
+            return (
+                st.latest_committed is not None
+                and {tp.partition: o for tp, o in st.latest_committed.kafka_offsets.items()} == ends
+            )
+
+        wait_until(caught_up, timeout=300, interval=1, what="the job to commit every acknowledged record")
+        counter.stop()
+        cmp = oracle.compare(feeder.produced, oracle.read_sink(base / "data" / "sinks" / JOB, "idempotent"))
+        catalog = list_backups(str(base / "data" / "backups"), JOB)
+        for b in catalog.backups:
+            verify_backup(str(base / "data" / "backups"), JOB, b.backup_id)
+        fig.backups_verified = len(catalog.backups)
+        fig.produced, fig.sink_rows = cmp.produced, cmp.consumed_rows
+        fig.missing, fig.duplicated, fig.unexpected = len(cmp.missing), cmp.duplicate_count, len(cmp.unexpected)
+        fig.max_drivers, fig.driver_samples = counter.max_seen, counter.samples
+        fig.killed_operators = sorted(soak.killed_ops)
+        fig.wall_s = time.monotonic() - started
+        print(
+            f"soak seed {seed}: {len(fig.events)} events {fig.mix} in {fig.dag_runs} DAG runs; "
+            f"records produced {fig.produced}, missing {fig.missing}, duplicated {fig.duplicated} "
+            f"(announced {fig.announced}), unexpected {fig.unexpected}; max drivers at once {fig.max_drivers} "
+            f"({fig.driver_samples} samples); backups verified {fig.backups_verified} "
+            f"(invalid {len(catalog.invalid)}); operators killed {fig.killed_operators}; "
+            f"missed kills {len(fig.missed_kills)}; wall {fig.wall_s:.0f}s",
+            flush=True,
+        )
+        if os.environ.get("AKS_SOAK_REPORT"):
+            Path(os.environ["AKS_SOAK_REPORT"]).write_text(json.dumps(asdict(fig), indent=1))
+        assert feeder.failed == [], feeder.failed[:3]
+        assert fig.missing == 0, cmp.missing[:10]
+        assert fig.unexpected == 0, cmp.unexpected[:10]
+        assert fig.duplicated <= fig.announced, (cmp.summary(), fig.announced)
+        assert fig.max_drivers <= 1, counter.over_one[:5]
+        assert not catalog.invalid and fig.backups_verified >= fig.dag_runs - 1
+        assert len(fig.events) >= target or max_s != float("inf"), f"{len(fig.events)} events, {target} wanted"
+        shutil.rmtree(base, ignore_errors=True)
+    finally:
+        if counter is not None:
+            counter.stop()
+        if feeder is not None and not feeder._stop.is_set():
+            feeder._stop.set()
+        services.stop()
+        if soak is not None:
+            rec = LifecycleRecord.load(str(soak.checkpoint))
+            if rec is not None and rec.driver is not None:
+                drivers.kill_local(rec.driver, grace_s=5)
+        broker.stop()
+        mp.undo()
