@@ -92,8 +92,9 @@ class FindingDocsLink(BaseOperatorLink):
         return f"Finding {self.rank}: docs"
 
     def get_link(self, operator: Any, *, ti_key: Any) -> str:
-        verdict = _own(ti_key) or ti_key.xcom_pull(task_ids=ti_key.task_id, key="verdict")
-        return finding_url(ranked_codes(verdict)[self.rank - 1]) if len(ranked_codes(verdict)) >= self.rank else ""
+        verdict = _own(ti_key) or ti_key.xcom_pull(task_ids=ti_key.task_id, key="verdict")   # a BLOCK pushes this
+        codes = ranked_codes(verdict)
+        return finding_url(codes[self.rank - 1]) if len(codes) >= self.rank else ""
 
 
 class SecondFindingDocsLink(FindingDocsLink):

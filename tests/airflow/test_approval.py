@@ -113,10 +113,11 @@ def stack(broker, airflow_home, tmp_path_factory):
         mp.undo()
 
 
-def run_answered(stack: dict[str, Any], option: str, comment: str, what: str) -> tuple[RunResult, Responder]:
+def run_answered(stack: dict[str, Any], option: str, comment: str, what: str,
+                 max_records_skipped: int | None = None) -> tuple[RunResult, Responder]:
     conf = {"job": JOB, "mode": "reset-latest", "backup_id": None, "datetime": None, "dry_run": False,
             "accept_data_loss": False, "reason": f"test {what}"}
-    responder = Responder(stack["client"], option, {"comment": comment, "max_records_skipped": None})
+    responder = Responder(stack["client"], option, {"comment": comment, "max_records_skipped": max_records_skipped})
     responder.start()
     started = time.perf_counter()
     dr = stack["dag"].test(run_conf=conf, mark_success_pattern="submit|health_gate")
@@ -155,6 +156,22 @@ def test_rejected_changes_nothing_and_the_audit_names_who_rejected(stack):
     assert audit["approval"]["comment"] == "not during the month-end close"
     assert audit["approval"]["shown"]["skipped"] == skipped and "DATA_LOSS" in audit["approval"]["shown"]["codes"]
     assert audit["backup_id"] is None and audit["reset"] is None
+
+
+def test_a_plan_that_grew_past_the_approved_bound_is_refused_after_the_stop(stack):
+    """The approver allowed 10 records; the reset, planned again after the stop, would skip more:
+    it changes nothing (the backup step's pre-change backup is the only new file), the run fails."""
+    ck = stack["checkpoint"]
+    before = tree(ck)
+    r, _ = run_answered(stack, "Approve", "only a few", "approved, bound exceeded", max_records_skipped=10)
+    assert r.state == "failed" and r.states["reset"] == "failed", r.states
+    assert "more than the 10 approved; nothing was changed" in r.xcom("reset", "failure")
+    assert r.states["submit"] == "upstream_failed" and r.states["rollback"] == "success"
+    assert tree(ck) == before
+    assert LifecycleRecord.load(str(ck)).next_starting_offsets is None
+    audit = audits(ck)[-1]["details"]
+    assert audit["outcome"] == "ROLLED_BACK" and audit["approval"]["max_records_skipped"] == 10
+    assert audit["approval"]["by"] == stack["client"].user
 
 
 def test_approved_resets_and_the_audit_names_the_approver(stack):
