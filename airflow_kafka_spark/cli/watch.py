@@ -247,7 +247,7 @@ def _mirror(args: argparse.Namespace) -> int:
 def _audit_arguments(p: argparse.ArgumentParser) -> None:
     add_registry_argument(p)
     p.add_argument("--out", metavar="DIR",
-                   help="report folder (default: $AKS_AUDIT_DIR, else <first allowed root>/audit)")
+                   help="report folder (default: [kafka_spark] audit_dir, else <first allowed root>/audit)")
     p.add_argument("--job", metavar="NAME", action="append", default=[], help="audit only this job (repeatable)")
     p.add_argument("--keep-runs", metavar="N", type=positive_int, default=48,
                    help="runs kept in the history and per-run reports (default 48)")
