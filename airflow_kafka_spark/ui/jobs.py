@@ -107,8 +107,10 @@ def kafka_config_from_connection(spec: JobSpec) -> dict[str, Any]:
 
 
 def registry() -> Registry:
-    """The registry the DAGs use: ``$AKS_JOB_REGISTRY``, else ``[core] dags_folder``/streaming_jobs.yaml."""
+    """The registry the DAGs use: ``[kafka_spark] job_registry``, else ``[core] dags_folder``/streaming_jobs.yaml."""
     from airflow.configuration import conf
+
+    import airflow_kafka_spark.airflow_glue  # noqa: F401  (reads the [kafka_spark] options through Airflow's config)
 
     return load_registry(dags_folder=conf.get("core", "dags_folder"))
 
