@@ -233,3 +233,16 @@ def test_progress_is_silent_for_quick_runs_and_shows_steps_of_slow_ones():
     assert lines[1].endswith("backing up the checkpoint")
     assert any(line.endswith("still backing up the checkpoint") for line in lines[2:-1])
     assert lines[-1].endswith("done")
+
+
+def test_an_old_setting_name_is_one_warning_line(run, registry, monkeypatch):
+    from airflow_kafka_spark import settings
+
+    monkeypatch.setattr(settings, "_warned", set())
+    monkeypatch.delenv("AIRFLOW__KAFKA_SPARK__JOB_REGISTRY", raising=False)
+    monkeypatch.setenv("AKS_JOB_REGISTRY", str(registry))
+    res = run("status", "--no-lag", "--job", "orders")
+    assert res.returncode == 0 and res.stdout.splitlines()[1].split()[:3] == ["orders", "-", "NONE"], res.stdout
+    assert res.stderr.splitlines() == ["warning: AKS_JOB_REGISTRY is deprecated and will be ignored in the next "
+                                       "release: set AIRFLOW__KAFKA_SPARK__JOB_REGISTRY or [kafka_spark] job_registry "
+                                       "in airflow.cfg"]
