@@ -67,14 +67,18 @@ def last_good_app(record: LifecycleRecord | None) -> dict[str, Any] | None:
 def record_submit(record: LifecycleRecord, *, app: Mapping[str, Any], driver: DriverInfo, master: str,
                   deploy_mode: str | None, mode: str, committed_before: int | None, query_id_before: str | None,
                   log_path: str | None, starting_offsets_file: str | None, actor: str | None,
-                  rollback: bool = False, endpoint: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """Write what was started into ``record`` (not saved): the driver and ``submitted_app``."""
+                  rollback: bool = False, endpoint: Mapping[str, Any] | None = None,
+                  holder: str | None = None) -> dict[str, Any]:
+    """Write what was started into ``record`` (not saved): the driver and ``submitted_app``.
+
+    ``holder`` (the submitting task, ``dag/run/task``) lets a retry of that task recognise its own driver.
+    """
     record.set_driver(driver.kind, driver.id, host=driver.host, started_at=driver.started_at)
     entry = {"app": dict(app), "driver": dataclasses.asdict(driver), "master": master, "deploy_mode": deploy_mode,
              "detach": mode, "committed_before": committed_before, "query_id_before": query_id_before,
              "log_path": log_path, "starting_offsets_file": starting_offsets_file,
              "submitted_at_ms": int(time.time() * 1000), "actor": actor, "rollback": rollback,
-             "endpoint": dict(endpoint) if endpoint else None}
+             "endpoint": dict(endpoint) if endpoint else None, "holder": holder}
     record.extra[SUBMITTED_KEY] = entry
     record.add_event(LifecycleEvent.DRIVER_SUBMITTED, actor=actor, driver_kind=driver.kind, driver_id=driver.id,
                      application=app.get("application"), application_args=list(app.get("application_args") or []),

@@ -121,6 +121,17 @@ def submit_job(spec: JobSpec, *, kafka_config: Mapping[str, Any], target: SparkT
         if record.driver is not None and driver_control(record.driver, lambda: target,
                                                      app_versions.submitted_app(record)).is_alive():
             d = record.driver
+            mine = own_submission(record, holder)
+            if mine is not None:
+                # This very task started it and was killed after recording it (a worker lost, an OOM): Airflow's
+                # retry adopts the driver instead of failing the run with ALREADY_RUNNING and rolling back.
+                log.info("driver %s %s was started by this task (%s) before it was interrupted: adopted", d.kind,
+                         d.id, holder)
+                return {**summary, "driver": mine["driver"], "log_path": mine.get("log_path"), "command": None,
+                        "committed_before": mine.get("committed_before"),
+                        "query_id_before": mine.get("query_id_before"),
+                        "starting_offsets_file": mine.get("starting_offsets_file"),
+                        "submitted_at_ms": mine.get("submitted_at_ms"), "adopted": True}
             raise UserError(f"ALREADY_RUNNING: job {spec.name} already has a live driver ({d.kind} {d.id}"
                             f"{' on ' + d.host if d.host else ''}); stop it first (StopStreamingJobOperator or the "
                             "streaming_safe_restart DAG) so that two drivers never share checkpoint "
@@ -155,7 +166,7 @@ def submit_job(spec: JobSpec, *, kafka_config: Mapping[str, Any], target: SparkT
             record, app=app, driver=drv, master=master, deploy_mode=deploy_mode, mode=mode,
             committed_before=state.latest_committed.batch_id if state.latest_committed else None,
             query_id_before=state.query_id, log_path=log_path, starting_offsets_file=starting_file, actor=actor,
-            rollback=is_previous, endpoint=endpoint.to_dict() if endpoint else None)
+            rollback=is_previous, endpoint=endpoint.to_dict() if endpoint else None, holder=holder)
         dstream_entry = None
         if run_spec.kind is JobKind.DSTREAM:   # the build writing its DStream checkpoint; the gate's baseline
             view = KafkaView(dict(kafka_config), timeout=30.0)
@@ -175,6 +186,15 @@ def submit_job(spec: JobSpec, *, kafka_config: Mapping[str, Any], target: SparkT
             "committed_before": entry["committed_before"], "query_id_before": entry["query_id_before"],
             "starting_offsets_file": starting_file, "submitted_at_ms": entry["submitted_at_ms"],
             **({"dstream": dstream_entry} if dstream_entry is not None else {})}
+
+
+def own_submission(record: LifecycleRecord, holder: str) -> dict[str, Any] | None:
+    """The recorded submission when ``holder`` (this task of this run) made it for the recorded driver."""
+    sub = app_versions.submitted_app(record)
+    if not holder or sub is None or record.driver is None:
+        return None
+    same_driver = (sub.get("driver") or {}).get("id") == record.driver.id
+    return sub if sub.get("holder") == holder and same_driver else None
 
 
 def stop_job(spec: JobSpec, *, target: Callable[[], SparkTarget], actor: str, log: Any, timeout_s: float | None = None,

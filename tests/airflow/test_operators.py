@@ -15,6 +15,7 @@ import asyncio
 import dataclasses
 import itertools
 import json
+import logging
 import os
 import socket
 import subprocess
@@ -199,7 +200,8 @@ def add_batch(ck: Path, topic: str, batch_id: int, end: int) -> None:
     (ck / "commits" / str(batch_id)).write_bytes(commit_file())
 
 
-def record_fake_submit(env: Env, job: str, pid: int, *, committed_before: int | None = None) -> LifecycleRecord:
+def record_fake_submit(env: Env, job: str, pid: int, *, committed_before: int | None = None,
+                       holder: str | None = None) -> LifecycleRecord:
     """What a submit records, for a driver that is any process (this test's own pid = alive).
     ``committed_before`` defaults to the checkpoint's last committed batch (nothing new yet)."""
     ck = str(env.checkpoint(job))
@@ -213,7 +215,7 @@ def record_fake_submit(env: Env, job: str, pid: int, *, committed_before: int | 
         record, app={"application": "app.py", "application_args": [], "compatibility_version": "7"},
         driver=DriverInfo(kind="local-pid", id=str(pid), host=socket.gethostname(), started_at=int(time.time() * 1000)),
         master="local[2]", deploy_mode=None, mode=submit.DETACH_LOCAL, committed_before=committed_before,
-        query_id_before=state.query_id, log_path=None, starting_offsets_file=None, actor="test")
+        query_id_before=state.query_id, log_path=None, starting_offsets_file=None, actor="test", holder=holder)
     record.save()
     return record
 
@@ -383,6 +385,31 @@ def test_submit_refuses_a_live_recorded_driver_and_a_held_lease(env):
         assert "leased by other_dag/run_1/submit" in r2.xcom("submit", "failure")
     finally:
         LifecycleRecord.load(str(ck)).release_lease("other_dag/run_1/submit")
+
+
+def test_a_retried_submit_adopts_the_live_driver_its_killed_first_try_recorded(env):
+    """The soak's finding: a worker SIGKILLed after the submit recorded its driver made Airflow's retry fail with
+    ALREADY_RUNNING (and the safe restart roll back a good deploy). The same task of the same run adopts it;
+    any other submitter is still refused."""
+    from airflow_kafka_spark.errors import UserError
+    from airflow_kafka_spark.registry.loader import load_registry
+    from airflow_kafka_spark.runtime import start_stop
+    from airflow_kafka_spark.runtime.submit import SparkTarget
+
+    ck = fake_checkpoint(env, "gamma")
+    mine = "soak_dag/run_1/submit"
+    record_fake_submit(env, "gamma", os.getpid(), holder=mine)   # this process: alive
+    spec = load_registry(env.registry).get("gamma")
+    target = SparkTarget(master="local[2]", deploy_mode=None, spark_binary="spark-submit",
+                         build_command=lambda kwargs, app: ["spark-submit", app])
+    kwargs = {"kafka_config": {"bootstrap.servers": env.bootstrap}, "target": target, "actor": "test",
+              "run_id": "run_1", "log": logging.getLogger("test")}
+    out = start_stop.submit_job(spec, holder=mine, **kwargs)
+    assert out["adopted"] is True and out["driver"]["id"] == str(os.getpid())
+    record = LifecycleRecord.load(str(ck))
+    assert record.lease is None and record.driver.id == str(os.getpid())
+    with pytest.raises(UserError, match="ALREADY_RUNNING: job gamma already has a live driver"):
+        start_stop.submit_job(spec, holder="soak_dag/run_2/submit", **kwargs)
 
 
 def test_submit_dry_run_builds_the_command_with_the_spark_provider_hook(env):
