@@ -67,6 +67,11 @@ def _job_and_paths(args: argparse.Namespace, *, checkpoint: bool = True) -> tupl
     return spec, ck, root
 
 
+def _progress_argument(p: argparse.ArgumentParser) -> None:
+    # Seconds before the step lines start (tests set 0 to see them on a run that is quick on their machine).
+    p.add_argument("--progress-after", metavar="SECONDS", type=float, default=1.0, help=argparse.SUPPRESS)
+
+
 def _seal_key(args: argparse.Namespace) -> bytes | None:
     """The key from --seal-key-file, else None (the core functions then read the seal_key_file setting)."""
     from airflow_kafka_spark.ops.seal import read_key_file
@@ -96,6 +101,7 @@ def _blocked(exc: Exception, args: argparse.Namespace, render: Callable[[dict], 
 
 def _backup_arguments(p: argparse.ArgumentParser) -> None:
     _storage_arguments(p)
+    _progress_argument(p)
     p.add_argument("--reason", default="manual", help="why (kept in the manifest)")
     p.add_argument("--force", action="store_true",
                    help="back up a running query anyway: only its last committed batch is captured")
@@ -114,7 +120,7 @@ def _backup(args: argparse.Namespace) -> int:
 
     _, checkpoint, backup_root = _job_and_paths(args)
     try:
-        with report.Progress("backup") as progress:
+        with report.Progress("backup", after_s=args.progress_after) as progress:
             result = backup_checkpoint(
                 checkpoint, backup_root, job=args.job, reason=args.reason, force=args.force,
                 spark_version=args.spark_version, settle_s=args.settle, keep_last=args.keep_last,
@@ -227,6 +233,7 @@ def _backups(args: argparse.Namespace) -> int:
 
 def _restore_arguments(p: argparse.ArgumentParser) -> None:
     _storage_arguments(p)
+    _progress_argument(p)
     p.add_argument("--backup", metavar="ID", required=True, help="backup id to restore ('latest': the newest)")
     add_kafka_arguments(p)
     p.add_argument("--sink", choices=SINK_CHOICES,
@@ -277,7 +284,7 @@ def _restore(args: argparse.Namespace) -> int:
         backup_id = newest.backup_id
     try:
         sink = Sink.named(args.sink) if args.sink else (spec.sink if spec else None)
-        with report.Progress("restore") as progress:
+        with report.Progress("restore", after_s=args.progress_after) as progress:
             result = restore_checkpoint(
                 checkpoint, backup_root, backup_id, config, job=args.job, dry_run=not execute,
                 idempotent_sink=None if sink is None else sink.replay_is_idempotent,
@@ -311,6 +318,7 @@ def _restore(args: argparse.Namespace) -> int:
 
 def _reset_arguments(p: argparse.ArgumentParser) -> None:
     _storage_arguments(p)
+    _progress_argument(p)
     add_kafka_arguments(p)
     m = p.add_argument_group("the new position")
     m.add_argument("--mode", required=True,
@@ -358,7 +366,7 @@ def _reset(args: argparse.Namespace) -> int:
         sink_output=args.sink_output or (spec.sink_output if spec else None),
         sink_log=args.sink_log, accept_data_loss=args.accept_data_loss)
     try:
-        with report.Progress("reset") as progress:
+        with report.Progress("reset", after_s=args.progress_after) as progress:
             result = reset_checkpoint(
                 checkpoint, backup_root, config, request, job=args.job, dry_run=not execute, progress=progress,
                 actor=args.actor, storage_options=_opts(args.storage_option),
