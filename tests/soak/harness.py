@@ -189,10 +189,11 @@ def task_log(logs: Path, dag_id: str, run_id: str, task_id: str, attempt: int) -
 class TaskKiller:
     """SIGKILLs, once each, the task runner of ``targets`` in one DAG run; and the triggerer during the gate.
 
-    A task is killed a seeded delay in ``[0, max_delay_s]`` after its log says the DAG file is parsed,
-    so the kill lands around the operator's ``execute`` (the log at that moment says where: before,
-    in or after it), not in Airflow's start-up. ``client_factory`` gives an authenticated REST client
-    (used to see the health gate deferred); ``restart_triggerer`` starts a new triggerer after the kill.
+    A task is killed a seeded delay in ``[0, max_delay_s]`` after its log says the DAG file is parsed
+    or (seeded choice) that "Pre Execute" ended, so the kill lands around the operator's ``execute``
+    (the log at that moment says where: before, in or after it), not in Airflow's start-up.
+    ``client_factory`` gives an authenticated REST client (used to see the health gate deferred);
+    ``restart_triggerer`` starts a new triggerer after the kill.
     """
 
     client_factory: Callable[[], object]
@@ -244,6 +245,9 @@ class TaskKiller:
         pending = set(self.targets)
         trig = self.kill_triggerer
         delays = {t: self.rng.uniform(0, self.max_delay_s) for t in sorted(pending | {"triggerer"})}
+        # From the end of the DAG parse (lands mostly in Airflow's pre-execute: templates, XCom pulls) or from
+        # the end of "Pre Execute" (lands in the operator's execute), half and half.
+        anchors = {t: self.rng.choice(['"Worker startup parse complete"', '"::endgroup::"']) for t in sorted(pending)}
         started: dict[str, float] = {}
         last_rest = 0.0
         try:
@@ -251,7 +255,7 @@ class TaskKiller:
                 for task in sorted(pending):
                     if task not in started:
                         log = task_log(self.logs, self.dag_id, self.run_id, task, 1)
-                        if log.exists() and '"Worker startup parse complete"' in log.read_text(errors="replace"):
+                        if log.exists() and anchors[task] in log.read_text(errors="replace"):
                             started[task] = time.monotonic()
                     if task in started and time.monotonic() - started[task] >= delays[task]:
                         self._kill_task(task, started[task])

@@ -254,10 +254,17 @@ class Soak:
         return json.loads(value) if isinstance(value, str) else (value or {})
 
     # -- cheap events --------------------------------------------------------------------------
+    def driver_alive(self) -> bool:
+        rec = LifecycleRecord.load(str(self.checkpoint))
+        return rec is not None and rec.driver is not None and drivers.local_alive(rec.driver)
+
     def driver_kill(self) -> None:
         """SIGKILL the driver's process group while a batch is planned and not committed (or after 15 s)."""
         rec = LifecycleRecord.load(str(self.checkpoint))
         assert rec is not None and rec.driver is not None
+        if not drivers.local_alive(rec.driver):  # it ended on its own (a broker restart it gave up on)
+            self.job_down = True
+            return
         deadline, mid = time.monotonic() + 15, False
         while time.monotonic() < deadline:
             st = read_checkpoint(str(self.checkpoint))
@@ -277,7 +284,14 @@ class Soak:
         self.broker.stop()
         time.sleep(down)
         self.broker.start(timeout=120)
-        self.fig.note("broker stop/start", f"down {down:.1f}s, back in {time.monotonic() - started:.0f}s")
+        time.sleep(5)
+        if self.job_down:
+            after = "the job was down"
+        elif self.driver_alive():
+            after = "driver alive"
+        else:
+            self.job_down, after = True, "the driver gave up (its query failed)"
+        self.fig.note("broker stop/start", f"down {down:.1f}s, back in {time.monotonic() - started:.0f}s; {after}")
 
     # -- the sequence --------------------------------------------------------------------------
     def next_kind(self, forced: list[str]) -> str:
@@ -388,7 +402,7 @@ def test_soak(airflow_home, connector_jars):
         forced.insert(0, "restore")
         while (len(fig.events) < target or forced) and time.monotonic() - started < max_s:
             soak.run_event(soak.next_kind(forced))
-        if soak.job_down:
+        if soak.job_down or not soak.driver_alive():
             soak.dag_run("keep")
 
         feeder.stop()
