@@ -20,6 +20,7 @@ from typing import Any
 from airflow_kafka_spark._util.fs import open_location, read_bytes
 from airflow_kafka_spark._util.jsonfile import load_json
 from airflow_kafka_spark.errors import UserError
+from airflow_kafka_spark.kafka.view import KafkaView
 from airflow_kafka_spark.lifecycle.events import LifecycleEvent
 from airflow_kafka_spark.lifecycle.model import DriverInfo
 from airflow_kafka_spark.lifecycle.record import LifecycleRecord
@@ -161,12 +162,27 @@ def audit_history(reg: Registry, job: str) -> list[HistoryPoint]:
 
 
 def job_view(spec: JobSpec, audits: Mapping[str, JobAudit], kafka_config_for: KafkaConfigFor, *,
-             timeout: float = 10.0) -> JobView:
-    """Observe one job now and read what the record and the last audit remember about it."""
+             views: dict[tuple, KafkaView] | None = None, timeout: float = 10.0) -> JobView:
+    """Observe one job now and read what the record and the last audit remember about it.
+
+    ``views``: Kafka clients by config, shared by the jobs of one page (one connection per cluster).
+    """
     obs: Observation | None = None
     error = None
     try:
-        obs = observe_job(spec, kafka_config_for(spec), timeout=timeout)
+        config = dict(kafka_config_for(spec))
+        key = tuple(sorted((k, str(v)) for k, v in config.items()))
+        if views is None or key not in views:
+            view = KafkaView(config, timeout=timeout)
+            if views is not None:
+                views[key] = view
+        else:
+            view = views[key]
+        try:
+            obs = observe_job(spec, view=view, timeout=timeout)
+        finally:
+            if views is None:
+                view.close()
     except Exception as exc:  # see the module docstring: a row with the error, not a broken page
         error = _one_line(exc)
     driver = restart = None
@@ -189,7 +205,12 @@ def job_view(spec: JobSpec, audits: Mapping[str, JobAudit], kafka_config_for: Ka
 def all_jobs(reg: Registry, kafka_config_for: KafkaConfigFor = kafka_config_from_connection) -> list[JobView]:
     """Every registry job, in name order."""
     audits = latest_audits(reg)
-    return [job_view(reg.jobs[name], audits, kafka_config_for) for name in reg.names()]
+    views: dict[tuple, KafkaView] = {}
+    try:
+        return [job_view(reg.jobs[name], audits, kafka_config_for, views=views) for name in reg.names()]
+    finally:
+        for view in views.values():
+            view.close()
 
 
 def one_job(reg: Registry, name: str, kafka_config_for: KafkaConfigFor = kafka_config_from_connection) -> JobView:

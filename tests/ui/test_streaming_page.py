@@ -159,7 +159,7 @@ def test_signed_in_page_shows_the_job_with_the_numbers_of_aks_lag(stack):
         assert int(row["records"]) == cli["lag_records_effective"] > 0, (row, cli["lag_records_effective"])
         assert row["records_text"] == f"{cli['lag_records_effective']:,}"
         gap_s = (cli["observed_at_ms"] - row["observed_at"]) / 1000
-        assert 0 <= gap_s < 60
+        assert 0 <= gap_s < 180   # a sanity bound: the two looks are seconds apart (more on a loaded machine)
         assert abs(cli["lag_seconds"] - float(row["seconds"]) - gap_s) < 1.5, (row["seconds"], cli["lag_seconds"],
                                                                               gap_s)
         assert row["status"] == cli["status"], (row["status"], cli["status"], cli["reason"])
