@@ -195,3 +195,17 @@ def test_approved_resets_and_the_audit_names_the_approver(stack):
     assert audit["reset"]["backup_id"] == reset["backup_id"]
     rec = LifecycleRecord.load(str(ck))
     assert rec.next_starting_offsets                              # the new run starts at the log end
+
+
+def test_an_overridden_block_asks_for_approval_with_its_codes():
+    """validate_before's XCom after an override (pure: no run needed)."""
+    from airflow_kafka_spark.operators.approval import overridden_codes
+    from airflow_kafka_spark.ops.approval import approval_request
+
+    verdict = {"overridden": True, "findings": [
+        {"code": "OFFSET_BELOW_LOG_START", "severity": "BLOCK"}, {"code": "BACKLOG", "severity": "INFO"},
+        {"code": "OFFSET_BELOW_LOG_START", "severity": "BLOCK"}]}
+    assert overridden_codes(verdict) == ["OFFSET_BELOW_LOG_START"]
+    assert overridden_codes({**verdict, "overridden": False}) == [] and overridden_codes(None) == []
+    request = approval_request(None, idempotent_sink=None, overridden_codes=overridden_codes(verdict))
+    assert request.needed and "`OFFSET_BELOW_LOG_START`" in request.body()
