@@ -133,6 +133,13 @@ def irregular_entries(loc: Location, *, limit: int = 5) -> list[tuple[str, str]]
         for entry in sorted(entries, key=lambda e: e.name):
             rel = f"{rel_dir}/{entry.name}" if rel_dir else entry.name
             try:
+                # The directory entry's type answers for folders and regular files without a syscall
+                # (40,000 ``lstat`` calls per backup of a large state store); others are ``lstat``-ed.
+                if entry.is_dir(follow_symlinks=False):
+                    pending.append(rel)
+                    continue
+                if entry.is_file(follow_symlinks=False):
+                    continue
                 mode = entry.stat(follow_symlinks=False).st_mode
             except FileNotFoundError:
                 continue

@@ -128,7 +128,8 @@ class Manifest:
         return replace(self, digest=_digest(body), hmac=seal.keyed(body, seal_key) if seal_key else "")
 
     def to_json(self) -> bytes:
-        return (json.dumps(self.to_dict(), indent=1, sort_keys=False) + "\n").encode()
+        # Compact: ``indent`` makes json use its pure-Python encoder (~1 s of CPU for 40,000 files).
+        return (json.dumps(self.to_dict(), separators=(",", ":"), sort_keys=False) + "\n").encode()
 
     @classmethod
     def from_json(cls, raw: bytes, *, where: str, seal_key: bytes | None = None) -> Manifest:
