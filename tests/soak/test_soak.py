@@ -92,6 +92,7 @@ class Figures:
     events: list[str] = field(default_factory=list)
     mix: dict[str, int] = field(default_factory=dict)
     dag_runs: int = 0
+    rollbacks: int = 0
     missed_kills: list[str] = field(default_factory=list)
     produced: int = 0
     sink_rows: int = 0
@@ -145,7 +146,7 @@ class Soak:
                     "compatibility_version": str(self.compat),
                     "application_args": ["--trigger", "processing:1s", "--shuffle-partitions", "2"],
                     "spark_conf": {"spark.sql.shuffle.partitions": "2", "spark.driver.memory": "640m"},
-                    "health_gate": {"min_batches": 2, "timeout_s": 240, "idle_pass_s": 60},
+                    "health_gate": {"min_batches": 2, "timeout_s": 600, "idle_pass_s": 60},
                 }
             ],
         )
@@ -202,7 +203,26 @@ class Soak:
             self.killed_ops.add(kill.what)
             self.triggerer_killed |= kill.what == "triggerer"
         self.fig.missed_kills += [f"{run_id}:{m}" for m in killer.missed]
-        assert state == "success", f"{mode} run {run_id}: {state} {states}\naudit: {json.dumps(self.audit())[:4000]}"
+        audit = self.audit()
+        rollback = audit.get("rollback") or {}
+        if state != "success":
+            # The one failure a loaded machine may cause: a driver too slow to commit in the gate's time. The
+            # rollback must then restore this run's backup and resubmit the previous application (and its
+            # replay is announced); any other failure fails the soak.
+            gate_timeout = rollback.get("failed_steps") == ["health_gate"] and "timed out" in json.dumps(audit)
+            assert gate_timeout and audit.get("outcome") == "ROLLED_BACK" and rollback.get("resubmitted"), (
+                f"{mode} run {run_id}: {state} {states}\naudit: {json.dumps(audit)[:4000]}"
+            )
+            self.fig.rollbacks += 1
+            self.fig.note(
+                "rolled back",
+                f"the health gate timed out; backup {rollback.get('restored_backup_id')} "
+                "restored, previous application resubmitted",
+            )
+            self.fig.announced += int((rollback.get("restore") or {}).get("records_to_replay") or 0)
+            self.era_backups = []  # the checkpoint is this run's backup again: restore only what a later keep takes
+            self.job_down = False
+            return
         backup = self.xcom(run_id, "backup")
         if mode == "auto" and states.get("reset") == "success":
             self.era_backups = []
@@ -428,7 +448,8 @@ def test_soak(airflow_home, connector_jars):
         fig.killed_operators = sorted(soak.killed_ops)
         fig.wall_s = time.monotonic() - started
         print(
-            f"soak seed {seed}: {len(fig.events)} events {fig.mix} in {fig.dag_runs} DAG runs; "
+            f"soak seed {seed}: {len(fig.events)} events {fig.mix} in {fig.dag_runs} DAG runs "
+            f"({fig.rollbacks} rolled back); "
             f"records produced {fig.produced}, missing {fig.missing}, duplicated {fig.duplicated} "
             f"(announced {fig.announced}), unexpected {fig.unexpected}; max drivers at once {fig.max_drivers} "
             f"({fig.driver_samples} samples); backups verified {fig.backups_verified} "
