@@ -180,7 +180,9 @@ def run_airflow(workdir: Path, records: int, partitions: int) -> int:
     os.environ.update({
         "AIRFLOW_HOME": str(home), "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home}/airflow.db",
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False", "AIRFLOW__CORE__DAGS_FOLDER": str(DAGS_DIR),
-        "AKS_DATA_DIR": str(data), "AKS_JOB_REGISTRY": str(registry), "AKS_HEALTH_GATE_POLL_S": "2"})
+        # the provider's [kafka_spark] settings, in Airflow's environment form
+        "AIRFLOW__KAFKA_SPARK__DATA_DIR": str(data), "AIRFLOW__KAFKA_SPARK__JOB_REGISTRY": str(registry),
+        "AIRFLOW__KAFKA_SPARK__HEALTH_GATE_POLL_S": "2"})
     from airflow_kafka_spark.checkpoint.reader import read_checkpoint
     from airflow_kafka_spark.lifecycle.record import LifecycleRecord
     from airflow_kafka_spark.runtime import drivers
@@ -196,7 +198,7 @@ def run_airflow(workdir: Path, records: int, partitions: int) -> int:
         os.environ["AIRFLOW_CONN_KAFKA_DEFAULT"] = json.dumps({"conn_type": "kafka",
                                                                "extra": {"bootstrap.servers": bootstrap}})
         os.environ["AIRFLOW_CONN_SPARK_DEFAULT"] = json.dumps({"conn_type": "spark", "host": "local[2]"})
-        os.environ.setdefault("AKS_CONNECTOR_JARS", ",".join(str(j) for j in jars.spark_kafka_jars()))
+        os.environ.setdefault("AIRFLOW__KAFKA_SPARK__CONNECTOR_JARS", ",".join(str(j) for j in jars.spark_kafka_jars()))
         registry.write_text(_registry_text(topic, compat="1", args=V1_ARGS))
         feed = _Feed(bootstrap, topic, partitions, rate=max(1, records // 100))
         feed.add(records)
