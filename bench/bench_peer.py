@@ -59,6 +59,7 @@ class Bench:
         self.work = Path(args.work)
         self.work.mkdir(parents=True, exist_ok=True)
         self.rows: list[dict] = []
+        states.compile_package()
         self.broker = None
         self.bootstrap = args.bootstrap
         if not self.bootstrap:
@@ -101,40 +102,43 @@ class Bench:
 
     # ---- runners ------------------------------------------------------------------------------
 
-    def whole(self, command: str, checkpoint: str, *extra: str) -> tuple[float, int]:
-        wall, rss, _ = states.run_timed(states.aks_command(command, "--checkpoint", checkpoint,
-                                                           "--bootstrap-servers", self.bootstrap, *extra))
-        return wall, rss
+    def whole(self, command: str, checkpoint: str, *extra: str) -> tuple[float, int, float]:
+        return states.run_timed(states.aks_command(command, "--checkpoint", checkpoint,
+                                                   "--bootstrap-servers", self.bootstrap, *extra)).wrc
 
-    def peer(self, group: str) -> tuple[float, int]:
-        wall, rss, out = states.run_timed(states.peer_command(self.bootstrap, group))
-        if "LAG" not in out:
-            raise RuntimeError(f"kafka-consumer-groups printed no table for {group}: {out[:300]}")
-        return wall, rss
+    def peer(self, group: str) -> tuple[float, int, float]:
+        run = states.run_timed(states.peer_command(self.bootstrap, group))
+        if "LAG" not in run.out:
+            raise RuntimeError(f"kafka-consumer-groups printed no table for {group}: {run.out[:300]}")
+        return run.wrc
 
-    def inproc(self, command: str, checkpoint: str, *extra: str) -> float:
+    def inproc(self, command: str, checkpoint: str, *extra: str) -> tuple[float, int, float]:
+        """Wall and CPU seconds (``process_time``: this process, librdkafka's threads included)."""
         from airflow_kafka_spark.cli import main
 
         argv = [command, "--checkpoint", checkpoint, "--bootstrap-servers", self.bootstrap, *extra]
         with contextlib.redirect_stdout(io.StringIO()):
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             main(argv)
-            return time.perf_counter() - t0
+            return time.perf_counter() - t0, 0, time.process_time() - c0
 
     def interleave(self, what: str, ours, peer, **keys) -> None:
-        """Run ``ours`` and ``peer`` (callables returning (s, rss KiB)) alternately, ``repeat`` times."""
-        o_t, o_m, p_t, p_m, loads = [], [], [], [], []
+        """Run ``ours`` and ``peer`` (callables returning (s, rss KiB, CPU s)) alternately, ``repeat`` times."""
+        o_t, o_m, o_c, p_t, p_m, p_c, loads = [], [], [], [], [], [], []
         for r in range(self.args.repeat):
-            pair = [(ours, o_t, o_m), (peer, p_t, p_m)] if peer else [(ours, o_t, o_m)]
-            for fn, ts, ms in (pair if r % 2 == 0 else pair[::-1]):
+            pair = [(ours, o_t, o_m, o_c), (peer, p_t, p_m, p_c)] if peer else [(ours, o_t, o_m, o_c)]
+            for fn, ts, ms, cs in (pair if r % 2 == 0 else pair[::-1]):
                 loads.append(load())
-                t, m = fn()
+                t, m, c = fn()
                 ts.append(t)
                 ms.append(m)
-        row = {"what": what, **keys, "ours": stats(o_t), "ours_rss_kib": max(o_m), "load": stats(loads)}
+                cs.append(c)
+        row = {"what": what, **keys, "ours": stats(o_t), "ours_cpu": stats(o_c), "ours_rss_kib": max(o_m),
+               "load": stats(loads)}
         if peer:
-            row.update(peer=stats(p_t), peer_rss_kib=max(p_m))
+            row.update(peer=stats(p_t), peer_cpu=stats(p_c), peer_rss_kib=max(p_m))
             row["ratio"] = round(row["peer"]["median"] / row["ours"]["median"], 2)
+            row["cpu_ratio"] = round(row["peer_cpu"]["median"] / max(row["ours_cpu"]["median"], 1e-9), 2)
         self.emit(row)
 
     def emit(self, row: dict) -> None:
@@ -142,11 +146,14 @@ class Bench:
         if self.args.json:   # after every row: an interrupted run keeps what it measured
             Path(self.args.json).write_text(json.dumps(self.rows, indent=1))
         o = row["ours"]
+        oc = row.get("ours_cpu", {}).get("median", float("nan"))
         line = (f"{row['what']:<34} {json.dumps({k: v for k, v in row.items() if k in ('partitions', 'batches')}):<36}"
-                f" ours {o['min']:.3f}/{o['median']:.3f}/{o['max']:.3f} s {row.get('ours_rss_kib', 0) // 1024} MiB")
+                f" ours {o['min']:.3f}/{o['median']:.3f}/{o['max']:.3f} s (CPU {oc:.3f} s)"
+                f" {row.get('ours_rss_kib', 0) // 1024} MiB")
         if "peer" in row:
             p = row["peer"]
-            line += f" | peer {p['min']:.3f}/{p['median']:.3f}/{p['max']:.3f} s  ratio {row['ratio']}×"
+            line += (f" | peer {p['min']:.3f}/{p['median']:.3f}/{p['max']:.3f} s"
+                     f" (CPU {row['peer_cpu']['median']:.3f} s)  ratio {row['ratio']}× (CPU {row['cpu_ratio']}×)")
         line += f"  (load {row['load']['median']:.1f})"
         print(line, flush=True)
 
@@ -176,7 +183,7 @@ class Bench:
                                                ("in-process lag (caught up)", "lag", ck, ()),
                                                ("in-process lag (2 behind)", "lag", behind, ())):
                 self.inproc(command, path, *extra)  # warm: imports, first connection
-                self.interleave(what, lambda c=command, p=path, e=extra: (self.inproc(c, p, *e), 0), None,
+                self.interleave(what, lambda c=command, p=path, e=extra: self.inproc(c, p, *e), None,
                                 partitions=n, batches=100)
 
     def batches(self) -> None:
@@ -189,9 +196,9 @@ class Bench:
             self.interleave("lag vs history (2 behind)", lambda b=behind: self.whole("lag", b), None,
                             partitions=n, batches=b)
             self.inproc("validate", ck)
-            self.interleave("in-process validate vs history", lambda ck=ck: (self.inproc("validate", ck), 0),
+            self.interleave("in-process validate vs history", lambda ck=ck: self.inproc("validate", ck),
                             None, partitions=n, batches=b)
-            self.interleave("in-process lag vs history", lambda b=behind: (self.inproc("lag", b), 0),
+            self.interleave("in-process lag vs history", lambda b=behind: self.inproc("lag", b),
                             None, partitions=n, batches=b)
         self.interleave("peer at 1,000 partitions", lambda: self.peer("g1000-behind"), None, partitions=n)
 
@@ -205,11 +212,11 @@ class Bench:
                          ("memory: validate (first run)", lambda: self.whole("validate", behind, "--no-record")),
                          ("memory: lag (2 behind)", lambda: self.whole("lag", behind)),
                          ("memory: backup", lambda: states.run_timed(states.aks_command(
-                             "backup", "--checkpoint", ck, "--backup-root", str(root), "--job", Path(ck).name))[:2])):
+                             "backup", "--checkpoint", ck, "--backup-root", str(root), "--job", Path(ck).name)).wrc)):
             loads = [load()]
-            t, rss = fn()
-            self.emit({"what": what, "partitions": n, "batches": b, "ours": stats([t]), "ours_rss_kib": rss,
-                       "load": stats(loads)})
+            t, rss, cpu = fn()
+            self.emit({"what": what, "partitions": n, "batches": b, "ours": stats([t]), "ours_cpu": stats([cpu]),
+                       "ours_rss_kib": rss, "load": stats(loads)})
 
     def backup(self) -> None:
         src = self.work / "ck40k"
@@ -217,20 +224,20 @@ class Bench:
             states.build_state_checkpoint(src)
         dest, root = self.work / "cp-a", self.work / "bk40k"
 
-        def cp() -> tuple[float, int]:
+        def cp() -> tuple[float, int, float]:
             shutil.rmtree(dest, ignore_errors=True)
             subprocess.run(["sync"], check=True)
-            return states.run_timed(["sh", "-c", f"cp -a {src} {dest} && sync"])[:2]
+            return states.run_timed(["sh", "-c", f"cp -a {src} {dest} && sync"]).wrc
 
-        def first() -> tuple[float, int]:
+        def first() -> tuple[float, int, float]:
             shutil.rmtree(root, ignore_errors=True)
             subprocess.run(["sync"], check=True)
             return states.run_timed(states.aks_command("backup", "--checkpoint", str(src), "--backup-root",
-                                                       str(root), "--job", "b40k"))[:2]
+                                                       str(root), "--job", "b40k")).wrc
 
-        def again() -> tuple[float, int]:
+        def again() -> tuple[float, int, float]:
             return states.run_timed(states.aks_command("backup", "--checkpoint", str(src), "--backup-root",
-                                                       str(root), "--job", "b40k"))[:2]
+                                                       str(root), "--job", "b40k")).wrc
 
         self.interleave("backup, first copy (vs cp -a && sync)", first, cp, files=40_406)
         first()
@@ -254,7 +261,7 @@ class Bench:
             reg.write_text("\n".join(lines) + "\n")
         cmd = states.aks_command("audit", "--registry", str(reg), "--out", str(base / "out"),
                                  "--bootstrap-servers", self.bootstrap)
-        self.interleave("audit, 50 jobs × 200 partitions", lambda: states.run_timed(cmd)[:2], None,
+        self.interleave("audit, 50 jobs × 200 partitions", lambda: states.run_timed(cmd).wrc, None,
                         partitions=n, jobs=jobs)
 
     def spark(self) -> None:
@@ -276,14 +283,14 @@ class Bench:
         root = self.work / "bk-spark"
         dest = self.work / "cp-spark"
 
-        def first() -> tuple[float, int]:
+        def first() -> tuple[float, int, float]:
             shutil.rmtree(root, ignore_errors=True)
             return states.run_timed(states.aks_command("backup", "--checkpoint", path, "--backup-root",
-                                                       str(root), "--job", "spark"))[:2]
+                                                       str(root), "--job", "spark")).wrc
 
-        def cp() -> tuple[float, int]:
+        def cp() -> tuple[float, int, float]:
             shutil.rmtree(dest, ignore_errors=True)
-            return states.run_timed(["sh", "-c", f"cp -a {ck} {dest} && sync"])[:2]
+            return states.run_timed(["sh", "-c", f"cp -a {ck} {dest} && sync"]).wrc
 
         self.interleave("spark-written: backup (vs cp -a && sync)", first, cp, files=files)
 
@@ -342,16 +349,20 @@ def plot(rows: list[dict], out_dir: Path) -> list[Path]:
 
 def markdown(rows: list[dict]) -> str:
     """The rows as a Markdown table (seconds min / median / max, peak RSS, ratio, load)."""
-    out = ["| what | size | aks s (min / med / max) | aks RSS | peer s (min / med / max) | peer ÷ aks | load |",
-           "|---|---|---|---:|---|---:|---:|"]
+    out = ["| what | size | aks s (min / med / max) | aks CPU s (med) | aks RSS | peer s (min / med / max) | "
+           "peer CPU s (med) | peer ÷ aks (wall / CPU) | load |",
+           "|---|---|---|---:|---:|---|---:|---:|---:|"]
     for r in rows:
         size = ", ".join(f"{r[k]:,} {k}" for k in ("partitions", "batches", "files", "jobs") if k in r)
         o = r["ours"]
         p = r.get("peer")
         peer = f"{p['min']:.2f} / **{p['median']:.2f}** / {p['max']:.2f}" if p else "—"
         rss = f"{r['ours_rss_kib'] / 1024:.0f} MiB" if r.get("ours_rss_kib") else "—"
-        out.append(f"| {r['what']} | {size} | {o['min']:.3f} / **{o['median']:.3f}** / {o['max']:.3f} | {rss} | "
-                   f"{peer} | {str(r['ratio']) + '×' if 'ratio' in r else '—'} | {r['load']['median']:.1f} |")
+        cpu = f"{r['ours_cpu']['median']:.3f}" if "ours_cpu" in r else "—"
+        peer_cpu = f"{r['peer_cpu']['median']:.2f}" if "peer_cpu" in r else "—"
+        ratio = f"{r['ratio']}× / {r['cpu_ratio']}×" if "cpu_ratio" in r else f"{r['ratio']}×" if "ratio" in r else "—"
+        out.append(f"| {r['what']} | {size} | {o['min']:.3f} / **{o['median']:.3f}** / {o['max']:.3f} | {cpu} | "
+                   f"{rss} | {peer} | {peer_cpu} | {ratio} | {r['load']['median']:.1f} |")
     return "\n".join(out)
 
 

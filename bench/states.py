@@ -20,6 +20,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -132,20 +133,46 @@ def aks_command(*args: str) -> list[str]:
     return [str(ROOT / ".venv" / "bin" / "aks"), *args]
 
 
-def run_timed(cmd: list[str], env: dict | None = None) -> tuple[float, int, str]:
-    """Wall seconds, peak RSS (KiB, of the child: GNU time's %M) and stdout of one process run."""
-    full = ["/usr/bin/time", "-f", "%M", *cmd]
+class Timed(NamedTuple):
+    """One process run: wall seconds, peak RSS (KiB), stdout and CPU seconds (user + system, children included).
+
+    CPU time is the figure to compare across runs on a shared machine: other work stretches the wall
+    time of both sides, but barely the CPU a run needs.
+    """
+
+    wall: float
+    rss: int
+    out: str
+    cpu: float
+
+    @property
+    def wrc(self) -> tuple[float, int, float]:
+        return self.wall, self.rss, self.cpu
+
+
+def run_timed(cmd: list[str], env: dict | None = None) -> Timed:
+    """Wall seconds, peak RSS (KiB, of the child: GNU time's %M), stdout and CPU seconds (%U + %S) of one run."""
+    full = ["/usr/bin/time", "-f", "%M %U %S", *cmd]
     t0 = time.perf_counter()
     proc = subprocess.run(full, capture_output=True, text=True, env={**os.environ, **(env or {})})
     wall = time.perf_counter() - t0
     lines = proc.stderr.strip().splitlines()
     try:
-        rss = int(lines[-1])
+        rss_s, user, system = lines[-1].split()
+        rss, cpu = int(rss_s), float(user) + float(system)
     except (ValueError, IndexError):
-        rss = -1
+        rss, cpu = -1, float("nan")
     if proc.returncode not in (0, 1, 2, 3, 4):
         raise RuntimeError(f"{cmd[0]} failed ({proc.returncode}): {proc.stderr[-800:]}")
-    return wall, rss, proc.stdout
+    return Timed(wall, rss, proc.stdout, cpu)
+
+
+def compile_package() -> None:
+    """Byte-compile the package once, as ``pip install`` does for a wheel: with PYTHONDONTWRITEBYTECODE
+    set (as on this machine) every ``aks`` run of an editable install would otherwise compile every
+    module it imports again (~100 ms), which no installed copy pays."""
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(ROOT / "airflow_kafka_spark")], check=True,
+                   stdout=subprocess.DEVNULL)
 
 
 def build_state_checkpoint(root: Path, *, state_partitions: int = 200, versions: int = 100,
