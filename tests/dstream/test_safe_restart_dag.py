@@ -9,7 +9,9 @@ graceful stop → backup of the group's offsets and the DStream checkpoint → t
 aside (the recorded build is v1's) → the announced replay (exact: v1's last ranges from Spark's
 KafkaRDD log) → submit v2 from the group → health gate on the group's commits. The append sink then
 holds exactly the announced number of duplicates, the idempotent sink none, and nothing is missing.
-One DAG run, two Spark starts: the whole test is one scenario.
+One DAG run, two Spark starts: the whole test is one scenario. Measured on 2 shared cores: 161 s alone
+(48 s of it session setup: Airflow DB reset, broker), 349 s with other helpers' Spark running; the DAG
+run itself 92-209 s. Runs: 1,790 and 4,410 produced, 0 missing, 30 duplicated = 30 announced (exact).
 """
 
 from __future__ import annotations
