@@ -161,7 +161,8 @@ with DAG(
     reset = ResetCheckpointOperator(
         task_id=RESET, job=JOB, mode=plan.output["reset_mode"], to_datetime=plan.output["to_datetime"],
         accept_data_loss=approve.output["accept_data_loss"],
-        max_records_skipped=approve.output["max_records_skipped"], dry_run=dry, reason=REASON)
+        max_records_skipped=approve.output["max_records_skipped"], dry_run=dry, reason=REASON,
+        trigger_rule=TriggerRule.NONE_FAILED)   # approve is an upstream (its XCom) and skips when nothing is lost
     restore = RestoreCheckpointOperator(task_id=RESTORE, job=JOB, backup_id=plan.output["restore_backup_id"],
                                         dry_run=dry, reason=REASON)
     validate_after = ValidateCheckpointOperator(

@@ -174,6 +174,23 @@ def test_a_plan_that_grew_past_the_approved_bound_is_refused_after_the_stop(stac
     assert audit["approval"]["by"] == stack["client"].user
 
 
+def test_a_dry_run_shows_what_it_would_ask_and_does_not_pause(stack):
+    ck, backups = stack["checkpoint"], stack["backups"]
+    before = tree(ck), tree(backups)
+    conf = {"job": JOB, "mode": "reset-latest", "backup_id": None, "datetime": None, "dry_run": True,
+            "accept_data_loss": False, "reason": "test dry run"}
+    started = time.perf_counter()
+    dr = stack["dag"].test(run_conf=conf, mark_success_pattern="submit|health_gate")   # no responder: no pause
+    r = collect(DAG_ID, dr.run_id, dr.state, time.perf_counter() - started)
+    TIMINGS["approval: dry run"] = r.seconds
+    assert r.state == "success" and r.states["approve"] == "skipped", r.states
+    approval = r.xcom("approve", "approval")
+    assert approval["decision"] == "dry run" and approval["request"]["needed"] is True
+    assert r.states["reset"] == "success", (r.states, r.xcom("reset", "failure"))
+    assert approval["request"]["skipped"] == r.xcom("reset")["plan"]["totals"]["skipped"] > 0   # the same core plan
+    assert (tree(ck), tree(backups)) == before
+
+
 def test_approved_resets_and_the_audit_names_the_approver(stack):
     ck = stack["checkpoint"]
     r, _ = run_answered(stack, "Approve", "month-end replay not needed", "approved")
