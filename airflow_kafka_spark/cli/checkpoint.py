@@ -68,8 +68,15 @@ def _job_and_paths(args: argparse.Namespace, *, checkpoint: bool = True) -> tupl
 
 
 def _progress_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--progress", action="store_true",
+                   help="print the steps of a run that takes over a second on stderr even when it is not a "
+                        "terminal (on a terminal they are always shown)")
     # Seconds before the step lines start (tests set 0 to see them on a run that is quick on their machine).
     p.add_argument("--progress-after", metavar="SECONDS", type=float, default=1.0, help=argparse.SUPPRESS)
+
+
+def _progress(what: str, args: argparse.Namespace) -> report.Progress:
+    return report.Progress(what, after_s=args.progress_after, enabled=args.progress or sys.stderr.isatty())
 
 
 def _seal_key(args: argparse.Namespace) -> bytes | None:
@@ -120,7 +127,7 @@ def _backup(args: argparse.Namespace) -> int:
 
     _, checkpoint, backup_root = _job_and_paths(args)
     try:
-        with report.Progress("backup", after_s=args.progress_after) as progress:
+        with _progress("backup", args) as progress:
             result = backup_checkpoint(
                 checkpoint, backup_root, job=args.job, reason=args.reason, force=args.force,
                 spark_version=args.spark_version, settle_s=args.settle, keep_last=args.keep_last,
@@ -284,7 +291,7 @@ def _restore(args: argparse.Namespace) -> int:
         backup_id = newest.backup_id
     try:
         sink = Sink.named(args.sink) if args.sink else (spec.sink if spec else None)
-        with report.Progress("restore", after_s=args.progress_after) as progress:
+        with _progress("restore", args) as progress:
             result = restore_checkpoint(
                 checkpoint, backup_root, backup_id, config, job=args.job, dry_run=not execute,
                 idempotent_sink=None if sink is None else sink.replay_is_idempotent,
@@ -366,7 +373,7 @@ def _reset(args: argparse.Namespace) -> int:
         sink_output=args.sink_output or (spec.sink_output if spec else None),
         sink_log=args.sink_log, accept_data_loss=args.accept_data_loss)
     try:
-        with report.Progress("reset", after_s=args.progress_after) as progress:
+        with _progress("reset", args) as progress:
             result = reset_checkpoint(
                 checkpoint, backup_root, config, request, job=args.job, dry_run=not execute, progress=progress,
                 actor=args.actor, storage_options=_opts(args.storage_option),

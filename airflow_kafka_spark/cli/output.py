@@ -87,10 +87,13 @@ class Progress:
     The core calls the instance with each step ("backing up the checkpoint"); a watcher thread prints
     the current step once ``after_s`` has passed, every later step at once, a "still ..." line every
     ``every_s`` and the total at the end. Used as a context manager around the operation.
+    ``enabled=False`` prints nothing: the commands show progress on a terminal (or with ``--progress``),
+    so a script reading stderr still gets exactly one ``error:`` line for a failure.
     """
 
-    def __init__(self, what: str, *, after_s: float = 1.0, every_s: float = 10.0, stream: IO[str] | None = None):
-        self.what, self.after_s, self.every_s = what, after_s, every_s
+    def __init__(self, what: str, *, after_s: float = 1.0, every_s: float = 10.0, stream: IO[str] | None = None,
+                 enabled: bool = True):
+        self.what, self.after_s, self.every_s, self.enabled = what, after_s, every_s, enabled
         self.stream = stream
         self._t0 = time.monotonic()
         self._step = "starting"
@@ -108,12 +111,14 @@ class Progress:
 
     def __enter__(self) -> Progress:
         self._t0 = time.monotonic()
-        self._thread.start()
+        if self.enabled:
+            self._thread.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self._done.set()
-        self._thread.join()
+        if self.enabled:
+            self._thread.join()
         with self._lock:
             if self._shown:
                 self._print("failed" if exc[0] is not None else "done")

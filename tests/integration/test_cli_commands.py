@@ -10,7 +10,7 @@ the console script, with everything taken from a job registry (``--job``):
   job on a batch boundary through ``stop_job``; Spark's output holds every produced record once;
 * after the stop, ``status`` says so and the lag equals the records produced since (``--check`` → 3);
 * ``mirror``, ``backups --prune`` and ``reset`` change nothing without ``--execute`` and act with it;
-  a backup prints its step lines on stderr (shown at once with the hidden ``--progress-after 0``).
+  ``backup --progress`` prints its step lines on stderr (at once with the hidden ``--progress-after 0``).
 """
 
 from __future__ import annotations
@@ -205,8 +205,8 @@ def test_status_after_the_stop_counts_what_was_produced_since(stack):
 
 
 def test_backups_prune_and_reset_act_only_with_execute(stack):
-    # The step lines start after a second; --progress-after 0 shows them on this (quick) backup.
-    slow = aks(*stack.job("backup"), "--settle", "0", "--progress-after", "0")
+    # Not a terminal: --progress asks for the step lines; --progress-after 0 shows them on this quick backup.
+    slow = aks(*stack.job("backup"), "--settle", "0", "--progress", "--progress-after", "0")
     assert slow.returncode == 0, slow.stderr
     progress = [line for line in slow.stderr.splitlines() if line.startswith("backup: [")]
     assert any("copying and hashing" in line for line in progress) and progress[-1].endswith("done"), slow.stderr

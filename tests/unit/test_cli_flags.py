@@ -234,6 +234,14 @@ def test_progress_is_silent_for_quick_runs_and_shows_steps_of_slow_ones():
     assert any(line.endswith("still backing up the checkpoint") for line in lines[2:-1])
     assert lines[-1].endswith("done")
 
+    off = io.StringIO()   # not a terminal and no --progress: a script's stderr keeps its one error line
+    with report.Progress("reset", after_s=0.0, stream=off, enabled=False) as step:
+        step("planning against Kafka")
+        time.sleep(0.3)
+    assert off.getvalue() == ""
+    args = cli.build_parser().parse_args([*DESTRUCTIVE["reset"], "--progress"])
+    assert args.progress is True and args.progress_after == 1.0
+
 
 def test_an_old_setting_name_is_one_warning_line(run, registry, monkeypatch):
     from airflow_kafka_spark import settings
