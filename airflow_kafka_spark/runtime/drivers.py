@@ -167,6 +167,36 @@ def _standalone_control(driver_id: str, ep: ClusterEndpoint) -> DriverControl:
     return DriverControl(alive, lambda: master.kill(driver_id), lambda: master.status(driver_id).summary())
 
 
+#: Set in a local driver's environment: the checkpoint it runs on and the task that started it. A submit
+#: killed between the fork and the record's save leaves a driver no record names; these find it.
+CHECKPOINT_ENV, SUBMITTER_ENV = "AKS_DRIVER_CHECKPOINT", "AKS_DRIVER_SUBMITTER"
+
+
+def local_unrecorded(checkpoint: str) -> dict[int, str]:
+    """Live local drivers started for ``checkpoint``, by their environment: process group -> submitter.
+
+    Linux only (``/proc``); elsewhere nothing is found.
+    """
+    needle = f"{CHECKPOINT_ENV}={checkpoint}".encode()
+    prefix = f"{SUBMITTER_ENV}=".encode()
+    found: dict[int, str] = {}
+    try:
+        entries = list(os.scandir("/proc"))
+    except OSError:
+        return found
+    for entry in entries:
+        if not entry.name.isdigit():
+            continue
+        try:
+            env = Path(entry.path, "environ").read_bytes().split(b"\0")
+            if needle in env:
+                found[os.getpgid(int(entry.name))] = next(
+                    (e[len(prefix):].decode(errors="replace") for e in env if e.startswith(prefix)), "")
+        except (OSError, ProcessLookupError):
+            continue
+    return found
+
+
 def start_local(command: list[str], *, env: dict[str, str] | None = None, log_path: str | Path,
                 cwd: str | None = None) -> DriverInfo:
     """Start ``command`` (a spark-submit line) in its own session, output appended to ``log_path``."""

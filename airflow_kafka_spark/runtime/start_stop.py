@@ -15,6 +15,8 @@ plain values.
 from __future__ import annotations
 
 import os
+import socket
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -154,8 +156,11 @@ def submit_job(spec: JobSpec, *, kafka_config: Mapping[str, Any], target: SparkT
         log_path = None
         if mode == submit.DETACH_LOCAL:
             log_path = submit.local_log_path(spec)
-            drv = drivers.start_local(command, env=env, log_path=log_path)
-            log.info("started %s driver pid %s; log %s", spec.name, drv.id, log_path)
+            drv = adopt_unrecorded(spec, holder, log)
+            if drv is None:
+                drv = drivers.start_local(command, log_path=log_path, env={
+                    **env, drivers.CHECKPOINT_ENV: spec.checkpoint, drivers.SUBMITTER_ENV: holder})
+                log.info("started %s driver pid %s; log %s", spec.name, drv.id, log_path)
         else:
             assert endpoint is not None and tag is not None
             drv = submit.submit_cluster(command, mode, env=env, kafka_config=kafka_config,
@@ -186,6 +191,27 @@ def submit_job(spec: JobSpec, *, kafka_config: Mapping[str, Any], target: SparkT
             "committed_before": entry["committed_before"], "query_id_before": entry["query_id_before"],
             "starting_offsets_file": starting_file, "submitted_at_ms": entry["submitted_at_ms"],
             **({"dstream": dstream_entry} if dstream_entry is not None else {})}
+
+
+def adopt_unrecorded(spec: JobSpec, holder: str, log: Any) -> DriverInfo | None:
+    """A live local driver on the job's checkpoint that no record names: this task's own (adopted), or a refusal.
+
+    Left by a submit killed between spark-submit's fork and the record's save (the soak found a retry then
+    starting a second driver: Spark's CONCURRENT_STREAM_LOG_UPDATE). None when there is none.
+    """
+    found = drivers.local_unrecorded(spec.checkpoint)
+    if not found:
+        return None
+    for group, submitter in found.items():
+        if submitter == holder:
+            log.info("driver pid %s on %s was started by this task (%s) before it was interrupted and never "
+                     "recorded: adopted", group, spec.checkpoint, holder)
+            return DriverInfo(kind=drivers.LOCAL.value, id=str(group), host=socket.gethostname(),
+                              started_at=int(time.time() * 1000))
+    group, submitter = next(iter(found.items()))
+    raise UserError(f"ALREADY_RUNNING: job {spec.name}: process group {group} on this host runs a driver on checkpoint "
+                    f"{spec.checkpoint} that the lifecycle record does not name (started by {submitter or 'unknown'}); "
+                    f"stop it (kill -TERM -{group}) so that two drivers never share the checkpoint")
 
 
 def own_submission(record: LifecycleRecord, holder: str) -> dict[str, Any] | None:

@@ -36,6 +36,7 @@ from airflow_kafka_spark.runtime import app_versions, submit
 from devstack import topics
 from devstack.produce import produce
 from tests.support.checkpoint_factory import commit_file, offsets_file, write_checkpoint
+from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.airflow, pytest.mark.integration]
 
@@ -410,6 +411,47 @@ def test_a_retried_submit_adopts_the_live_driver_its_killed_first_try_recorded(e
     assert record.lease is None and record.driver.id == str(os.getpid())
     with pytest.raises(UserError, match="ALREADY_RUNNING: job gamma already has a live driver"):
         start_stop.submit_job(spec, holder="soak_dag/run_2/submit", **kwargs)
+
+
+def test_a_retried_submit_adopts_the_driver_its_killed_first_try_started_but_never_recorded(env):
+    """The soak's second finding: a submit killed between spark-submit's fork and the record's save left a
+    driver no record named, and the retry started a second one on the same checkpoint (Spark then failed with
+    CONCURRENT_STREAM_LOG_UPDATE). The driver's environment names its checkpoint and submitter: the same task's
+    retry adopts it, anyone else is refused."""
+    from airflow_kafka_spark.errors import UserError
+    from airflow_kafka_spark.registry.loader import load_registry
+    from airflow_kafka_spark.runtime import drivers, start_stop
+    from airflow_kafka_spark.runtime.submit import SparkTarget
+
+    ck = fake_checkpoint(env, "beta")
+    spec = load_registry(env.registry).get("beta")
+    mine = "soak_dag/run_1/submit"
+
+    def orphan(submitter: str) -> subprocess.Popen:   # what the killed first try left running
+        return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"], start_new_session=True,
+                                env={**os.environ, drivers.CHECKPOINT_ENV: str(ck), drivers.SUBMITTER_ENV: submitter})
+
+    target = SparkTarget(master="local[2]", deploy_mode=None, spark_binary="spark-submit",
+                         build_command=lambda kwargs, app: ["/bin/false", app])   # a second start would fail
+    kwargs = {"kafka_config": {"bootstrap.servers": env.bootstrap}, "target": target, "actor": "test",
+              "run_id": "run_1", "log": logging.getLogger("test")}
+    first = orphan(mine)
+    try:
+        wait_until(lambda: drivers.local_unrecorded(str(ck)), timeout=10, what="the orphan's environment")
+        out = start_stop.submit_job(spec, holder=mine, **kwargs)
+        assert out["driver"]["id"] == str(first.pid)
+        assert LifecycleRecord.load(str(ck)).driver.id == str(first.pid)    # recorded now: stop and gate see it
+    finally:
+        first.kill()
+        first.wait()
+    stray = orphan("other_dag/run_9/submit")
+    try:
+        wait_until(lambda: drivers.local_unrecorded(str(ck)), timeout=10, what="the stray's environment")
+        with pytest.raises(UserError, match=f"ALREADY_RUNNING: job beta: process group {stray.pid} "):
+            start_stop.submit_job(spec, holder=mine, **kwargs)
+    finally:
+        stray.kill()
+        stray.wait()
 
 
 def test_submit_dry_run_builds_the_command_with_the_spark_provider_hook(env):
