@@ -5,8 +5,9 @@ A broker is started (``devstack.broker``) unless ``--bootstrap`` names one; topi
 partitions with 4 records each; checkpoints are written in Spark's format by :mod:`states`; a
 consumer group is committed at the same position for the peer. Every comparison is interleaved in
 one loop (ours, peer, ours, peer, … with the order swapped every round) and repeated; the table
-gives min/median/max seconds, peak RSS (GNU time) and the ratio peer/ours of the medians, with the
-1-minute load average when each row was measured (the machine is shared).
+gives min/median/max seconds, the median CPU seconds (user + system; ``process_time`` in process),
+peak RSS (GNU time) and the ratios peer/ours of the medians (wall and CPU), with the 1-minute load
+average when each row was measured (the machine is shared: compare CPU across rounds).
 
 Cases (``--only`` picks some):
 
