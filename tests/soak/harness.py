@@ -135,20 +135,28 @@ class DriverCounter:
         self.marker, self.interval = marker, interval
         self.samples = 0
         self.max_seen = 0
-        self.over_one: list[tuple[float, list[int]]] = []
+        self.over_one: list[tuple[float, dict[int, list[str]]]] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True, name="soak-drivers")
 
-    def drivers(self) -> list[int]:
-        return [pid for pid, cmd in processes(self.marker) if "org.apache.spark.deploy.SparkSubmit" in cmd]
+    def drivers(self) -> dict[int, list[str]]:
+        """Drivers by process group (each is started in its own session): one starting driver is several
+        processes (the spark-submit script, spark-class, the launcher JVM, then the driver JVM)."""
+        groups: dict[int, list[str]] = {}
+        for pid, cmd in processes(self.marker):
+            if "org.apache.spark.deploy.SparkSubmit" not in cmd:
+                continue
+            with contextlib.suppress(ProcessLookupError):
+                groups.setdefault(os.getpgid(pid), []).append(f"{pid}: {cmd[:200]}")
+        return groups
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval):
-            pids = self.drivers()
+            groups = self.drivers()
             self.samples += 1
-            self.max_seen = max(self.max_seen, len(pids))
-            if len(pids) > 1:
-                self.over_one.append((time.time(), pids))
+            self.max_seen = max(self.max_seen, len(groups))
+            if len(groups) > 1:
+                self.over_one.append((time.time(), groups))
 
     def start(self) -> DriverCounter:
         self._thread.start()
