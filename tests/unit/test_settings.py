@@ -89,8 +89,8 @@ def test_data_dir_in_the_registry_file_is_the_setting(monkeypatch, tmp_path):
 
     (tmp_path / "app.py").write_text("")
     reg = tmp_path / "jobs.yaml"
-    reg.write_text(f"version: 1\nallowed_roots: ['${{AKS_DATA_DIR}}', '{tmp_path}']\njobs:\n  - name: a\n    application: "
-                   f"{tmp_path}/app.py\n    topics: [t]\n    checkpoint: ${{AKS_DATA_DIR}}/ck\n"
+    reg.write_text(f"version: 1\nallowed_roots: ['${{AKS_DATA_DIR}}', '{tmp_path}']\njobs:\n  - name: a\n"
+                   f"    application: {tmp_path}/app.py\n    topics: [t]\n    checkpoint: ${{AKS_DATA_DIR}}/ck\n"
                    "    backup_root: ${AKS_DATA_DIR}/b\n")
     (tmp_path / "data").mkdir()
     monkeypatch.setenv("AIRFLOW__KAFKA_SPARK__DATA_DIR", str(tmp_path / "data"))
