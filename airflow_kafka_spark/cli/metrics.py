@@ -19,12 +19,14 @@ import argparse
 import sys
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow_kafka_spark.cli._args import Command, add_kafka_arguments, positive_float
 from airflow_kafka_spark.cli._job import add_registry_argument, kafka_config_for, kafka_given, load_registry
 from airflow_kafka_spark.errors import ExitCode
+
+if TYPE_CHECKING:  # http.server is imported when serving, not on every `aks` start
+    from http.server import BaseHTTPRequestHandler
 
 
 def _arguments(p: argparse.ArgumentParser) -> None:
@@ -84,6 +86,8 @@ class MetricsCache:
 
 
 def _handler(cache: MetricsCache) -> type[BaseHTTPRequestHandler]:
+    from http.server import BaseHTTPRequestHandler
+
     from airflow_kafka_spark.watch.metrics import CONTENT_TYPE
 
     class Handler(BaseHTTPRequestHandler):
@@ -122,6 +126,7 @@ def _handler(cache: MetricsCache) -> type[BaseHTTPRequestHandler]:
 
 def _serve(args: argparse.Namespace) -> int:
     import signal
+    from http.server import ThreadingHTTPServer
 
     from airflow_kafka_spark.errors import UserError
 
