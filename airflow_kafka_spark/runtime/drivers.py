@@ -263,9 +263,10 @@ def stop(checkpoint: str, marker: str, *, is_alive: Callable[[], bool], kill: Ca
          progress: Callable[[str], None] | None = None) -> StopResult:
     """Ask the job to stop on a batch boundary through its marker; kill only after ``timeout_s``."""
     t0 = time.monotonic()
-    if not is_alive():
-        return _result(checkpoint, storage_options, graceful=True, killed=False, t0=t0, running=False)
     loc = open_location(marker, storage_options, what="stop marker")
+    if not is_alive():
+        remove_file(loc)  # a stop killed while it waited left it: the next driver would stop after one batch
+        return _result(checkpoint, storage_options, graceful=True, killed=False, t0=t0, running=False)
     loc.fs.pipe_file(loc.path, f"stop requested at {iso_seconds()}\n".encode())
     killed = False
     try:

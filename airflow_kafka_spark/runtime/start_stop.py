@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from airflow_kafka_spark._util.fs import open_location, remove_file
 from airflow_kafka_spark.checkpoint.reader import read_checkpoint
 from airflow_kafka_spark.errors import UserError
 from airflow_kafka_spark.kafka.secrets import bootstrap_servers_of, scrub
@@ -152,6 +153,9 @@ def submit_job(spec: JobSpec, *, kafka_config: Mapping[str, Any], target: SparkT
             log.info("DStream checkpoint of another build moved aside to %s: %s starts from its group", aside,
                      run_spec.application)
         command, env = build(starting_file)
+        # No live driver reads it now: a stop killed while it waited (SIGKILL skips its cleanup) left it, and the new
+        # driver would stop itself after its first batch (the soak's health gates saw "driver exited").
+        remove_file(open_location(run_spec.stop_marker, None, what="stop marker"))
         shown = scrub(" ".join(command), kafka_config)
         log_path = None
         if mode == submit.DETACH_LOCAL:

@@ -444,6 +444,15 @@ def test_a_retried_submit_adopts_the_driver_its_killed_first_try_started_but_nev
     finally:
         first.kill()
         first.wait()
+    # A stop killed while it waited leaves its marker: the next driver must not read it and stop after one batch.
+    LifecycleRecord.load(str(ck)).save()
+    Path(spec.stop_marker).write_text("stop requested by a killed stop task\n")
+    assert start_stop.stop_job(spec, target=lambda: target, actor="test", log=logging.getLogger("test"),
+                               timeout_s=5)["outcome"] == "NOT_RUNNING"
+    assert not Path(spec.stop_marker).exists()
+    Path(spec.stop_marker).write_text("stop requested by a killed stop task\n")
+    start_stop.submit_job(spec, holder="soak_dag/run_3/submit", **kwargs)   # starts /bin/false
+    assert not Path(spec.stop_marker).exists()
     stray = orphan("other_dag/run_9/submit")
     try:
         wait_until(lambda: drivers.local_unrecorded(str(ck)), timeout=10, what="the stray's environment")
