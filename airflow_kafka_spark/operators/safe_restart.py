@@ -33,11 +33,13 @@ from typing import Any
 
 from airflow.sdk.exceptions import AirflowSkipException
 
+from airflow_kafka_spark.airflow_glue import dstream
 from airflow_kafka_spark.airflow_glue.jobs import (
     FAILURE_KEY,
     actor,
     fail,
     flag,
+    is_dstream,
     kafka_config,
     optional_text,
     run_holder,
@@ -225,7 +227,12 @@ class SafeRestartRollbackOperator(StreamingJobOperator):
         backup = _pull(context, BACKUP) or {}
         backup_id = backup.get("backup_id")
         out["restored_backup_id"] = None
-        if backup_id:
+        if is_dstream(spec):  # the position lives in the group (+ the DStream checkpoint): put both back
+            restored = dstream.rollback_step(spec, context, backup, self.log)
+            out.update(restored)
+            if restored.get("note"):
+                out["notes"].append(restored.pop("note"))
+        elif backup_id:
             manifest = load_backup(spec.backup_root, spec.name, backup_id)
             now = position(spec)
             record = LifecycleRecord.load(spec.checkpoint)
