@@ -20,6 +20,7 @@ two drivers on the checkpoint (sampled every second); every backup verifies. The
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -406,6 +407,7 @@ def test_soak(airflow_home, connector_jars):
     services = AirflowServices(airflow_home, base, env)
     feeder = counter = None
     soak = None
+    passed = False
     try:
         sync_dag(dags)
         services.start_api_server()
@@ -469,16 +471,18 @@ def test_soak(airflow_home, connector_jars):
         # every run with a checkpoint took one; the registry keeps the newest 5 (keep_last), all must verify
         assert not catalog.invalid and fig.backups_verified >= min(5, soak.backups_taken), soak.backups_taken
         assert len(fig.events) >= target or max_s != float("inf"), f"{len(fig.events)} events, {target} wanted"
-        shutil.rmtree(base, ignore_errors=True)
+        passed = True
     finally:
         if counter is not None:
             counter.stop()
         if feeder is not None and not feeder._stop.is_set():
             feeder._stop.set()
         services.stop()
-        if soak is not None:
-            rec = LifecycleRecord.load(str(soak.checkpoint))
-            if rec is not None and rec.driver is not None:
-                drivers.kill_local(rec.driver, grace_s=5)
+        if soak is not None:  # every driver on the checkpoint, recorded or not
+            for group in DriverCounter(f"--checkpoint {soak.checkpoint} ").drivers():
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(group, signal.SIGKILL)
         broker.stop()
         mp.undo()
+        if passed:
+            shutil.rmtree(base, ignore_errors=True)
