@@ -265,7 +265,8 @@ def test_fifos_and_links_under_the_backup_root_do_not_hang_or_mislead(setup, tmp
     (root / JOB / "blobs" / "zz").symlink_to(outside, target_is_directory=True)
     listed = aks("backups", "--backup-root", str(root), "--job", JOB, timeout=30)
     assert listed.returncode == 0 and "FIFO" in listed.stdout and m.backup_id in listed.stdout, listed.stderr
-    pruned = aks("backups", "--backup-root", str(root), "--job", JOB, "--prune", "--keep-last", "1", "--execute", timeout=30)
+    pruned = aks("backups", "--backup-root", str(root), "--job", JOB, "--prune", "--keep-last", "1", "--execute",
+                 timeout=30)
     assert pruned.returncode == 0, pruned.stderr
     assert (outside / ("ab" * 32)).read_text() == "keep me"
     # a blob replaced by a FIFO: verify reports it, never waits on it
