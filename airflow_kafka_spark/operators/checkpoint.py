@@ -277,6 +277,14 @@ class ResetCheckpointOperator(StreamingJobOperator):
             sink_output=spec.sink_output, sink_log=self.sink_log,
             accept_data_loss=flag(self.accept_data_loss, name="accept_data_loss"))
         dry_run = flag(self.dry_run, name="dry_run")
+        if not dry_run and int(getattr(context["ti"], "try_number", 1) or 1) > 1:
+            # a retry of a reset that finished before its task reported it
+            from airflow_kafka_spark.ops.reset import finished_by
+
+            earlier = finished_by(spec.checkpoint, actor(context), request)
+            if earlier is not None:
+                self.log.warning("job %s: %s", spec.name, earlier.notes[0])
+                return {"job": spec.name, **earlier.to_dict()}
         bound = optional_text(self.max_records_skipped)
         if bound is not None and not dry_run:   # the job is stopped now: the plan is what the reset does
             again = reset_checkpoint(spec.checkpoint, spec.backup_root, kafka_config(spec), request, job=spec.name,

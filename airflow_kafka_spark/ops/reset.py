@@ -205,7 +205,8 @@ def roll_forward(journal: Journal, ck: Location, *, storage_options: dict | None
                              sink_log_moved_to=pl.get("sink_aside"), starting_offsets=pl["starting_offsets"],
                              old_query_id=pl.get("old_query_id"), records_skipped=pl.get("skipped"),
                              records_replayed=pl.get("replayed"), pending_replay=pl.get("pending_replay"),
-                             accept_data_loss=bool(req.get("accept_data_loss")))
+                             accept_data_loss=bool(req.get("accept_data_loss")),
+                             findings=(pl.get("plan") or {}).get("findings") or [])
             record.save()
         journal.mark("record")
         faults.crash_point("reset.recorded")
@@ -254,6 +255,39 @@ def resumed_result(done: dict[str, Any], request: ResetRequest) -> ResetResult:
             f"requested reset --mode {request.mode} was not applied: re-run it if it is still wanted",
             code="INTERRUPTED_OPERATION_FINISHED", details=result.to_dict())
     result.notes.append(f"resumed interrupted reset {done['operation_id']} and finished it")
+    return result
+
+
+def finished_by(checkpoint_location: str, actor: str, request: ResetRequest, *,
+                storage_options: dict | None = None) -> ResetResult | None:
+    """The reset ``actor`` already finished on this still-fresh location, or None.
+
+    Why: a task killed after its reset finished (journal closed) but before it reported is retried
+    (Airflow); the retry finds no checkpoint ("nothing to reset") and no journal to resume. When the
+    last reset recorded beside the location is this actor's, with the same mode, and no batch was
+    written since (the new position is still pending), the retry reports that reset instead of
+    failing or resetting again. The per-partition moves are in the first try's log and the backup.
+    """
+    record = LifecycleRecord.load(checkpoint_location, storage_options=storage_options)
+    if record is None or not record.next_starting_offsets:
+        return None
+    state = read_checkpoint(checkpoint_location, storage_options=storage_options)
+    if state.offset_batch_ids or state.commit_batch_ids:
+        return None
+    last = next((e for e in reversed(record.history) if e.get("event") == str(LifecycleEvent.CHECKPOINT_RESET)), None)
+    details = (last or {}).get("details") or {}
+    if last is None or last.get("actor") != actor or details.get("mode") != request.mode:
+        return None
+    if details.get("starting_offsets") != record.next_starting_offsets:
+        return None
+    done = {"op": "reset", "operation_id": details.get("operation_id"),
+            "payload": {"aside": details.get("moved_to"), "sink_aside": details.get("sink_log_moved_to"),
+                        "backup_id": details.get("backup_id"), "starting_offsets": details.get("starting_offsets"),
+                        "request": {"mode": details.get("mode")},
+                        "plan": {"findings": details.get("findings") or [], "details": {"mode": details.get("mode")}}}}
+    result = resumed_result(done, request)
+    result.notes[:] = [f"reset {details.get('operation_id')} was already finished by an earlier try of this task "
+                       f"({actor}): reported, not run again"]
     return result
 
 
