@@ -29,6 +29,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from airflow_kafka_spark._util.localfs import (
+    LOCAL_FS,
+    fsync_dir,
+    plain_local_path,
+    walk_local_tree,
+)
 from airflow_kafka_spark._util.stores import (
     hdfs_as_webhdfs,
     is_webhdfs,
@@ -40,97 +46,6 @@ from airflow_kafka_spark.errors import Unreachable, UserError, is_unreachable
 OBJECT_STORE_PROTOCOLS = frozenset({
     "s3", "s3a", "gs", "gcs", "abfs", "abfss", "az", "adl", "wasb", "wasbs", "oss", "r2", "memory",
 })
-
-
-class LocalFS:
-    """fsspec's ``LocalFileSystem``, imported on first use: a plain local path opens without fsspec.
-
-    Why: importing fsspec costs ~70 ms of CPU (asyncio, its registry), a third of ``aks validate``'s
-    whole run at 1,000 partitions, while the local hot paths (listing, reading a few files) use
-    ``os`` directly. Any other attribute is the real ``LocalFileSystem``'s (one shared instance,
-    so ``a.fs is b.fs`` holds as with fsspec's instance cache).
-    """
-
-    protocol = ("file", "local")
-    async_impl = False
-    _real: Any = None
-
-    def __getattr__(self, name: str) -> Any:
-        if LocalFS._real is None:
-            import fsspec
-
-            LocalFS._real = fsspec.filesystem("file")
-        return getattr(LocalFS._real, name)
-
-    def info(self, path: str, **kwargs: Any) -> dict[str, Any]:
-        """``LocalFileSystem.info`` of a plain path, without fsspec (same keys, links followed)."""
-        if not isinstance(path, str) or "://" in path:
-            return self.__getattr__("info")(path, **kwargs)
-        path = _plain_local_path(path) or path
-        out = os.stat(path, follow_symlinks=False)
-        link = stat.S_ISLNK(out.st_mode)
-        if link:
-            out = os.stat(path, follow_symlinks=True)
-        kind = "directory" if stat.S_ISDIR(out.st_mode) else "file" if stat.S_ISREG(out.st_mode) else "other"
-        result = {"name": path, "size": out.st_size, "type": kind,
-                  "created": getattr(out, "st_birthtime", out.st_ctime), "islink": link}
-        for name in ("mode", "uid", "gid", "mtime", "ino", "nlink"):
-            result[name] = getattr(out, f"st_{name}")
-        if link:
-            result["destination"] = os.readlink(path)
-        return result
-
-    def cat_file(self, path: str, start: int | None = None, end: int | None = None, **kwargs: Any) -> bytes:
-        if "://" in path or start is not None or end is not None:
-            return self.__getattr__("cat_file")(path, start=start, end=end, **kwargs)
-        with open(_plain_local_path(path) or path, "rb") as fh:
-            return fh.read()
-
-    def exists(self, path: str, **kwargs: Any) -> bool:
-        try:
-            self.info(path)
-        except (OSError, ValueError):
-            return False
-        return True
-
-    def isdir(self, path: str) -> bool:
-        return os.path.isdir(_plain_local_path(path) or path) if "://" not in path else self.__getattr__("isdir")(path)
-
-    def isfile(self, path: str) -> bool:
-        return os.path.isfile(_plain_local_path(path) or path) if "://" not in path else \
-            self.__getattr__("isfile")(path)
-
-    def __repr__(self) -> str:
-        return "LocalFS()"
-
-
-LOCAL_FS = LocalFS()
-
-
-def split_protocol(url: str) -> tuple[str | None, str]:
-    """``fsspec.core.split_protocol`` (``s3://b/k`` → ``("s3", "b/k")``, a path → ``(None, path)``), without fsspec."""
-    if "://" in url:
-        protocol, path = url.split("://", 1)
-        if len(protocol) > 1:   # excludes Windows drive letters
-            return protocol, path
-    if url.startswith("data:"):
-        protocol, path = url.split(":", 1)
-        return protocol, path
-    return None, url
-
-
-def _plain_local_path(url: str) -> str | None:
-    """The absolute path fsspec would make of ``url`` if it is a plain local path (no scheme), else None."""
-    if os.sep != "/" or split_protocol(url)[0] is not None or url.startswith(("file:", "local:")):
-        return None
-    if url.startswith("/"):
-        path = url
-    elif url.startswith("~"):
-        path = os.path.expanduser(url)
-    else:
-        rel = "" if url == "." else url[2:] if url.startswith("./") else url
-        path = f"{os.getcwd()}/{rel}"
-    return path.rstrip("/") or "/"
 
 
 def is_local_fs(fs: Any) -> bool:
@@ -181,7 +96,7 @@ def open_location(url: str, storage_options: dict | None = None, *, what: str = 
     if storage_options is not None and not isinstance(storage_options, dict):
         raise UserError(f"storage_options must be a dict, got {type(storage_options).__name__}")
     refuse_chained_url(url, what)
-    local = _plain_local_path(url) if not storage_options else None
+    local = plain_local_path(url) if not storage_options else None
     if local is not None:
         return Location(LOCAL_FS, local, url.rstrip("/") or url)
     try:
@@ -328,36 +243,6 @@ def write_atomic(loc: Location, data: bytes) -> None:
             fs.mv(tmp, path)
     except OSError as exc:
         raise storage_error(f"cannot write {loc.url}", exc) from None
-
-
-def fsync_dir(path: str) -> None:
-    """Persist a rename/creation in a local directory (best effort: not every FS supports it)."""
-    with contextlib.suppress(OSError):
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-
-def sync_filesystem(path: str) -> None:
-    """Flush everything written to the local file system holding ``path`` (``syncfs``; else ``sync``).
-
-    One flush for thousands of new files, instead of one ``fsync`` each: what ``cp -a && sync`` costs.
-    """
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            if libc.syncfs(fd) == 0:
-                return
-        finally:
-            os.close(fd)
-    except (OSError, AttributeError):
-        pass
-    os.sync()
 
 
 def read_bytes(loc: Location, *, limit: int | None = None, follow_links: bool = True) -> bytes | None:
@@ -532,74 +417,9 @@ def move_dir(src: Location, dst: Location) -> None:
         raise storage_error(f"cannot move {src.url} to {dst.url}", exc) from None
 
 
-def list_local_detail(path: str) -> dict[str, dict]:
-    """``fs.ls(detail=True)`` of a local folder without fsspec's per-entry overhead, in the same shape.
-
-    Hadoop's ``.N.crc`` side files are listed by name only (nothing reads their size or type): a
-    10,000-batch checkpoint has 20,000 of them, and stat-ing each was most of the listing time.
-    Symlinks are followed as fsspec does; a dangling one is ``other`` (never opened).
-    """
-    out: dict[str, dict] = {}
-    with os.scandir(path) as entries:
-        for entry in entries:
-            name = entry.name
-            if name.startswith(".") and name.endswith(".crc"):
-                out[name] = {"name": entry.path, "type": "file"}
-                continue
-            try:
-                st = entry.stat()
-            except OSError:
-                out[name] = {"name": entry.path, "type": "other", "size": 0}
-                continue
-            kind = "directory" if stat.S_ISDIR(st.st_mode) else "file" if stat.S_ISREG(st.st_mode) else "other"
-            out[name] = {"name": entry.path, "type": kind, "size": st.st_size}
-    return out
-
-
 def _list_local_tree(loc: Location) -> dict[str, dict]:
-    """:func:`list_files` of a local folder: one ``os.scandir`` walk, one ``stat`` per file.
-
-    fsspec's ``find`` costs ~60 µs per file (an ``lstat`` and a ``stat``, path normalisation twice);
-    backups list checkpoints and blob stores of 40,000 files several times. The info dicts carry
-    what fsspec's do and callers read (``name``, ``type``, ``size``, ``mtime``, ``created`` = ctime,
-    ``islink``); a link to a file is followed as fsspec does, a link to a folder is listed as ``other``
-    and not walked (a blob prefix or checkpoint subfolder linked elsewhere must not pass for ours), a
-    dangling one is left out like a vanished file.
-    """
-    root = loc.fs._strip_protocol(loc.path).rstrip("/") or "/"
-    out: dict[str, dict] = {}
-    pending = [(root, "")]
-    while pending:
-        folder, prefix = pending.pop()
-        try:
-            entries = list(os.scandir(folder))
-        except FileNotFoundError:
-            if folder == root:
-                return {}
-            continue
-        except NotADirectoryError:
-            if folder == root:
-                return {}
-            continue
-        except OSError as exc:
-            raise storage_error(f"cannot list {loc.url}", exc) from None
-        for entry in entries:
-            rel = prefix + entry.name
-            try:
-                st = entry.stat()
-            except FileNotFoundError:
-                continue
-            except OSError as exc:
-                raise storage_error(f"cannot list {loc.url}", exc) from None
-            if stat.S_ISDIR(st.st_mode):
-                if entry.is_symlink():   # never walk out of the tree through a linked folder
-                    out[rel] = {"name": entry.path, "type": "other", "size": 0, "mtime": st.st_mtime,
-                                "created": st.st_ctime, "islink": True}
-                else:
-                    pending.append((entry.path, rel + "/"))
-                continue
-            out[rel] = {"name": entry.path, "type": "file" if stat.S_ISREG(st.st_mode) else "other",
-                        "size": st.st_size, "mtime": st.st_mtime, "created": st.st_ctime,
-                        "islink": entry.is_symlink()}
-    return out
-
+    """:func:`list_files` of a local folder (:func:`walk_local_tree`), its errors as one line."""
+    try:
+        return walk_local_tree(loc.fs._strip_protocol(loc.path).rstrip("/") or "/")
+    except OSError as exc:
+        raise storage_error(f"cannot list {loc.url}", exc) from None

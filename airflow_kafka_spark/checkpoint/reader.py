@@ -24,7 +24,8 @@ import os
 import posixpath
 from typing import Any
 
-from airflow_kafka_spark._util.fs import is_local_fs, list_local_detail, open_location
+from airflow_kafka_spark._util.fs import is_local_fs, open_location
+from airflow_kafka_spark._util.localfs import list_local_detail
 from airflow_kafka_spark._util.text import one_line
 from airflow_kafka_spark.checkpoint.checks import ConsistencyChecks
 from airflow_kafka_spark.checkpoint.formats import (

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from airflow_kafka_spark._util import text
-from airflow_kafka_spark._util.fs import split_protocol
+from airflow_kafka_spark._util.localfs import split_protocol
 from airflow_kafka_spark.errors import UserError
 
 RECORD_SUFFIX = ".lifecycle.json"

@@ -114,7 +114,7 @@ def test_history_of_a_long_run_with_many_partitions_is_the_retained_100_batches(
 def test_default_read_touches_only_the_files_restart_needs(tmp_path, monkeypatch):
     import fsspec.implementations.local as local
 
-    from airflow_kafka_spark._util.fs import LocalFS
+    from airflow_kafka_spark._util.localfs import LocalFS
 
     ck = write_checkpoint(tmp_path / "cp", batches=40, pending=True)
     opened: list[str] = []

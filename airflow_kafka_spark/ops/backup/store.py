@@ -26,8 +26,8 @@ from airflow_kafka_spark._util.fs import (
     open_regular,
     os_reason,
     remove_file,
-    sync_filesystem,
 )
+from airflow_kafka_spark._util.localfs import sync_filesystem
 from airflow_kafka_spark._util.paths import Contained
 from airflow_kafka_spark.errors import UserError
 from airflow_kafka_spark.ops.backup.manifest import (
