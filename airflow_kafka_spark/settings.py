@@ -35,10 +35,10 @@ class SettingDeprecationWarning(FutureWarning):
 
 @dataclass(frozen=True)
 class Setting:
-    """One option of ``[kafka_spark]`` and the ``AKS_*`` variable it replaces."""
+    """One option of ``[kafka_spark]`` and the ``AKS_*`` variable it replaces (None: a new option)."""
 
     name: str
-    legacy: str
+    legacy: str | None
     description: str
     example: str
     type: str = "string"
@@ -73,9 +73,13 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("health_gate_poll_s", "AKS_HEALTH_GATE_POLL_S",
             "Seconds between two looks of the safe-restart DAG's health gate at the restarted job. "
             "Empty: 15.", "15", type="float"),
+    Setting("docs_url", None,
+            "Base URL of this provider's docs folder, for the finding-code links on validate tasks "
+            "(``<docs_url>/findings.md#<code>``). Empty: the project's published docs.",
+            "https://git.example.com/platform/airflow-kafka-spark/blob/main/docs"),
 )
 BY_NAME: dict[str, Setting] = {s.name: s for s in SETTINGS}
-BY_LEGACY: dict[str, Setting] = {s.legacy: s for s in SETTINGS}
+BY_LEGACY: dict[str, Setting] = {s.legacy: s for s in SETTINGS if s.legacy}
 
 _airflow_reader: Callable[[str, str], Any] | None = None
 _warned: set[str] = set()
@@ -100,7 +104,7 @@ def value(name: str, environ: Mapping[str, str] | None = None) -> str | None:
             found = str(_airflow_reader(SECTION, s.name) or "").strip()
         except Exception:   # an Airflow without the section (provider not registered yet): not set there
             found = ""
-    if not found:
+    if not found and s.legacy:
         found = (env.get(s.legacy) or "").strip()
         if found:
             _deprecated(s)
@@ -130,7 +134,7 @@ def legacy_value(variable: str, environ: Mapping[str, str] | None = None) -> str
 
 
 def _deprecated(s: Setting) -> None:
-    if s.legacy in _warned:
+    if s.legacy is None or s.legacy in _warned:
         return
     _warned.add(s.legacy)
     warnings.warn(f"{s.legacy} is deprecated and will be ignored in the next release: set {s.env} or "
@@ -142,7 +146,8 @@ def provider_config() -> dict[str, Any]:
     return {SECTION: {
         "description": "Settings of the airflow-kafka-spark provider (Spark Structured Streaming jobs on Kafka). "
                        "The aks command line reads the AIRFLOW__KAFKA_SPARK__* variables too.",
-        "options": {s.name: {"description": f"{s.description} Replaces ${s.legacy} (still read, deprecated).",
+        "options": {s.name: {"description": s.description + (f" Replaces ${s.legacy} (still read, deprecated)."
+                                                              if s.legacy else ""),
                              "version_added": VERSION_ADDED, "type": s.type, "example": s.example, "default": ""}
                     for s in SETTINGS},
     }}

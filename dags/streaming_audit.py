@@ -1,6 +1,6 @@
 """``streaming_audit``: every hour, look at every registered streaming job and fail for the ones in trouble.
 
-For each job of the registry (``streaming_jobs.yaml`` beside this file, or ``$AKS_JOB_REGISTRY``):
+For each job of the registry (``streaming_jobs.yaml`` beside this file, or ``[kafka_spark] job_registry``):
 lag in records and seconds, Burrow-style status, retention headroom (time to data loss), catch-up
 estimate, checkpoint health (the pre-deploy verdict, stale ``.tmp`` files, size and file-count
 growth since the previous report) and the age of the latest backup. See
@@ -17,7 +17,7 @@ Shape::
   when ``[metrics]`` turns them on; names in docs/metrics.md).
 * ``report`` (runs whatever happened upstream) writes ``audit-<UTC>.json / .md / .png``,
   ``latest.*`` and the small ``audit-history.json`` into the audit folder, which is
-  ``$AKS_AUDIT_DIR`` or ``<first allowed root of the registry>/audit`` (or the ``out_dir`` param,
+  ``[kafka_spark] audit_dir`` or ``<first allowed root of the registry>/audit`` (or the ``out_dir`` param,
   which must lie under the registry's ``allowed_roots``).
 * ``check_<job>`` fails exactly for the jobs that need a person now: STALLED, STOPPED, REWIND,
   records already lost, headroom below ``min_headroom_s``, a checkpoint that would not restart,
@@ -217,7 +217,7 @@ with DAG(
     on_failure_callback=alert_run,
     params={
         "out_dir": Param(None, type=["null", "string"],
-                         description="audit folder (default $AKS_AUDIT_DIR, else <first allowed root>/audit); "
+                         description="audit folder (default [kafka_spark] audit_dir, else <first allowed root>/audit); "
                                      "must lie under the registry's allowed_roots"),
         "check_verdict": Param(True, type="boolean",
                                description="also run the pre-deploy check of each checkpoint"),

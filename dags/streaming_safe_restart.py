@@ -2,7 +2,7 @@
 
 Trigger it from the UI ("Trigger Dag" shows a typed form) or the REST API with the job's name and
 a mode; everything else (checkpoint, backups, application, connections) comes from the job
-registry (``streaming_jobs.yaml`` beside this file, or ``$AKS_JOB_REGISTRY``).
+registry (``streaming_jobs.yaml`` beside this file, or ``[kafka_spark] job_registry``).
 
 Procedure::
 

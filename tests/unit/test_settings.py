@@ -21,18 +21,21 @@ def fresh(monkeypatch):
     monkeypatch.setattr(settings, "_airflow_reader", None)
     for s in settings.SETTINGS:
         monkeypatch.delenv(s.env, raising=False)
-        monkeypatch.delenv(s.legacy, raising=False)
+        if s.legacy:
+            monkeypatch.delenv(s.legacy, raising=False)
 
 
 def test_every_setting_is_declared_once_with_its_old_name():
-    assert {s.legacy for s in settings.SETTINGS} == {
+    assert {s.legacy for s in settings.SETTINGS if s.legacy} == {
         "AKS_JOB_REGISTRY", "AKS_DATA_DIR", "AKS_AUDIT_DIR", "AKS_SEAL_KEY_FILE", "AKS_CONNECTOR_JARS",
         "AKS_K8S_TOKEN_FILE", "AKS_HEALTH_GATE_POLL_S"}
     assert settings.BY_NAME["job_registry"].env == "AIRFLOW__KAFKA_SPARK__JOB_REGISTRY"
     section = settings.provider_config()["kafka_spark"]
     assert set(section["options"]) == set(settings.BY_NAME)
     for name, option in section["options"].items():
-        assert option["default"] == "" and settings.BY_NAME[name].legacy in option["description"]
+        legacy = settings.BY_NAME[name].legacy
+        assert option["default"] == "" and (legacy is None or legacy in option["description"])
+    assert [s.name for s in settings.SETTINGS if s.legacy is None] == ["docs_url"]   # new: nothing deprecated
 
 
 def test_order_env_then_airflow_then_old_name_with_one_warning(monkeypatch):
