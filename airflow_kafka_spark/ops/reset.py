@@ -271,6 +271,8 @@ def finished_by(checkpoint_location: str, actor: str, request: ResetRequest, *,
     record = LifecycleRecord.load(checkpoint_location, storage_options=storage_options)
     if record is None or not record.next_starting_offsets:
         return None
+    if Journal.load(open_location(checkpoint_location, storage_options, what="checkpoint location")) is not None:
+        return None   # not finished: the reset itself rolls its journal forward
     state = read_checkpoint(checkpoint_location, storage_options=storage_options)
     if state.offset_batch_ids or state.commit_batch_ids:
         return None

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from airflow_kafka_spark._util.fs import open_location
 from airflow_kafka_spark.lifecycle.events import LifecycleEvent
+from airflow_kafka_spark.lifecycle.journal import Journal, Operation
 from airflow_kafka_spark.lifecycle.record import LifecycleRecord
 from airflow_kafka_spark.ops.reset import finished_by
 from airflow_kafka_spark.ops.reset_plan import ResetRequest
@@ -33,6 +35,13 @@ def test_the_same_task_retried_gets_the_finished_reset_with_its_announced_replay
     assert result.starting_offsets == LifecycleRecord.load(str(ck)).next_starting_offsets
     assert [f.numbers["records_to_replay"] for f in result.plan.findings] == [12]
     assert "already finished by an earlier try" in result.notes[0]
+
+
+def test_a_reset_whose_journal_is_still_open_is_not_finished(tmp_path: Path) -> None:
+    ck = tmp_path / "ck"
+    _reset_recorded(ck)
+    Journal.begin(open_location(str(ck)), Operation.RESET, "op1", {"job": "orders"})
+    assert finished_by(str(ck), ACTOR, ResetRequest(mode="preserve")) is None   # reset_checkpoint resumes it
 
 
 def test_another_task_another_mode_or_a_started_job_is_not_a_finished_reset(tmp_path: Path) -> None:
