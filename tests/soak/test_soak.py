@@ -347,8 +347,16 @@ class Soak:
             self.write_registry()
             self.dag_run("auto")
         elif kind == "restore":
+            # Only a backup the job still has: the registry keeps the newest 5 (restores and resets take their own
+            # too), so an early backup of this era may have been pruned (seed 71941 picked one).
+            kept = {m.backup_id for m in list_backups(str(self.data / "backups"), JOB).backups}
+            choices = [b for b in self.era_backups if b in kept]
+            if not choices:
+                self.era_backups = []
+                self.dag_run("keep")
+                return
             # accept_data_loss is the pre-approval (no HITL pause); the sink comparison still proves nothing was lost
-            self.dag_run("restore", backup_id=self.rng.choice(self.era_backups), accept_data_loss=True)
+            self.dag_run("restore", backup_id=self.rng.choice(choices), accept_data_loss=True)
         else:
             self.dag_run("keep")
 
