@@ -254,3 +254,20 @@ def test_an_old_setting_name_is_one_warning_line(run, registry, monkeypatch):
     assert res.stderr.splitlines() == ["warning: AKS_JOB_REGISTRY is deprecated and will be ignored in the next "
                                        "release: set AIRFLOW__KAFKA_SPARK__JOB_REGISTRY or [kafka_spark] job_registry "
                                        "in airflow.cfg"]
+
+
+def test_new_commands_refuse_bad_input_in_one_line_and_change_nothing(registry, tmp_path):
+    """status, stop and serve-metrics: an unknown job and a taken port are one line, exit 2, no marker written."""
+    import socket
+
+    for cmd in (["status"], ["stop", "--execute"], ["serve-metrics", "--port", "0"]):
+        res = aks(*cmd, "--job", "nope", "--registry", str(registry), timeout=60)
+        assert res.returncode == 2 and "Traceback" not in res.stderr, (cmd, res.stderr)
+        assert len(res.stderr.strip().splitlines()) == 1 and "nope" in res.stderr, (cmd, res.stderr)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = str(taken.getsockname()[1])
+        res = aks("serve-metrics", "--host", "127.0.0.1", "--port", port, "--registry", str(registry), timeout=60)
+    assert res.returncode == 2 and "Traceback" not in res.stderr and f"127.0.0.1:{port}" in res.stderr, res.stderr
+    assert not list(tmp_path.rglob("*.stop"))
