@@ -22,8 +22,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
-from airflow.sdk import BaseOperatorLink, conf
+from airflow.sdk import BaseOperatorLink
 
+from airflow_kafka_spark import settings
+from airflow_kafka_spark.airflow_glue import jobs as _glue  # noqa: F401  (registers airflow.cfg as a settings source)
 from airflow_kafka_spark.verdict.findings import CODES
 
 DOCS_URL = "https://github.com/airflow-kafka-spark/airflow-kafka-spark/blob/main/docs"
@@ -32,7 +34,7 @@ SEVERITY_ORDER = {"BLOCK": 0, "WARN": 1, "INFO": 2, "PASS": 3}
 
 
 def docs_url() -> str:
-    return (conf.get("kafka_spark", "docs_url", fallback="") or DOCS_URL).rstrip("/")
+    return (settings.value("docs_url") or DOCS_URL).rstrip("/")
 
 
 def finding_anchor(code: str) -> str:
