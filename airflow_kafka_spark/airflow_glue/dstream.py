@@ -52,6 +52,7 @@ from airflow_kafka_spark.runtime.dstream import (
     rollback_dstream,
     submitted_offsets,
 )
+from airflow_kafka_spark.runtime.health import record_failed_gate
 from airflow_kafka_spark.verdict.dstream import read_state
 from airflow_kafka_spark.verdict.findings import BLOCK, Verdict
 
@@ -286,6 +287,8 @@ def health_gate(
         "waited_s": round(time.monotonic() - started, 1),
     }
     if state != "healthy":
+        record_failed_gate(spec.name, spec.checkpoint, actor=actor(context), state=state, reason=reason,
+                           lag_records=last.lag)
         fail(context, f"health gate of job {spec.name} {'failed' if state == 'failed' else 'timed out'}: {reason}")
     rec = LifecycleRecord.load_or_create(spec.name, spec.checkpoint)
     good = app_versions.promote_submitted(rec, actor=actor(context)) if promote else None

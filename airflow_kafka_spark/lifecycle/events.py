@@ -28,6 +28,7 @@ class LifecycleEvent(StrEnum):
     CHECKPOINT_RESTORED = "checkpoint_restored"
     VERDICT_OVERRIDDEN = "verdict_overridden"
     HEALTH_GATE_PASSED = "health_gate_passed"
+    HEALTH_GATE_FAILED = "health_gate_failed"
     SAFE_RESTART = "safe_restart"
     SAFE_RESTART_ROLLED_BACK = "safe_restart_rolled_back"
 

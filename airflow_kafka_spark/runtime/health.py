@@ -34,7 +34,9 @@ from airflow_kafka_spark.checkpoint.position import resume_position
 from airflow_kafka_spark.checkpoint.reader import read_checkpoint
 from airflow_kafka_spark.kafka.offsets import TopicPartition
 from airflow_kafka_spark.kafka.view import KafkaView
+from airflow_kafka_spark.lifecycle.events import LifecycleEvent
 from airflow_kafka_spark.lifecycle.model import DriverInfo
+from airflow_kafka_spark.lifecycle.record import LifecycleRecord
 from airflow_kafka_spark.runtime import drivers
 from airflow_kafka_spark.watch.status import Status, StatusThresholds, evaluate_status
 
@@ -164,3 +166,17 @@ def failed_gate_log(control: drivers.DriverControl, local_tail: Callable[[], str
     def tail() -> str:
         return local_tail() or control.log_tail()
     return tail
+
+
+def record_failed_gate(job: str, checkpoint: str, *, actor: str, state: str, reason: str,
+                       lag_records: int | None = None) -> None:
+    """Write ``health_gate_failed`` to the job's lifecycle record before the task fails.
+
+    A rollback that follows, or none (``rollback_on_failure`` off), both start from this entry: the
+    record, the UI's last safe restart and ``aks_gate_outcomes_total{outcome="failed"}`` then say that
+    the new code ran and why it was judged unhealthy, not only that something was rolled back.
+    """
+    record = LifecycleRecord.load_or_create(job, checkpoint)
+    record.add_event(LifecycleEvent.HEALTH_GATE_FAILED, actor=actor, state=state, reason=reason[:500],
+                     lag_records=lag_records)
+    record.save()

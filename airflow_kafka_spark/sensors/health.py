@@ -53,6 +53,7 @@ from airflow_kafka_spark.runtime.health import (
     failed_gate_log,
     make_control,
     probe_health,
+    record_failed_gate,
 )
 from airflow_kafka_spark.triggers.health import StreamingHealthTrigger
 from airflow_kafka_spark.watch.metrics import group_label
@@ -201,6 +202,9 @@ class StreamingHealthSensor(BaseSensorOperator):
         result.pop("samples", None)
         result["job"] = spec.name
         gate_outcome(group_label(spec), "health", "passed" if result.get("state") == HEALTHY else "failed")
+        if result.get("state") != HEALTHY:
+            record_failed_gate(spec.name, spec.checkpoint, actor=actor(context), state=str(result.get("state")),
+                               reason=str(result.get("reason")), lag_records=result.get("lag_records"))
         if result.get("state") == FAILED:
             fail(context, f"health gate of job {spec.name} failed: {result.get('reason')}")
         if result.get("state") != HEALTHY:

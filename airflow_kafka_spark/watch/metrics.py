@@ -25,7 +25,6 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 from airflow_kafka_spark.lifecycle.events import LifecycleEvent
-from airflow_kafka_spark.registry.model import JobKind
 from airflow_kafka_spark.watch.status import Status
 
 if TYPE_CHECKING:
@@ -96,6 +95,7 @@ GATE_OUTCOMES = MetricDef("aks_gate_outcomes_total", MetricType.COUNTER,
 #: Lifecycle events counted by ``aks_gate_outcomes_total``: event → (gate, outcome).
 GATE_EVENTS: dict[LifecycleEvent, tuple[str, str]] = {
     LifecycleEvent.HEALTH_GATE_PASSED: ("health", "passed"),
+    LifecycleEvent.HEALTH_GATE_FAILED: ("health", "failed"),
     LifecycleEvent.SAFE_RESTART_ROLLED_BACK: ("health", "rolled_back"),
     LifecycleEvent.SAFE_RESTART: ("safe_restart", "done"),
     LifecycleEvent.VERDICT_OVERRIDDEN: ("verdict", "overridden"),
@@ -204,7 +204,7 @@ def registry_metrics(registry: Registry | Iterable[JobSpec],
     from airflow_kafka_spark.kafka.view import KafkaView
     from airflow_kafka_spark.lifecycle.record import LifecycleRecord
     from airflow_kafka_spark.watch.observation import keep_recent
-    from airflow_kafka_spark.watch.observe import observe, observe_job, thresholds_for
+    from airflow_kafka_spark.watch.observe import observe_job
 
     wanted = set(jobs) if jobs is not None else None
     views: dict[tuple, KafkaView] = {}
@@ -221,12 +221,7 @@ def registry_metrics(registry: Registry | Iterable[JobSpec],
                 if key not in views:
                     views[key] = KafkaView(config, timeout=timeout)
                 view = views[key]
-                if spec.kind is JobKind.DSTREAM and spec.group:
-                    obs = observe(group_id=spec.group, topics=spec.topics, view=view, thresholds=thresholds_for(spec),
-                                  samples=past, job=spec.name, timeout=timeout,
-                                  max_offsets_per_trigger=spec.max_offsets_per_trigger)
-                else:
-                    obs = observe_job(spec, view=view, samples=past, timeout=timeout)
+                obs = observe_job(spec, view=view, samples=past, timeout=timeout)
             except Exception as exc:   # one broken job must not hide the others
                 log.warning("metrics: job %s not observed: %s", spec.name, " ".join(str(exc).split())[:300]
                             or type(exc).__name__)

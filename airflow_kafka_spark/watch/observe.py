@@ -118,7 +118,18 @@ def observe_job(spec: JobSpec, kafka_config: Mapping[str, Any] | None = None, *,
                 samples: Sequence[Sample] = (), thresholds: StatusThresholds | None = None,
                 storage_options: dict | None = None, timeout: float = 10.0,
                 now_ms: int | None = None) -> Observation:
-    """:func:`observe` for a registry job: its checkpoint, topics, rate limit and thresholds."""
+    """:func:`observe` for a registry job: its checkpoint, topics, rate limit and thresholds.
+
+    A DStream job (``kind: dstream``) has no Structured Streaming checkpoint: its position is the
+    group it ``commitAsync``s to, so it is observed from the group (the lag sensor, ``aks status``,
+    the audit, the metrics and the UI page all come through here).
+    """
+    from airflow_kafka_spark.registry.model import JobKind  # loaded already: ``spec`` is one
+
+    if spec.kind is JobKind.DSTREAM and spec.group:
+        return observe(group_id=spec.group, topics=spec.topics, kafka_config=kafka_config, view=view,
+                       thresholds=thresholds or thresholds_for(spec), samples=samples, job=spec.name,
+                       max_offsets_per_trigger=spec.max_offsets_per_trigger, timeout=timeout, now_ms=now_ms)
     return observe(checkpoint=spec.checkpoint, topics=spec.topics, kafka_config=kafka_config, view=view,
                    thresholds=thresholds or thresholds_for(spec), samples=samples, job=spec.name,
                    storage_options=storage_options, max_offsets_per_trigger=spec.max_offsets_per_trigger,

@@ -383,6 +383,8 @@ def test_a_broken_build_is_rolled_back_to_the_previous_application(stack):
         assert rec.driver.id == str(resubmitted["driver"]["id"]) and drivers.local_alive(rec.driver)
         assert rec.compatibility_version == "2" and rec.next_starting_offsets is None
         assert events(rec, "safe_restart")[-1]["details"]["outcome"] == "ROLLED_BACK"
+        (gate,) = [e for e in events(rec, "health_gate_failed") if e["details"]["state"] == "failed"][-1:]
+        assert "driver exited" in gate["details"]["reason"]          # why, in the record, before the rollback
         # The previous application runs on its restored checkpoint: same query, new batches.
         restored_batch = read_checkpoint(str(stack.checkpoint)).latest_committed.batch_id
         wait_until(lambda: read_checkpoint(str(stack.checkpoint)).latest_committed.batch_id > restored_batch,

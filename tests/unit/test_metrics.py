@@ -98,12 +98,14 @@ def test_observation_samples_are_the_observations_numbers(tmp_path):
 def test_gate_counters_count_the_lifecycle_events_and_show_zeroes():
     record = LifecycleRecord.create("orders", "/data/ck")
     for event in (LifecycleEvent.HEALTH_GATE_PASSED, LifecycleEvent.HEALTH_GATE_PASSED,
-                  LifecycleEvent.SAFE_RESTART_ROLLED_BACK, LifecycleEvent.LEASE_ACQUIRED):
+                  LifecycleEvent.HEALTH_GATE_FAILED, LifecycleEvent.SAFE_RESTART_ROLLED_BACK,
+                  LifecycleEvent.LEASE_ACQUIRED):
         record.add_event(event)
     record.add_event("my_own_event")
     got = {(s.label("gate"), s.label("outcome")): s.value
            for s in m.gate_metrics(record, group="orders", cluster_name="c")}
     assert got[("health", "passed")] == 2 and got[("health", "rolled_back")] == 1
+    assert got[("health", "failed")] == 1
     assert got[("verdict", "overridden")] == 0 and len(got) == len(m.GATE_EVENTS)
     meta, _ = parse(m.prometheus_text(m.gate_metrics(None, group="orders", cluster_name="c")))
     assert meta["aks_gate_outcomes_total"][1] == "counter"
