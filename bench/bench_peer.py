@@ -83,11 +83,9 @@ class Bench:
             ends = {TopicPartition(name, p): 4 for p in range(n)}
         else:
             ends = states.make_topic(self.bootstrap, name, n, 4)
-        groups = {g.group_id for g in admin.list_consumer_groups().result(30).valid}
-        if f"g{n}" not in groups:
-            states.commit_group(self.bootstrap, f"g{n}", ends)
-        if f"g{n}-behind" not in groups:
-            states.commit_group(self.bootstrap, f"g{n}-behind", {tp: o - 2 for tp, o in ends.items()})
+        # Committed (and read back) every time: cheap, and a fresh broker's coordinator may still be loading.
+        states.commit_group(self.bootstrap, f"g{n}", ends)
+        states.commit_group(self.bootstrap, f"g{n}-behind", {tp: o - 2 for tp, o in ends.items()})
         return ends
 
     def checkpoint(self, n: int, batches: int, kind: str = "") -> str:

@@ -104,16 +104,38 @@ def _write(path: Path, data: bytes, crc: bool) -> None:
         (path.parent / f".{path.name}.crc").write_bytes(hadoop_crc(data))
 
 
-def commit_group(bootstrap: str, group: str, offsets: PartitionOffsets) -> None:
-    """Commit ``group`` at ``offsets`` (an empty group: what Spark's position would look like there)."""
+def commit_group(bootstrap: str, group: str, offsets: PartitionOffsets, *, timeout: float = 120.0) -> None:
+    """Commit ``group`` at ``offsets`` (an empty group: what Spark's position would look like there).
+
+    On a fresh broker the group coordinator (``__consumer_offsets``) may still be loading: the commit
+    then answers COORDINATOR_LOAD_IN_PROGRESS per partition, or is lost, and ``kafka-consumer-groups``
+    says "Group not found". So commit, then read the group's offsets back, and repeat until they are
+    the ones asked for (or ``timeout`` passes).
+    """
     from confluent_kafka import ConsumerGroupTopicPartitions
     from confluent_kafka import TopicPartition as KTP
     from confluent_kafka.admin import AdminClient
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    req = ConsumerGroupTopicPartitions(group, [KTP(tp.topic, tp.partition, o) for tp, o in offsets.items()])
-    for fut in admin.alter_consumer_group_offsets([req]).values():
-        fut.result(60)
+    want = {(tp.topic, tp.partition): o for tp, o in offsets.items()}
+    deadline = time.monotonic() + timeout
+    last: object = None
+    while True:
+        try:
+            req = ConsumerGroupTopicPartitions(group, [KTP(t, p, o) for (t, p), o in want.items()])
+            for fut in admin.alter_consumer_group_offsets([req]).values():
+                fut.result(60)
+            got = {}
+            for fut in admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)]).values():
+                got = {(k.topic, k.partition): k.offset for k in fut.result(60).topic_partitions if not k.error}
+            if got == want:
+                return
+            last = f"{sum(got.get(k) == v for k, v in want.items())} of {len(want)} offsets committed"
+        except Exception as exc:  # noqa: BLE001 - KafkaException while the coordinator loads
+            last = exc
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"group {group} not committed in {timeout:.0f} s: {last}")
+        time.sleep(0.5)
 
 
 def peer_command(bootstrap: str, group: str) -> list[str]:
