@@ -13,14 +13,10 @@ Statuses, checked in this order (the first that applies wins):
 ``UNKNOWN``
     No batch in the history: the query has not planned anything yet. Not an alert.
 ``REWIND``
-    (a) The offsets of a partition went backwards between two batches of the history and the job has
-    not climbed back to the offset it had reached before (Burrow rule 2 with ``checkIfRewindRecovered``,
-    PR #716); or (b) the broker's log end is below the job's position (topic deleted and recreated,
-    truncated, or another cluster: S02/S06), or below a log end seen in an earlier sample; or (c) a
-    partition of the checkpoint is gone from the broker (S05). A log-end regression seen only in the
-    newest sample, while the previous sample was fine, is a possible transient regression (S26: a
-    leader change can report a stale offset once): it yields ``WARN`` now and ``REWIND`` if the next
-    run sees it again.
+    Offsets went backwards and the job has not recovered, the broker's log end is below the job's
+    position or below an earlier sample, or a partition is gone (:mod:`~airflow_kafka_spark.watch.rewind`).
+    A log-end regression seen only in the newest sample yields ``WARN`` now and ``REWIND`` if the
+    next run sees it again (S26).
 ``STOPPED`` / ``STALLED``
     Records wait (effective lag > ``allowed_lag_records``) and no batch has been planned for longer
     than ``stopped_after`` / ``stall_after``. The clock starts at the last batch, or later when there
@@ -43,29 +39,10 @@ Statuses, checked in this order (the first that applies wins):
 ``OK``
     Otherwise.
 
-Lag growing. Burrow warns when the lag never decreased over the window (rule 5) unless some
-evaluation in the window had lag ≤ allowed (rule 1). Three evaluators look at the lag from the data
-the caller has; each one with enough data votes, and one "growing" vote is a WARN:
-
-* ``samples``: at least 3 broker samples (previous ones plus now) inside the time span of the
-  history, each giving the exact job lag at its time, ``log end − end offsets of the latest batch
-  planned by then``. Growing = no evaluation at or below the allowed lag, every step
-  non-decreasing, and a total growth larger than one median batch. The last condition is ours:
-  between two batches the lag rises and falls by up to one batch (a sawtooth), so three samples of
-  a healthy job increase by chance one time in six; a job that falls behind gains more than a batch.
-  This is what sees a rate-limited job (``maxOffsetsPerTrigger``) falling behind (S23).
-* ``batch-sizes``: at least 5 batches. The size of batch N is the lag when it was planned, exactly
-  so without a rate limit (Spark plans everything available): Burrow's "lag at commit time".
-  Growing = every size ≥ the previous one and the last > the first: a job without a rate limit that
-  is too slow takes ever larger batches. This is what sees such a job; broker samples cannot, since
-  its lag against the planned position drops to ~0 at every plan. A rate-limited job at its limit
-  takes equal batches whatever the backlog does, so this evaluator is blind to it.
-* ``rates``: when the samples are too few but an earlier broker sample exists (a previous audit run,
-  any age), the produce rate since that sample against the consumption rate over the window.
-  Growing = produce rate > consumption rate and more than two median batches waiting now.
-
-Without earlier samples the trend of a rate-limited job is unknown, and the result says so.
-The window is the last ``window`` (default 10, Burrow's ``intervals``) evaluations.
+Lag growing: three evaluators (broker samples, batch sizes, produce against consume rate) vote, as
+Burrow's rule 5 with rule 1 (:mod:`~airflow_kafka_spark.watch.lag_trend`). Without earlier broker
+samples the trend of a rate-limited job is unknown, and the result says so. The window is the last
+``window`` (default 10, Burrow's ``intervals``) evaluations.
 
 Caveats, to be validated on real jobs: ``batchTimestampMs`` is the driver's clock and ``now_ms`` the
 caller's; one batch that legitimately runs longer than ``stall_after`` (a huge first batch after
@@ -82,8 +59,11 @@ from enum import StrEnum
 from itertools import pairwise
 from typing import TYPE_CHECKING, Any
 
+from airflow_kafka_spark._util.text import fmt_duration
 from airflow_kafka_spark.errors import UserError
 from airflow_kafka_spark.kafka.offsets import PartitionOffsets, TopicPartition
+from airflow_kafka_spark.watch.lag_trend import job_lag, lag_trend
+from airflow_kafka_spark.watch.rewind import find_rewinds
 
 if TYPE_CHECKING:
     from airflow_kafka_spark.checkpoint.model import BatchOffsets
@@ -94,8 +74,6 @@ STALL_FLOOR_S = 30.0
 STOPPED_FACTOR = 10
 STOPPED_FLOOR_S = 300.0
 DEFAULT_WINDOW = 10
-MIN_SAMPLE_EVALUATIONS = 3
-MIN_BATCH_EVALUATIONS = 5
 
 
 class Status(StrEnum):
@@ -116,8 +94,15 @@ class Status(StrEnum):
         return self in (Status.WARN, Status.STALLED, Status.STOPPED, Status.REWIND)
 
 
-_SEVERITY = {Status.OK: 0, Status.IDLE: 0, Status.UNKNOWN: 1, Status.WARN: 2, Status.STALLED: 3,
-             Status.STOPPED: 4, Status.REWIND: 5}
+_SEVERITY = {
+    Status.OK: 0,
+    Status.IDLE: 0,
+    Status.UNKNOWN: 1,
+    Status.WARN: 2,
+    Status.STALLED: 3,
+    Status.STOPPED: 4,
+    Status.REWIND: 5,
+}
 
 
 @dataclass(frozen=True)
@@ -142,8 +127,11 @@ class StatusThresholds:
             bad = isinstance(value, bool) or not isinstance(value, int | float) or value <= 0
             if value is not None and bad:
                 raise UserError(f"status threshold {name} must be a positive number, got {value!r}")
-        if isinstance(self.allowed_lag_records, bool) or not isinstance(self.allowed_lag_records, int) \
-                or self.allowed_lag_records < 0:
+        if (
+            isinstance(self.allowed_lag_records, bool)
+            or not isinstance(self.allowed_lag_records, int)
+            or self.allowed_lag_records < 0
+        ):
             raise UserError(f"allowed_lag_records must be an integer >= 0, got {self.allowed_lag_records!r}")
         if isinstance(self.window, bool) or not isinstance(self.window, int) or self.window < 2:
             raise UserError(f"status window must be an integer >= 2, got {self.window!r}")
@@ -156,8 +144,7 @@ class StatusThresholds:
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(data) - known)
         if unknown:
-            raise UserError(f"unknown status threshold(s) {', '.join(unknown)}; "
-                            f"known: {', '.join(sorted(known))}")
+            raise UserError(f"unknown status threshold(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
         return cls(**{k: v for k, v in data.items() if v is not None})
 
 
@@ -170,9 +157,14 @@ class PartitionStatus:
     reason: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"topic": self.tp.topic, "partition": self.tp.partition, "status": str(self.status),
-                "lag_records": self.lag_records, "lag_records_effective": self.lag_records_effective,
-                "reason": self.reason}
+        return {
+            "topic": self.tp.topic,
+            "partition": self.tp.partition,
+            "status": str(self.status),
+            "lag_records": self.lag_records,
+            "lag_records_effective": self.lag_records_effective,
+            "reason": self.reason,
+        }
 
 
 @dataclass(frozen=True)
@@ -191,67 +183,15 @@ class JobStatus:
         return self.status.is_alert
 
     def to_dict(self) -> dict[str, Any]:
-        return {"status": str(self.status), "is_alert": self.is_alert, "reason": self.reason,
-                "evaluated_at_ms": self.evaluated_at_ms, "findings": list(self.findings),
-                "numbers": self.numbers, "partitions": [p.to_dict() for p in self.partitions]}
-
-
-# --------------------------------------------------------------------------------------------
-# helpers
-# --------------------------------------------------------------------------------------------
-
-
-def _fmt_s(seconds: float | None) -> str:
-    if seconds is None:
-        return "?"
-    if seconds < 120:
-        return f"{seconds:.0f} s" if seconds >= 10 else f"{seconds:.1f} s"
-    if seconds < 7200:
-        return f"{seconds / 60:.1f} min"
-    return f"{seconds / 3600:.1f} h"
-
-
-def _job_lag(log_end: PartitionOffsets, position: PartitionOffsets) -> int:
-    """Σ max(0, log_end − position) over the partitions both know."""
-    return sum(max(0, log_end[tp] - off) for tp, off in position.items() if tp in log_end)
-
-
-def _batch_size(prev: PartitionOffsets, cur: PartitionOffsets) -> int:
-    """Records planned by a batch; partitions new in ``cur`` are left out (their start is unknown)."""
-    return sum(max(0, off - prev[tp]) for tp, off in cur.items() if tp in prev)
-
-
-def _position_at(timed: Sequence[BatchOffsets], t_ms: int) -> PartitionOffsets | None:
-    """End offsets of the latest batch planned at or before ``t_ms`` (None if before the history)."""
-    found = None
-    for b in timed:
-        if b.batch_timestamp_ms is not None and b.batch_timestamp_ms <= t_ms:
-            found = b.kafka_offsets
-        else:
-            break
-    return found
-
-
-def _regressions(log_end: PartitionOffsets, position: PartitionOffsets | None,
-                 earlier: Sequence[PartitionOffsets]) -> dict[TopicPartition, str]:
-    """Partitions whose log end is below the job's position or below an earlier sample's log end."""
-    out: dict[TopicPartition, str] = {}
-    for tp, end in log_end.items():
-        if position is not None and tp in position and end < position[tp]:
-            out[tp] = f"{tp}: log end {end} < position {position[tp]}"
-            continue
-        peak = max((e[tp] for e in earlier if tp in e), default=None)
-        if peak is not None and end < peak:
-            out[tp] = f"{tp}: log end went backwards from {peak} to {end}"
-    return out
-
-
-@dataclass(frozen=True)
-class _Trend:
-    growing: bool
-    mode: str                      # evaluators that had enough data, e.g. "samples+batch-sizes"
-    reason: str | None
-    extra: dict[str, Any]
+        return {
+            "status": str(self.status),
+            "is_alert": self.is_alert,
+            "reason": self.reason,
+            "evaluated_at_ms": self.evaluated_at_ms,
+            "findings": list(self.findings),
+            "numbers": self.numbers,
+            "partitions": [p.to_dict() for p in self.partitions],
+        }
 
 
 def _age_limit(given: float | None, med_interval: float | None, factor: float, floor: float) -> tuple[float, str]:
@@ -261,76 +201,6 @@ def _age_limit(given: float | None, med_interval: float | None, factor: float, f
     if med_interval is not None:
         return max(factor * med_interval, floor), "derived"
     return floor, "default (fewer than 2 timed batches)"
-
-
-def _non_decreasing(vals: Sequence[int]) -> bool:
-    return all(b >= a for a, b in pairwise(vals))
-
-
-def _trend(timed: Sequence[BatchOffsets], samples: Sequence[tuple[int, PartitionOffsets]],
-           planned: PartitionOffsets, now_ms: int, th: StatusThresholds) -> _Trend:
-    """Is the lag growing? Each evaluator that has enough data votes; one "growing" is enough.
-
-    Batch sizes catch a job without a rate limit that falls behind (its lag against the planned
-    position drops to ~0 at every plan, so broker samples cannot show it); broker samples catch a
-    rate-limited job (its batches are all the same size whatever the backlog does).
-    """
-    allowed = th.allowed_lag_records
-    sizes = [(b.batch_timestamp_ms or 0, _batch_size(a.kafka_offsets, b.kafka_offsets))
-             for a, b in pairwise(timed)][-th.window:]
-    med_batch = statistics.median([s for _, s in sizes]) if sizes else 0.0
-    modes: list[str] = []
-    reasons: list[str] = []
-
-    # samples: exact lag at each broker sample inside the history's span.
-    evals: list[tuple[int, int]] = []
-    for t, log_end in samples:
-        pos = planned if t == now_ms else _position_at(timed, t)
-        if pos is not None:
-            evals.append((t, _job_lag(log_end, pos)))
-    evals = evals[-th.window:]
-    extra: dict[str, Any] = {"median_batch_records": med_batch, "evaluations": [[t, v] for t, v in evals],
-                             "batch_sizes": [[t, v] for t, v in sizes]}
-    if len(evals) >= MIN_SAMPLE_EVALUATIONS:
-        modes.append("samples")
-        vals = [v for _, v in evals]
-        growth = vals[-1] - vals[0]
-        if min(vals) > allowed and _non_decreasing(vals) and growth > max(allowed, med_batch):
-            span = (evals[-1][0] - evals[0][0]) / 1000.0
-            reasons.append(f"lag grew at every one of {len(vals)} evaluations, from {vals[0]} to "
-                           f"{vals[-1]} records in {_fmt_s(span)} (+{growth}, more than one median batch "
-                           f"of {med_batch:g})")
-
-    # batch sizes: the lag each batch found when it was planned (exact without a rate limit).
-    if len(sizes) >= MIN_BATCH_EVALUATIONS:
-        modes.append("batch-sizes")
-        vals = [v for _, v in sizes]
-        if min(vals) > allowed and _non_decreasing(vals) and vals[-1] > vals[0]:
-            reasons.append(f"each of the last {len(vals)} batches took at least as many records as the one "
-                           f"before, from {vals[0]} to {vals[-1]}: the job falls behind")
-
-    # rates: an older broker sample gives the produce rate when the samples alone are too few.
-    prev = [(t, e) for t, e in samples if t < now_ms]
-    window_batches = timed[-(th.window + 1):]
-    if "samples" not in modes and prev and len(window_batches) >= 2:
-        t0 = window_batches[0].batch_timestamp_ms or 0
-        t1 = window_batches[-1].batch_timestamp_ms or 0
-        inside = [s for s in prev if s[0] >= t0]
-        ref_t, ref = inside[0] if inside else prev[-1]
-        now_end = samples[-1][1]
-        produced = sum(now_end[tp] - ref[tp] for tp in now_end if tp in ref and now_end[tp] >= ref[tp])
-        r_p = produced / ((now_ms - ref_t) / 1000.0) if now_ms > ref_t else None
-        r_c = (_batch_size(window_batches[0].kafka_offsets, window_batches[-1].kafka_offsets)
-               / ((t1 - t0) / 1000.0)) if t1 > t0 else None
-        waiting = _job_lag(now_end, planned)
-        extra.update(produce_rate=r_p, consume_rate=r_c, waiting_records=waiting)
-        if r_p is not None and r_c is not None:
-            modes.append("rates")
-            if r_p > r_c and waiting > max(allowed, 2 * med_batch):
-                reasons.append(f"produced {r_p:.1f} rec/s against {r_c:.1f} rec/s consumed over the window, "
-                               f"and {waiting} records wait (more than two median batches of {med_batch:g}): "
-                               f"lag grows ~{r_p - r_c:.1f} rec/s")
-    return _Trend(bool(reasons), "+".join(modes) or "insufficient", reasons[0] if reasons else None, extra)
 
 
 # --------------------------------------------------------------------------------------------
@@ -363,8 +233,12 @@ def evaluate_status(
     allowed = th.allowed_lag_records
     batches = sorted((b for b in history if b.kafka_offsets), key=lambda b: b.batch_id)
     if not batches:
-        return JobStatus(Status.UNKNOWN, "UNKNOWN: no batch in the checkpoint's offsets history yet", now_ms,
-                         numbers={"batches_in_history": 0})
+        return JobStatus(
+            Status.UNKNOWN,
+            "UNKNOWN: no batch in the checkpoint's offsets history yet",
+            now_ms,
+            numbers={"batches_in_history": 0},
+        )
     latest = batches[-1]
     planned = latest.kafka_offsets
     position = dict(committed) if committed is not None else dict(planned)
@@ -378,55 +252,33 @@ def evaluate_status(
     }
 
     # ---- timing: the job's own rhythm --------------------------------------------------------
-    intervals = [(b.batch_timestamp_ms - a.batch_timestamp_ms) / 1000.0 for a, b in pairwise(timed)
-                 if b.batch_timestamp_ms > a.batch_timestamp_ms]
+    intervals = [
+        (b.batch_timestamp_ms - a.batch_timestamp_ms) / 1000.0
+        for a, b in pairwise(timed)
+        if b.batch_timestamp_ms > a.batch_timestamp_ms
+    ]
     med_interval = statistics.median(intervals) if intervals else None
     stall_after, stall_src = _age_limit(th.stall_after_s, med_interval, STALL_FACTOR, STALL_FLOOR_S)
     stopped_after, stopped_src = _age_limit(th.stopped_after_s, med_interval, STOPPED_FACTOR, STOPPED_FLOOR_S)
     stopped_after = max(stopped_after, stall_after)
     t_last = max((b.batch_timestamp_ms for b in timed), default=None)
     age_s = (now_ms - t_last) / 1000.0 if t_last is not None else None
-    numbers.update(median_batch_interval_s=med_interval, stall_after_s=stall_after,
-                   stall_after_source=stall_src, stopped_after_s=stopped_after,
-                   stopped_after_source=stopped_src, last_batch_age_s=age_s)
+    numbers.update(
+        median_batch_interval_s=med_interval,
+        stall_after_s=stall_after,
+        stall_after_source=stall_src,
+        stopped_after_s=stopped_after,
+        stopped_after_source=stopped_src,
+        last_batch_age_s=age_s,
+    )
 
     samples = sorted((t, dict(e)) for t, e in (previous_latest or ()) if t < now_ms)
     all_samples: list[tuple[int, PartitionOffsets]] = [*samples, (now_ms, dict(broker_latest))]
 
     # ---- REWIND ------------------------------------------------------------------------------
-    rewind: dict[TopicPartition, str] = {}
-    recovered: list[str] = []
-    for tp in sorted({tp for b in batches for tp in b.kafka_offsets}):
-        seq = [(b.batch_id, b.kafka_offsets[tp]) for b in batches if tp in b.kafka_offsets]
-        last_off = seq[-1][1]
-        peak = seq[0][1]
-        for (_, a), (bid, b) in pairwise(seq):
-            if b < a:
-                line = f"{tp}: batch {bid} went back from {a} to {b}"
-                if last_off < peak:
-                    rewind[tp] = f"{line}; {peak - last_off} records to replay before {peak} is reached again"
-                else:
-                    recovered.append(f"{line} (recovered: now at {last_off} ≥ {peak})")
-            peak = max(peak, b)
-    findings.extend(f"rewind {r}" for r in recovered)
-
-    gone = sorted(tp for tp in planned if tp not in broker_latest)
-    for tp in gone:
-        rewind.setdefault(tp, f"{tp}: partition gone from the broker (topic deleted or partitions removed)")
-    ref_position = {tp: max(planned[tp], position.get(tp, planned[tp])) for tp in planned}
-    regressed_now = _regressions(broker_latest, ref_position, [e for _, e in samples])
-    transient: dict[TopicPartition, str] = {}
-    if regressed_now:
-        if samples:
-            prev_t, prev_end = samples[-1]
-            regressed_prev = _regressions(prev_end, _position_at(timed, prev_t), [e for _, e in samples[:-1]])
-        else:
-            regressed_prev = dict(regressed_now)
-        for tp, line in regressed_now.items():
-            if tp in regressed_prev:
-                rewind.setdefault(tp, line)
-            else:
-                transient[tp] = line
+    rewinds = find_rewinds(batches, position, broker_latest, samples)
+    rewind, transient = rewinds.rewind, rewinds.transient
+    findings.extend(f"rewind {r}" for r in rewinds.recovered)
     numbers["rewind"] = {str(tp): line for tp, line in sorted(rewind.items())}
 
     # ---- lag now ------------------------------------------------------------------------------
@@ -447,7 +299,7 @@ def evaluate_status(
     waiting_since, evidence = t_last, "last batch"
     if t_last is not None:
         processed_all = committed is None or all(committed.get(tp) == off for tp, off in planned.items())
-        quiet = [t for t, e in samples if t >= t_last and processed_all and _job_lag(e, planned) <= allowed]
+        quiet = [t for t, e in samples if t >= t_last and processed_all and job_lag(e, planned) <= allowed]
         if quiet and max(quiet) > waiting_since:
             waiting_since, evidence = max(quiet), "broker sample that showed nothing to read"
         if current_lag is not None:
@@ -461,37 +313,43 @@ def evaluate_status(
     numbers.update(waiting_since_ms=waiting_since, stall_clock_s=stall_clock_s, stall_clock_from=evidence)
 
     # ---- trend ---------------------------------------------------------------------------------
-    trend = _trend(timed, all_samples, planned, now_ms, th)
+    trend = lag_trend(timed, all_samples, planned, now_ms, allowed=allowed, window=th.window)
     numbers.update(trend_mode=trend.mode, trend_growing=trend.growing, **trend.extra)
 
     # ---- verdict --------------------------------------------------------------------------------
     lagging = lag_eff > allowed
-    waits = f"{lag_eff} records wait" + (f" (oldest {_fmt_s(lag_s)} old)" if lag_s is not None else "")
+    waits = f"{lag_eff} records wait" + (f" (oldest {fmt_duration(lag_s)} old)" if lag_s is not None else "")
     if rewind:
         status = Status.REWIND
         first = next(iter(sorted(rewind.items())))[1]
         reason = f"REWIND: {first}" + (f" (+{len(rewind) - 1} more partitions)" if len(rewind) > 1 else "")
     elif lagging and stall_clock_s is not None and stall_clock_s > stopped_after:
         status = Status.STOPPED
-        reason = (f"STOPPED: no new batch for {_fmt_s(age_s)}; {waits} since {_fmt_s(stall_clock_s)} "
-                  f"(> stopped_after {_fmt_s(stopped_after)}, {stopped_src})")
+        reason = (
+            f"STOPPED: no new batch for {fmt_duration(age_s)}; {waits} since {fmt_duration(stall_clock_s)} "
+            f"(> stopped_after {fmt_duration(stopped_after)}, {stopped_src})"
+        )
     elif lagging and stall_clock_s is not None and stall_clock_s > stall_after:
         status = Status.STALLED
-        reason = (f"STALLED: no new batch for {_fmt_s(age_s)}; {waits} since {_fmt_s(stall_clock_s)} "
-                  f"(> stall_after {_fmt_s(stall_after)}, {stall_src})")
+        reason = (
+            f"STALLED: no new batch for {fmt_duration(age_s)}; {waits} since {fmt_duration(stall_clock_s)} "
+            f"(> stall_after {fmt_duration(stall_after)}, {stall_src})"
+        )
     elif not lagging and age_s is not None and age_s > stall_after:
         status = Status.IDLE
-        reason = f"IDLE: caught up and no new data for {_fmt_s(age_s)} (not an alert)"
+        reason = f"IDLE: caught up and no new data for {fmt_duration(age_s)} (not an alert)"
     else:
         warns: list[str] = []
         if th.max_lag_records is not None and lag_eff > th.max_lag_records:
             warns.append(f"lag {lag_eff} records > max_lag_records {th.max_lag_records}")
         if th.max_lag_seconds is not None and lag_s is not None and lag_s > th.max_lag_seconds:
-            warns.append(f"lag {_fmt_s(lag_s)} > max_lag_seconds {_fmt_s(th.max_lag_seconds)}")
+            warns.append(f"lag {fmt_duration(lag_s)} > max_lag_seconds {fmt_duration(th.max_lag_seconds)}")
         if lagging and trend.growing and trend.reason:
             warns.append(trend.reason)
-        warns.extend(f"possible transient regression (S26), REWIND if it persists: {line}"
-                     for _, line in sorted(transient.items()))
+        warns.extend(
+            f"possible transient regression (S26), REWIND if it persists: {line}"
+            for _, line in sorted(transient.items())
+        )
         if warns:
             status, reason = Status.WARN, f"WARN: {warns[0]}"
             findings.extend(warns[1:])
@@ -503,11 +361,15 @@ def evaluate_status(
         else:
             status, reason = Status.OK, "OK: caught up"
     if transient and status is not Status.WARN:
-        findings.extend(f"possible transient regression (S26), REWIND if it persists: {line}"
-                        for _, line in sorted(transient.items()))
+        findings.extend(
+            f"possible transient regression (S26), REWIND if it persists: {line}"
+            for _, line in sorted(transient.items())
+        )
     if trend.mode in ("batch-sizes", "insufficient") and status in (Status.OK, Status.WARN):
-        findings.append(f"lag trend from {trend.mode.replace('-', ' ')} only, blind to a rate-limited job "
-                        "falling behind: pass earlier broker samples (previous_latest)")
+        findings.append(
+            f"lag trend from {trend.mode.replace('-', ' ')} only, blind to a rate-limited job "
+            "falling behind: pass earlier broker samples (previous_latest)"
+        )
 
     parts: list[PartitionStatus] = []
     for tp in sorted(set(position) | set(rewind)):
