@@ -20,6 +20,11 @@ JOB_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
 BACKUP_ID_PATTERN = r"^[0-9]{8}T[0-9]{9}Z-[A-Za-z0-9._-]{1,40}$"
 """``20260101T120000000Z-b41-1a2b3c``: creation time in ms (sortable), last committed batch, random."""
 
+DSTREAM_BACKUP_PREFIX = "dstream-"
+"""A DStream job's backup is ``<backup_root>/<job>/dstream-<stamp>/`` (the group's offsets, a checkpoint copy)."""
+DSTREAM_BACKUP_OFFSETS = "group-offsets.json"
+"""The file in a DStream backup that holds the group's offsets; a folder without it is not a backup."""
+
 _JOB_NAME = re.compile(JOB_NAME_PATTERN)
 _BACKUP_ID = re.compile(BACKUP_ID_PATTERN)
 

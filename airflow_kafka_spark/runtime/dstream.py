@@ -46,6 +46,7 @@ from airflow_kafka_spark.errors import UserError
 from airflow_kafka_spark.kafka.offsets import PartitionOffsets, TopicPartition
 from airflow_kafka_spark.kafka.view import KafkaView
 from airflow_kafka_spark.lifecycle.record import LifecycleRecord
+from airflow_kafka_spark.names import DSTREAM_BACKUP_OFFSETS, DSTREAM_BACKUP_PREFIX
 from airflow_kafka_spark.registry.model import JobKind, JobSpec
 from airflow_kafka_spark.runtime.app_versions import submitted_app
 from airflow_kafka_spark.verdict.dstream import (
@@ -59,7 +60,7 @@ from airflow_kafka_spark.verdict.findings import BLOCK, Verdict
 from airflow_kafka_spark.verdict.group import evaluate_group
 from airflow_kafka_spark.verdict.options import DeployOptions
 
-OFFSETS_FILE = "group-offsets.json"
+OFFSETS_FILE = DSTREAM_BACKUP_OFFSETS
 SUBMIT_KEY = "dstream_submit"  # lifecycle record: the group's offsets when the driver was submitted
 # Spark's own KafkaRDD log lines (spark-streaming-kafka-0-10, INFO): one per partition of every batch.
 _COMPUTING = re.compile(r"KafkaRDD: Computing topic (?P<t>.+), partition (?P<p>\d+) offsets \d+ -> (?P<u>\d+)")
@@ -315,7 +316,7 @@ def backup_dstream(
     """``<backup_root>/<job>/dstream-<stamp>/``: the group's offsets and a copy of the DStream checkpoint."""
     group = _require_dstream(spec)
     root = open_location(spec.backup_root, storage_options, what="backup root").child(
-        spec.name, f"dstream-{stamp or _stamp()}"
+        spec.name, f"{DSTREAM_BACKUP_PREFIX}{stamp or _stamp()}"
     )
     if exists(root):
         raise UserError(f"backup {root.url} already exists; wait a second and retry")

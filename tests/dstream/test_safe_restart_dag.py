@@ -193,6 +193,7 @@ def test_safe_restart_dag_through_a_recompile(
             what="v2 to catch up with every acknowledged record",
         )
         spec = load_registry(str(registry)).get(JOB)
+        _audit_sees_the_group(spec, bs, group)
         out = start_stop.stop_job(spec, target=lambda: spark_target(spec), actor="test", log=log)
         assert out["graceful"], out
 
@@ -211,3 +212,31 @@ def test_safe_restart_dag_through_a_recompile(
         rec = LifecycleRecord.load(spec.checkpoint)
         if rec is not None and rec.driver is not None:
             drivers.kill_local(rec.driver, grace_s=5)
+
+
+def _audit_sees_the_group(spec, bootstrap: str, group: str) -> None:
+    """The hourly audit (and the lag sensor, ``aks status``, metrics, the UI: all through ``observe_job``)
+    judges a DStream job from its group: the position is the group's committed offsets, the verdict is
+    the group verdict (no "no checkpoint"), and the backup the safe restart took is found."""
+    from airflow_kafka_spark.kafka.view import KafkaView
+    from airflow_kafka_spark.watch.audit.job import audit_job
+
+    view = KafkaView({"bootstrap.servers": bootstrap})
+
+    def settled() -> bool:   # commitAsync trails a batch: wait until the group reaches the log end
+        committed = view.group_offsets(group, spec.topics)
+        return bool(committed) and committed == view.latest_offsets(committed)
+
+    try:
+        wait_until(settled, timeout=JOB_TIMEOUT, interval=1.0, what="the group to commit up to the log end")
+        committed = view.group_offsets(group, spec.topics)
+        audit = audit_job(spec, view=view)
+    finally:
+        view.close()
+    obs = audit.observation
+    assert audit.error is None and obs is not None, audit.to_dict()
+    assert obs["source"] == "group" and obs["subject"] == group
+    position = {TopicPartition(t, int(p)): int(o) for t, parts in obs["position"].items() for p, o in parts.items()}
+    assert position == committed and obs["lag"]["records"] == 0, obs
+    assert audit.checkpoint["verdict"] in ("OK", "WARN"), audit.checkpoint
+    assert audit.backup["count"] == 1 and audit.backup["latest_id"].startswith("dstream-"), audit.backup

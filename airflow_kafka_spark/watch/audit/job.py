@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 from airflow_kafka_spark._util.fs import exists, list_files, mtime_of, open_location
 from airflow_kafka_spark._util.text import fmt_duration
 from airflow_kafka_spark.errors import UserError
+from airflow_kafka_spark.names import DSTREAM_BACKUP_OFFSETS, DSTREAM_BACKUP_PREFIX
 from airflow_kafka_spark.watch.observation import Alert, Sample
 from airflow_kafka_spark.watch.observe import observe_job
 
@@ -139,13 +140,27 @@ def scan_checkpoint(location: str, *, now_ms: int, storage_options: dict | None 
             "files": len(files), "stale_tmp_files": stale}
 
 
+def _is_dstream(spec: JobSpec) -> bool:
+    return str(spec.kind) == "dstream" and bool(spec.group)
+
+
+def _scanned_location(spec: JobSpec) -> str | None:
+    """What holds the job's position on storage: its checkpoint, or a DStream job's ``ssc.checkpoint`` (if any)."""
+    return spec.dstream_checkpoint if _is_dstream(spec) else spec.checkpoint
+
+
 def _checkpoint_verdict(spec: JobSpec, view: KafkaView, storage_options: dict | None) -> dict[str, Any]:
-    """The pre-deploy verdict for restarting this job now, read-only (the lifecycle record is not written)."""
+    """The pre-deploy verdict for restarting this job now, read-only (the lifecycle record is not written).
+
+    A DStream job is judged from its group, as ``aks validate --job`` does (its checkpoint location
+    only holds the lifecycle record)."""
     from airflow_kafka_spark.verdict.options import DeployOptions
     from airflow_kafka_spark.verdict.validate import validate
 
     options = DeployOptions.for_job(spec)
-    verdict = validate(checkpoint_location=spec.checkpoint, view=view, options=options,
+    dstream = _is_dstream(spec)
+    verdict = validate(checkpoint_location=None if dstream else spec.checkpoint,
+                       group_id=spec.group if dstream else None, view=view, options=options,
                        storage_options=storage_options, record_identity=False, job_name=spec.name,
                        probe_budget_s=5.0)
     notable = [f for f in verdict.findings if f.code != "OK"]
@@ -157,12 +172,27 @@ def _checkpoint_verdict(spec: JobSpec, view: KafkaView, storage_options: dict | 
 def _backup_info(spec: JobSpec, now_ms: int, storage_options: dict | None) -> dict[str, Any]:
     from airflow_kafka_spark.ops.backup.manifest import list_backups
 
+    if _is_dstream(spec):
+        return _dstream_backup_info(spec, now_ms, storage_options)
     catalog = list_backups(spec.backup_root, spec.name, storage_options=storage_options)
     newest = catalog.newest
     return {"count": len(catalog.backups), "invalid": len(catalog.invalid),
             "latest_id": newest.backup_id if newest else None,
             "latest_created_at_ms": newest.created_at_ms if newest else None,
             "latest_age_s": round((now_ms - newest.created_at_ms) / 1000.0, 1) if newest else None}
+
+
+def _dstream_backup_info(spec: JobSpec, now_ms: int, storage_options: dict | None) -> dict[str, Any]:
+    """A DStream job's backups: the ``dstream-<stamp>/`` folders with the group's offsets its safe restart wrote."""
+    root = open_location(spec.backup_root, storage_options, what="backup root").child(spec.name)
+    offsets = {rel.split("/", 1)[0]: info for rel, info in list_files(root).items()
+               if rel.startswith(DSTREAM_BACKUP_PREFIX) and rel.count("/") == 1
+               and rel.endswith("/" + DSTREAM_BACKUP_OFFSETS)}
+    newest = max(offsets) if offsets else None
+    mtime = mtime_of(offsets[newest]) if newest else None
+    created_ms = None if mtime is None else int(mtime * 1000)
+    return {"count": len(offsets), "invalid": 0, "latest_id": newest, "latest_created_at_ms": created_ms,
+            "latest_age_s": None if created_ms is None else round((now_ms - created_ms) / 1000.0, 1)}
 
 
 def audit_job(spec: JobSpec, kafka_config: Mapping[str, Any] | None = None, *, view: KafkaView | None = None,
@@ -205,8 +235,10 @@ def audit_job(spec: JobSpec, kafka_config: Mapping[str, Any] | None = None, *, v
 
     now = audit.observation["observed_at_ms"] if audit.observation else started
     try:
-        audit.checkpoint.update(scan_checkpoint(spec.checkpoint, now_ms=now, storage_options=storage_options,
-                                                stale_tmp_after_s=stale_tmp_after_s))
+        location = _scanned_location(spec)
+        if location is not None:
+            audit.checkpoint.update(scan_checkpoint(location, now_ms=now, storage_options=storage_options,
+                                                    stale_tmp_after_s=stale_tmp_after_s))
         for tmp in audit.checkpoint["stale_tmp_files"]:
             audit.warnings.append(f"stale temp file {tmp['path']} ({fmt_duration(tmp['age_s'])} old): left by an "
                                   "interrupted write; delete it while the query is stopped")
