@@ -1,7 +1,8 @@
 """The parts of a lifecycle record (topic identity, driver, lease), where it lives, and field checks.
 
-Kept apart from :mod:`~airflow_kafka_spark.lifecycle.record` so the record module holds the record's
-behaviour (serialisation, events, lease calls, persistence) and this one the plain values it stores.
+Kept apart from :mod:`~airflow_kafka_spark.lifecycle.document` (the record's contents, JSON form and
+events) and :mod:`~airflow_kafka_spark.lifecycle.record` (persistence, lease calls): this one holds
+the plain values the record stores.
 """
 
 from __future__ import annotations
@@ -21,8 +22,10 @@ def record_location(checkpoint_location: str) -> str:
     loc = str(checkpoint_location).rstrip("/")
     protocol, path = split_protocol(loc)
     if not path or path.strip("/") == "" or (protocol and "/" not in path.strip("/")):
-        raise UserError(f"checkpoint location {checkpoint_location!r} has no parent folder to keep the "
-                        "lifecycle record beside it; use a checkpoint path below a folder or bucket")
+        raise UserError(
+            f"checkpoint location {checkpoint_location!r} has no parent folder to keep the "
+            "lifecycle record beside it; use a checkpoint path below a folder or bucket"
+        )
     return loc + RECORD_SUFFIX
 
 
@@ -38,10 +41,10 @@ class TopicIdentity:
 class DriverInfo:
     """Where the job's driver runs, so stop/kill/status can reach it."""
 
-    kind: str                 # a DriverKind value
-    id: str                   # pid, YARN application id, k8s pod name, standalone driver id
+    kind: str  # a DriverKind value
+    id: str  # pid, YARN application id, k8s pod name, standalone driver id
     host: str | None = None
-    started_at: int | None = None   # epoch ms
+    started_at: int | None = None  # epoch ms
 
 
 @dataclass
@@ -57,6 +60,7 @@ class Lease:
 
 
 # field checks of a stored record (ValueError: the caller says which record is corrupt)
+
 
 def req_str(v: Any, name: str) -> str:
     if not isinstance(v, str) or not v:
