@@ -15,19 +15,19 @@ What is read, and why only that (a checkpoint keeps ~100 batches; restart needs 
   and ``sources/<n>/0`` (Kafka's resolved starting offsets);
 * with ``read_history=True`` every retained ``offsets/N`` as well: the job's progress time series.
 
-Nothing is ever written: files are opened with mode ``"rb"`` only and no directory is created.
+Nothing is ever written: files are opened with mode ``"rb"`` only and no directory is created
+(:mod:`~airflow_kafka_spark.checkpoint.files`). The pass is assembled from one concern per module:
+file access (``files``), log consistency (``checks``), sources and state (``sources``), and the
+repair for a damaged batch file (``repair``).
 """
 
 from __future__ import annotations
 
 import os
-import posixpath
 from typing import Any
 
-from airflow_kafka_spark._util.fs import is_local_fs, open_location
-from airflow_kafka_spark._util.localfs import list_local_detail
-from airflow_kafka_spark._util.text import one_line
 from airflow_kafka_spark.checkpoint.checks import ConsistencyChecks
+from airflow_kafka_spark.checkpoint.files import CheckpointFiles, is_dir, open_fs, os_reason
 from airflow_kafka_spark.checkpoint.formats import (
     MAX_LOG_FILE_BYTES,
     METADATA_MAX_BYTES,
@@ -48,14 +48,18 @@ from airflow_kafka_spark.checkpoint.model import (
     CheckpointProblem,
     CheckpointState,
 )
+from airflow_kafka_spark.checkpoint.repair import damaged_batch_repair
 from airflow_kafka_spark.checkpoint.sources import SourcesAndState
 from airflow_kafka_spark.errors import CheckpointFormatError, UserError
 
-GLOB_CHARS = frozenset("*?[")
 
-
-def read_checkpoint(location: str, *, storage_options: dict | None = None,
-                    read_history: bool = False, history_batches: int | None = None) -> CheckpointState:
+def read_checkpoint(
+    location: str,
+    *,
+    storage_options: dict | None = None,
+    read_history: bool = False,
+    history_batches: int | None = None,
+) -> CheckpointState:
     """Read the checkpoint at ``location`` (a path or any fsspec URL) without modifying it.
 
     A missing location gives ``exists=False``. A location that is a file, or that cannot be listed
@@ -68,37 +72,45 @@ def read_checkpoint(location: str, *, storage_options: dict | None = None,
     """
     if isinstance(location, os.PathLike):
         location = os.fspath(location)
-    fs, root = _open_fs(location, storage_options)
+    fs, root = open_fs(location, storage_options)
     try:
         info = fs.info(root)
     except FileNotFoundError:
-        return CheckpointState(location=location, exists=False, query_id=None, offset_batch_ids=[],
-                               commit_batch_ids=[], latest_planned=None, latest_committed=None,
-                               initial_offsets={}, has_state=False)
+        return CheckpointState(
+            location=location,
+            exists=False,
+            query_id=None,
+            offset_batch_ids=[],
+            commit_batch_ids=[],
+            latest_planned=None,
+            latest_committed=None,
+            initial_offsets={},
+            has_state=False,
+        )
     except OSError as exc:
-        raise UserError(f"cannot access checkpoint location {location}: {_os_reason(exc)}") from None
-    if info.get("type") != "directory" and not _is_dir(fs, root):
-        raise UserError(f"checkpoint location {location} is not a directory: pass the checkpoint folder "
-                        f"(the one holding offsets/, commits/ and metadata)")
+        raise UserError(f"cannot access checkpoint location {location}: {os_reason(exc)}") from None
+    if info.get("type") != "directory" and not is_dir(fs, root):
+        raise UserError(
+            f"checkpoint location {location} is not a directory: pass the checkpoint folder "
+            f"(the one holding offsets/, commits/ and metadata)"
+        )
     return _Reader(fs, root, location).read(read_history, history_batches)
 
 
-class _Reader(ConsistencyChecks, SourcesAndState):
+class _Reader(CheckpointFiles, ConsistencyChecks, SourcesAndState):
     """One pass over one checkpoint; accumulates problems so a single read reports all of them."""
 
     def __init__(self, fs: Any, root: str, location: str) -> None:
-        self.fs = fs
-        self.root = root
-        self.location = location
+        super().__init__(fs, root, location)
         self.problems: list[CheckpointProblem] = []
         self.stray: list[str] = []
-        self.offsets: dict[int, BatchOffsets] = {}   # parsed offsets files by batch id
-        self.bad_offsets: set[int] = set()           # offsets files already reported as unreadable
+        self.offsets: dict[int, BatchOffsets] = {}  # parsed offsets files by batch id
+        self.bad_offsets: set[int] = set()  # offsets files already reported as unreadable
         self.offset_files: dict[int, dict] = {}
         self.commit_files: dict[int, dict] = {}
-        self.latest: int | None = None               # L
-        self.committed: int | None = None            # C
-        self.crc_ids: dict[str, set[int]] = {}       # ".N.crc" Hadoop checksum files per log
+        self.latest: int | None = None  # L
+        self.committed: int | None = None  # C
+        self.crc_ids: dict[str, set[int]] = {}  # ".N.crc" Hadoop checksum files per log
 
     # ---- top level
 
@@ -129,67 +141,22 @@ class _Reader(ConsistencyChecks, SourcesAndState):
         has_state = self._has_state(root_entries)
 
         return CheckpointState(
-            location=self.location, exists=True, query_id=query_id, offset_batch_ids=offset_ids,
-            commit_batch_ids=commit_ids, latest_planned=planned, latest_committed=committed_offsets,
-            initial_offsets=initial, has_state=has_state, stray_files=sorted(self.stray),
+            location=self.location,
+            exists=True,
+            query_id=query_id,
+            offset_batch_ids=offset_ids,
+            commit_batch_ids=commit_ids,
+            latest_planned=planned,
+            latest_committed=committed_offsets,
+            initial_offsets=initial,
+            has_state=has_state,
+            stray_files=sorted(self.stray),
             problems=self.problems,
             history=self._history(history_batches) if read_history else [],
-            latest_commit=commit)
+            latest_commit=commit,
+        )
 
     # ---- listings
-
-    def _path(self, rel: str) -> str:
-        return posixpath.join(self.root, rel) if rel else self.root
-
-    def _display(self, rel: str) -> str:
-        return f"{self.location.rstrip('/')}/{rel}" if rel else self.location
-
-    def _ls(self, rel: str, *, required: bool = False) -> dict[str, dict]:
-        """Base name -> fsspec info of one directory; {} if it vanished (unless ``required``)."""
-        try:
-            if is_local_fs(self.fs):
-                return list_local_detail(self._path(rel))
-            listing = self.fs.ls(self._path(rel), detail=True)
-        except FileNotFoundError:
-            if required:
-                raise UserError(f"checkpoint location {self.location} disappeared while being read") from None
-            return {}
-        except OSError as exc:
-            raise UserError(f"cannot list {self._display(rel)}: {_os_reason(exc)}") from None
-        out: dict[str, dict] = {}
-        for info in listing:
-            name = posixpath.basename(str(info.get("name", "")).rstrip("/"))
-            if name:
-                out[name] = info
-        return out
-
-    def _type(self, rel: str, info: dict) -> str:
-        """``file``, ``directory`` or ``other``; symlinks are followed, FIFOs and sockets are
-        ``other`` (never opened: reading a FIFO would block forever)."""
-        kind = info.get("type")
-        if kind in ("directory", "file"):
-            return kind
-        path = self._path(rel)
-        if _is_dir(self.fs, path):
-            return "directory"
-        try:
-            if self.fs.isfile(path):
-                return "file"
-        except (OSError, ValueError):
-            pass
-        return "other"
-
-    def _is_dir(self, rel: str, info: dict) -> bool:
-        return self._type(rel, info) == "directory"
-
-    def _not_a_file(self, rel: str, info: dict) -> str | None:
-        """Why a path Spark reads as a file cannot be read as one, or None if it can."""
-        kind = self._type(rel, info)
-        if kind == "directory":
-            return "is a directory, not a file"
-        if kind == "other":
-            return "is not a regular file"
-        return None
 
     def _log_listing(self, name: str, root_entries: dict[str, dict]) -> dict[int, dict]:
         """Batch id -> info for ``offsets/`` or ``commits/`` (only names Spark treats as batches)."""
@@ -197,14 +164,17 @@ class _Reader(ConsistencyChecks, SourcesAndState):
         if info is None:
             return {}
         if not self._is_dir(name, info):
-            self._problem(CHECKPOINT_CORRUPT, name,
-                          f"{name} is a file where Spark keeps a directory of batch files: "
-                          f"restore {name}/ from a backup")
+            self._problem(
+                CHECKPOINT_CORRUPT,
+                name,
+                f"{name} is a file where Spark keeps a directory of batch files: restore {name}/ from a backup",
+            )
             return {}
         entries = self._ls(name)
         self._note_strays(name, entries)
-        self.crc_ids[name] = {int(b[1:-4]) for b in entries if b.startswith(".") and b.endswith(".crc")
-                              and b[1:-4].isdigit()}
+        self.crc_ids[name] = {
+            int(b[1:-4]) for b in entries if b.startswith(".") and b.endswith(".crc") and b[1:-4].isdigit()
+        }
         out: dict[int, dict] = {}
         for base, entry in entries.items():
             batch_id = batch_id_from_name(base)
@@ -233,28 +203,22 @@ class _Reader(ConsistencyChecks, SourcesAndState):
                 except CheckpointFormatError as exc:
                     reason = error_detail(exc, "metadata")
         if has_batches:
-            self._problem(MISSING_QUERY_ID, "metadata",
-                          f"metadata (the query id) {reason} while offsets/commits exist: restore "
-                          f"metadata from a backup; starting now gives the query a new id and breaks "
-                          f"sinks that dedupe by it")
+            self._problem(
+                MISSING_QUERY_ID,
+                "metadata",
+                f"metadata (the query id) {reason} while offsets/commits exist: restore "
+                f"metadata from a backup; starting now gives the query a new id and breaks "
+                f"sinks that dedupe by it",
+            )
         elif info is not None:
-            self._problem(CHECKPOINT_CORRUPT, "metadata",
-                          f"metadata {reason} and no batch has run yet: remove metadata and Spark "
-                          f"writes a new id")
+            self._problem(
+                CHECKPOINT_CORRUPT,
+                "metadata",
+                f"metadata {reason} and no batch has run yet: remove metadata and Spark writes a new id",
+            )
         return None
 
     # ---- batch files
-
-    def _read_file(self, rel: str) -> bytes | None:
-        """Bytes of one file; None if it vanished. IsADirectoryError is left to the caller."""
-        try:
-            return self.fs.cat_file(self._path(rel))
-        except (FileNotFoundError, IsADirectoryError):
-            if self.fs.isdir(self._path(rel)):
-                raise IsADirectoryError(rel) from None
-            return None
-        except OSError as exc:
-            raise UserError(f"cannot read {self._display(rel)}: {_os_reason(exc)}") from None
 
     def _batch_bytes(self, kind: str, batch_id: int, info: dict) -> bytes | None:
         """The bytes of a batch file Spark must read; problems for directories and absurd sizes."""
@@ -273,8 +237,10 @@ class _Reader(ConsistencyChecks, SourcesAndState):
             self._damaged(kind, batch_id, "is a directory, not a batch file")
             return None
         if data is None:
-            raise UserError(f"{self._display(rel)} disappeared while being read: is a query or a cleanup "
-                            f"running on this checkpoint? Read it again once it is stopped")
+            raise UserError(
+                f"{self._display(rel)} disappeared while being read: is a query or a cleanup "
+                f"running on this checkpoint? Read it again once it is stopped"
+            )
         return data
 
     def _offsets(self, batch_id: int | None) -> BatchOffsets | None:
@@ -348,31 +314,6 @@ class _Reader(ConsistencyChecks, SourcesAndState):
             if data is not None:
                 self._parse_offsets(batch_id, data)
 
-    def _cat_many(self, rels: list[str]) -> list[bytes | None]:
-        """Read many small files: concurrently on async filesystems (object stores), else in a loop.
-
-        A file purged by a running query between listing and reading comes back as None: history
-        is best effort, unlike offsets/L which must be there.
-        """
-        paths = [self._path(r) for r in rels]
-        if len(paths) > 1 and getattr(self.fs, "async_impl", False) and \
-                not any(GLOB_CHARS & set(p) for p in paths):
-            results = self.fs.cat(paths, on_error="return")
-            out: list[bytes | None] = []
-            for rel, path in zip(rels, paths, strict=True):
-                value = results.get(path, results.get(self.fs._strip_protocol(path)))
-                if isinstance(value, BaseException) and not isinstance(value, FileNotFoundError):
-                    raise UserError(f"cannot read {self._display(rel)}: {_os_reason(value)}")
-                out.append(value if isinstance(value, bytes) else None)
-            return out
-        out = []
-        for rel in rels:
-            try:
-                out.append(self._read_file(rel))
-            except IsADirectoryError:
-                out.append(None)
-        return out
-
     # ---- problems
 
     def _problem(self, code: str, path: str, message: str) -> None:
@@ -380,58 +321,19 @@ class _Reader(ConsistencyChecks, SourcesAndState):
             self.problems.append(CheckpointProblem(code=code, path=path, message=" ".join(message.split())))
 
     def _unsupported(self, rel: str, exc: CheckpointFormatError) -> None:
-        self._problem(UNSUPPORTED_LOG_VERSION, rel,
-                      f"{exc}: it was written by a newer Spark, which older Spark cannot read either; "
-                      f"do not edit it by hand: keep that Spark version and use a release of this tool "
-                      f"that knows the format")
+        self._problem(
+            UNSUPPORTED_LOG_VERSION,
+            rel,
+            f"{exc}: it was written by a newer Spark, which older Spark cannot read either; "
+            f"do not edit it by hand: keep that Spark version and use a release of this tool "
+            f"that knows the format",
+        )
 
     def _damaged(self, kind: str, batch_id: int, detail: str) -> None:
         """Report a damaged batch file with the repair that fits where it sits in the log (S09)."""
-        latest, committed = self.latest, self.committed
         rel = f"{kind}/{batch_id}"
-        if kind == "offsets":
-            if batch_id == latest and batch_id not in self.commit_files:
-                start = f"the end of batch {batch_id - 1}" if batch_id > 0 else "sources/ or startingOffsets"
-                repair = (f"drop the uncommitted last file offsets/{batch_id} only (it has no "
-                          f"commits/{batch_id}); Spark will re-plan batch {batch_id} from {start}")
-            elif batch_id == latest:
-                repair = (f"batch {batch_id} is committed, so it must not be re-planned: restore "
-                          f"offsets/{batch_id} from a backup")
-            elif latest is not None and batch_id == latest - 1:
-                repair = f"Spark reads offsets/{batch_id} to restart batch {latest}: restore it from a backup"
-            else:
-                repair = (f"restore offsets/{batch_id} from a backup (Spark does not read it to restart; "
-                          f"history and backups do)")
-        elif batch_id == committed and batch_id == latest:
-            repair = (f"remove commits/{batch_id} only; Spark will re-run batch {batch_id} with the same "
-                      f"offsets (a replay for the sink)")
-        elif batch_id == committed and latest is not None and batch_id == latest - 1:
-            repair = (f"remove commits/{batch_id} and the uncommitted offsets/{latest}; Spark will re-run "
-                      f"batch {batch_id} with the same offsets and re-plan batch {latest}")
-        elif batch_id == committed:
-            repair = f"restore commits/{batch_id} from a backup"
-        else:
-            repair = (f"committed history: restore commits/{batch_id} from a backup (Spark does not read "
-                      f"it to restart)")
+        repair = damaged_batch_repair(
+            kind, batch_id, latest=self.latest, committed=self.committed, has_commit=batch_id in self.commit_files
+        )
         joiner = "" if detail.startswith(":") else " "  # "offsets/5: conf must ..." vs "offsets/5 is empty"
         self._problem(CHECKPOINT_CORRUPT, rel, f"{rel}{joiner}{detail}: {repair}")
-
-
-def _open_fs(location: Any, storage_options: dict | None) -> tuple[Any, str]:
-    loc = open_location(location, storage_options, what="checkpoint location")
-    return loc.fs, loc.path
-
-
-def _is_dir(fs: Any, path: str) -> bool:
-    try:
-        return bool(fs.isdir(path))
-    except OSError:
-        return False
-
-
-def _os_reason(exc: BaseException) -> str:
-    if isinstance(exc, PermissionError):
-        return "permission denied"
-    if isinstance(exc, OSError) and exc.strerror:
-        return exc.strerror
-    return one_line(exc)
