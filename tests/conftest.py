@@ -26,7 +26,7 @@ def broker(tmp_path_factory):
 def connector_jars() -> str:
     """``[kafka_spark] connector_jars`` for drivers the operators start on a local master (the jars devstack
     fetched), as its environment form, which Airflow and ``aks`` both read."""
-    from airflow_kafka_spark.runtime.submit import CONNECTOR_JARS_ENV
+    from airflow_kafka_spark.runtime.connector import CONNECTOR_JARS_ENV
 
     if not os.environ.get(CONNECTOR_JARS_ENV):
         from devstack.jars import spark_kafka_jars

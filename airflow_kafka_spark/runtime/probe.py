@@ -47,7 +47,7 @@ from airflow_kafka_spark.errors import UserError
 from airflow_kafka_spark.kafka.secrets import bootstrap_servers_of, scrub
 from airflow_kafka_spark.ops.backup.selection import log_ids, select_files
 from airflow_kafka_spark.registry.model import JobSpec
-from airflow_kafka_spark.runtime import submit
+from airflow_kafka_spark.runtime import connector, detach, submit
 from airflow_kafka_spark.runtime.submit import SparkTarget
 
 PROBE_FLAG = "--aks-probe"
@@ -289,9 +289,9 @@ def probe_command(spec: JobSpec, staged: StagedCopy, scratch: Location, *, kafka
         spark_conf={**spec.spark_conf, PROBE_CONF: "true"})
     args = submit.job_arguments(probe_spec, bootstrap_servers=bootstrap_servers_of(kafka_config),
                                 kafka_options=submit.kafka_job_options(kafka_config))
-    connector = submit.local_connector(probe_spec, target.master, os.environ)
-    kwargs = submit.hook_kwargs(probe_spec, args=[*args, PROBE_FLAG], jars=connector.jars, mode=submit.DETACH_LOCAL,
-                                name=f"aks-probe-{spec.name}", packages=connector.packages)
+    conn_jars = connector.local_connector(probe_spec, target.master, os.environ)
+    kwargs = submit.hook_kwargs(probe_spec, args=[*args, PROBE_FLAG], jars=conn_jars.jars, mode=detach.DETACH_LOCAL,
+                                name=f"aks-probe-{spec.name}", packages=conn_jars.packages)
     command = submit.resolve_binary(target.build_command(kwargs, spec.application), os.environ)
     return command, submit.driver_env(command, target.master)
 

@@ -29,7 +29,7 @@ from airflow_kafka_spark.lifecycle.events import LifecycleEvent
 from airflow_kafka_spark.lifecycle.model import DriverInfo
 from airflow_kafka_spark.lifecycle.record import LifecycleRecord
 from airflow_kafka_spark.registry.model import JobKind, JobSpec
-from airflow_kafka_spark.runtime import app_versions, clusters, drivers, dstream, submit
+from airflow_kafka_spark.runtime import app_versions, clusters, connector, detach, drivers, dstream, submit
 from airflow_kafka_spark.runtime.clusters import ClusterEndpoint
 from airflow_kafka_spark.runtime.submit import SparkTarget
 
@@ -86,19 +86,19 @@ def submit_job(spec: JobSpec, *, kafka_config: Mapping[str, Any], target: SparkT
     app = app_versions.app_version(run_spec)
     bootstrap = bootstrap_servers_of(kafka_config)
     master, deploy_mode = target.master, target.deploy_mode
-    mode = submit.detach_mode(master, deploy_mode)
-    kind = submit.DRIVER_KIND[mode]
+    mode = detach.detach_mode(master, deploy_mode)
+    kind = detach.DRIVER_KIND[mode]
     # A cluster driver's manager is found now, before anything starts: a missing address fails the submit
     # here rather than the health gate on another host later.
-    endpoint = None if mode == submit.DETACH_LOCAL else clusters.resolve_endpoint(
+    endpoint = None if mode == detach.DETACH_LOCAL else clusters.resolve_endpoint(
         kind, master=master, spark_conf=run_spec.spark_conf, conn_extra=target.conn_extra)
-    tag = None if mode == submit.DETACH_LOCAL else submit.submit_tag(spec)
+    tag = None if mode == detach.DETACH_LOCAL else detach.submit_tag(spec)
 
     def build(starting_offsets_file: str | None) -> tuple[list[str], dict[str, str]]:
         args = submit.job_arguments(run_spec, bootstrap_servers=bootstrap, starting_offsets_file=starting_offsets_file,
                                     kafka_options=submit.kafka_job_options(kafka_config))
-        connector = submit.local_connector(run_spec, master, os.environ)
-        kwargs = submit.hook_kwargs(run_spec, args=args, jars=connector.jars, mode=mode, packages=connector.packages,
+        conn_jars = connector.local_connector(run_spec, master, os.environ)
+        kwargs = submit.hook_kwargs(run_spec, args=args, jars=conn_jars.jars, mode=mode, packages=conn_jars.packages,
                                     tag=tag)
         command = submit.resolve_binary(target.build_command(kwargs, run_spec.application), os.environ)
         return command, submit.driver_env(command, master)
@@ -158,7 +158,7 @@ def submit_job(spec: JobSpec, *, kafka_config: Mapping[str, Any], target: SparkT
         remove_file(open_location(run_spec.stop_marker, None, what="stop marker"))
         shown = scrub(" ".join(command), kafka_config)
         log_path = None
-        if mode == submit.DETACH_LOCAL:
+        if mode == detach.DETACH_LOCAL:
             log_path = submit.local_log_path(spec)
             drv = adopt_unrecorded(spec, holder, log)
             if drv is None:
@@ -167,7 +167,7 @@ def submit_job(spec: JobSpec, *, kafka_config: Mapping[str, Any], target: SparkT
                 log.info("started %s driver pid %s; log %s", spec.name, drv.id, log_path)
         else:
             assert endpoint is not None and tag is not None
-            drv = submit.submit_cluster(command, mode, env=env, kafka_config=kafka_config,
+            drv = detach.submit_cluster(command, mode, env=env, kafka_config=kafka_config,
                                         find=lambda: drivers.find_by_tag(endpoint, tag)).driver
             log.info("submitted %s to %s: driver %s %s (tag %s; status through %s)", spec.name, master, drv.kind,
                      drv.id, tag, ", ".join(endpoint.urls))

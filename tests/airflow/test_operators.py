@@ -32,7 +32,7 @@ import yaml
 
 from airflow_kafka_spark.lifecycle.model import DriverInfo
 from airflow_kafka_spark.lifecycle.record import LifecycleRecord
-from airflow_kafka_spark.runtime import app_versions, submit
+from airflow_kafka_spark.runtime import app_versions, connector, detach, submit
 from devstack import topics
 from devstack.produce import produce
 from tests.support.checkpoint_factory import commit_file, offsets_file, write_checkpoint
@@ -215,7 +215,7 @@ def record_fake_submit(env: Env, job: str, pid: int, *, committed_before: int | 
     app_versions.record_submit(
         record, app={"application": "app.py", "application_args": [], "compatibility_version": "7"},
         driver=DriverInfo(kind="local-pid", id=str(pid), host=socket.gethostname(), started_at=int(time.time() * 1000)),
-        master="local[2]", deploy_mode=None, mode=submit.DETACH_LOCAL, committed_before=committed_before,
+        master="local[2]", deploy_mode=None, mode=detach.DETACH_LOCAL, committed_before=committed_before,
         query_id_before=state.query_id, log_path=None, starting_offsets_file=None, actor="test", holder=holder)
     record.save()
     return record
@@ -496,46 +496,46 @@ def test_cluster_modes_build_detached_commands_and_parse_driver_ids(monkeypatch)
     monkeypatch.setenv("AIRFLOW_CONN_SPARK_STANDALONE", json.dumps({"conn_type": "spark", "host": "spark://m",
                                                                     "port": 7077}))
     for conn_id, master, mode, conf in (
-            ("spark_yarn", "yarn", submit.DETACH_YARN, "spark.yarn.submit.waitAppCompletion=false"),
-            ("spark_standalone", "spark://m:7077", submit.DETACH_STANDALONE,
+            ("spark_yarn", "yarn", detach.DETACH_YARN, "spark.yarn.submit.waitAppCompletion=false"),
+            ("spark_standalone", "spark://m:7077", detach.DETACH_STANDALONE,
              "spark.standalone.submit.waitAppCompletion=false")):
         s = dataclasses.replace(spec, spark_conn_id=conn_id)
         probe = spark_hook(s, deploy_mode="cluster")
         assert probe._connection["master"] == master
-        assert submit.detach_mode(master, "cluster") == mode
-        assert not submit.needs_local_connector_jars(s, master)
+        assert detach.detach_mode(master, "cluster") == mode
+        assert not connector.needs_local_connector_jars(s, master)
         args = submit.job_arguments(s, bootstrap_servers="b1:9092", kafka_options=["kafka.security.protocol=SSL"])
         cmd = spark_hook(s, **submit.hook_kwargs(s, args=args, mode=mode))._build_spark_submit_command(s.application)
         line = " ".join(cmd)
         assert f"--master {master}" in line and "--deploy-mode cluster" in line and f"--conf {conf}" in line
         assert "--kafka-option kafka.security.protocol=SSL" in line and "spark.ui.enabled" not in line
-        assert ("--queue streaming" in line) == (mode == submit.DETACH_YARN)
+        assert ("--queue streaming" in line) == (mode == detach.DETACH_YARN)
 
-    assert submit.detach_mode("local[*]", None) == submit.DETACH_LOCAL
-    assert submit.detach_mode("yarn", "client") == submit.DETACH_LOCAL
-    assert submit.detach_mode("k8s://https://api:6443", "cluster") == submit.DETACH_K8S
+    assert detach.detach_mode("local[*]", None) == detach.DETACH_LOCAL
+    assert detach.detach_mode("yarn", "client") == detach.DETACH_LOCAL
+    assert detach.detach_mode("k8s://https://api:6443", "cluster") == detach.DETACH_K8S
     with pytest.raises(Exception, match="needs a cluster manager"):
-        submit.detach_mode("local[2]", "cluster")
+        detach.detach_mode("local[2]", "cluster")
     with pytest.raises(Exception, match="keeps spark-submit attached"):
         submit.hook_kwargs(dataclasses.replace(spec, spark_conf={"spark.yarn.submit.waitAppCompletion": "true"}),
-                           args=[], mode=submit.DETACH_YARN)
+                           args=[], mode=detach.DETACH_YARN)
 
     yarn_out = "INFO Client: Submitting application application_1718000000000_0042 to ResourceManager\n"
     k8s_out = ("Deployed Spark application orders with application ID spark-a1b2 and submission ID "
                "streaming:orders-3f9a-driver into Kubernetes\n")
     k8s_old = "pod name: orders-3f9a-driver\n\t namespace: streaming\n"
     standalone_out = "Driver successfully submitted as driver-20260131120000-0007\n"
-    assert submit.parse_driver_id(submit.DETACH_YARN, yarn_out) == "application_1718000000000_0042"
-    assert submit.parse_driver_id(submit.DETACH_K8S, k8s_out) == "streaming:orders-3f9a-driver"
-    assert submit.parse_driver_id(submit.DETACH_K8S, k8s_old) == "streaming:orders-3f9a-driver"
-    assert submit.parse_driver_id(submit.DETACH_STANDALONE, standalone_out) == "driver-20260131120000-0007"
-    assert submit.parse_driver_id(submit.DETACH_YARN, "nothing") is None
+    assert detach.parse_driver_id(detach.DETACH_YARN, yarn_out) == "application_1718000000000_0042"
+    assert detach.parse_driver_id(detach.DETACH_K8S, k8s_out) == "streaming:orders-3f9a-driver"
+    assert detach.parse_driver_id(detach.DETACH_K8S, k8s_old) == "streaming:orders-3f9a-driver"
+    assert detach.parse_driver_id(detach.DETACH_STANDALONE, standalone_out) == "driver-20260131120000-0007"
+    assert detach.parse_driver_id(detach.DETACH_YARN, "nothing") is None
     # each cluster submit is tagged so the cluster manager can name its driver (status/kill: REST, no CLI)
-    tag = submit.submit_tag(spec)
+    tag = detach.submit_tag(spec)
     tagged = submit.hook_kwargs(dataclasses.replace(spec, spark_conf={"spark.yarn.tags": "team-a"}), args=[],
-                                mode=submit.DETACH_YARN, tag=tag)
+                                mode=detach.DETACH_YARN, tag=tag)
     assert tagged["conf"]["spark.yarn.tags"] == f"team-a,{tag}" and tag == tag.lower()
-    k8s = submit.hook_kwargs(spec, args=[], mode=submit.DETACH_K8S, tag=tag)
+    k8s = submit.hook_kwargs(spec, args=[], mode=detach.DETACH_K8S, tag=tag)
     assert k8s["conf"][f"spark.kubernetes.driver.label.{submit.K8S_TAG_LABEL}"] == tag
 
 

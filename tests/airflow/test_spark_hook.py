@@ -13,7 +13,7 @@ from importlib import metadata
 import pytest
 
 from airflow_kafka_spark.registry.model import JobSpec
-from airflow_kafka_spark.runtime import submit
+from airflow_kafka_spark.runtime import connector, detach, submit
 
 pytestmark = [pytest.mark.airflow]
 
@@ -39,7 +39,7 @@ def test_adapter_resolves_the_connection_and_builds_the_command(monkeypatch):
 
     target = spark_target(spec)
     assert (target.master, target.deploy_mode, target.spark_binary) == ("yarn", "cluster", "spark-submit")
-    built = target.build_command(submit.hook_kwargs(spec, args=["--x"], mode=submit.DETACH_YARN), spec.application)
+    built = target.build_command(submit.hook_kwargs(spec, args=["--x"], mode=detach.DETACH_YARN), spec.application)
     assert "spark.yarn.submit.waitAppCompletion=false" in " ".join(built) and built[-1] == "--x"
 
 
@@ -53,15 +53,15 @@ def test_missing_spark_connection_is_one_line():
 
 def test_local_connector_comes_from_the_environment_else_maven():
     spec = _spec()
-    env = {submit.CONNECTOR_JARS_ENV: " /j/a.jar, /j/b.jar ,"}
-    assert submit.local_connector(spec, "local[2]", env) == submit.ConnectorJars(jars=("/j/a.jar", "/j/b.jar"))
-    maven = submit.local_connector(spec, "local[*]", {})
-    assert maven.jars == () and maven.packages == f"{submit.CONNECTOR_PACKAGE}:{metadata.version('pyspark')}"
-    kwargs = submit.hook_kwargs(spec, args=[], mode=submit.DETACH_LOCAL, packages=maven.packages)
+    env = {connector.CONNECTOR_JARS_ENV: " /j/a.jar, /j/b.jar ,"}
+    assert connector.local_connector(spec, "local[2]", env) == connector.ConnectorJars(jars=("/j/a.jar", "/j/b.jar"))
+    maven = connector.local_connector(spec, "local[*]", {})
+    assert maven.jars == () and maven.packages == f"{connector.CONNECTOR_PACKAGE}:{metadata.version('pyspark')}"
+    kwargs = submit.hook_kwargs(spec, args=[], mode=detach.DETACH_LOCAL, packages=maven.packages)
     assert kwargs["conf"]["spark.jars.packages"] == maven.packages and "jars" not in kwargs
     declared = _spec(spark_conf={"spark.jars": "/opt/kafka.jar"})
-    assert submit.local_connector(declared, "local[2]", env) == submit.ConnectorJars()
-    assert submit.local_connector(spec, "yarn", env) == submit.ConnectorJars()
+    assert connector.local_connector(declared, "local[2]", env) == connector.ConnectorJars()
+    assert connector.local_connector(spec, "yarn", env) == connector.ConnectorJars()
 
 
 def test_the_core_never_imports_the_dev_stack():
