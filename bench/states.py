@@ -56,11 +56,12 @@ def make_topic(bootstrap: str, topic: str, partitions: int, records: int) -> Par
     from confluent_kafka import Producer
 
     # A KRaft controller refuses more than ~10,000 records in one operation: create, then grow.
-    create_topic(bootstrap, topic, min(partitions, 4000))
+    # Generous timeouts: a 5,000-partition topic took over 30 s to appear on a loaded machine.
+    create_topic(bootstrap, topic, min(partitions, 4000), timeout=300)
     grown = min(partitions, 4000)
     while grown < partitions:
         grown = min(partitions, grown + 4000)
-        add_partitions(bootstrap, topic, grown)
+        add_partitions(bootstrap, topic, grown, timeout=300)
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 50, "enable.idempotence": True,
                          "batch.num.messages": 10000, "queue.buffering.max.messages": 1_000_000})
     now = int(time.time() * 1000)
@@ -131,7 +132,7 @@ def commit_group(bootstrap: str, group: str, offsets: PartitionOffsets, *, timeo
             if got == want:
                 return
             last = f"{sum(got.get(k) == v for k, v in want.items())} of {len(want)} offsets committed"
-        except Exception as exc:  # noqa: BLE001 - KafkaException while the coordinator loads
+        except Exception as exc:   # KafkaException while the coordinator loads
             last = exc
         if time.monotonic() > deadline:
             raise RuntimeError(f"group {group} not committed in {timeout:.0f} s: {last}")

@@ -12,11 +12,12 @@ def admin(bootstrap_servers: str) -> AdminClient:
     return AdminClient({"bootstrap.servers": bootstrap_servers})
 
 
-def create_topic(bootstrap_servers: str, topic: str, partitions: int = 1, config: dict | None = None) -> None:
+def create_topic(bootstrap_servers: str, topic: str, partitions: int = 1, config: dict | None = None,
+                 timeout: float = 30) -> None:
     a = admin(bootstrap_servers)  # keep the client alive until the futures resolve
     fut = a.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1, config=config or {})])
-    fut[topic].result(30)
-    _wait(bootstrap_servers, topic, lambda t: t is not None and len(t.partitions) == partitions)
+    fut[topic].result(timeout)
+    _wait(bootstrap_servers, topic, lambda t: t is not None and len(t.partitions) == partitions, timeout)
 
 
 def delete_topic(bootstrap_servers: str, topic: str) -> None:
@@ -25,10 +26,10 @@ def delete_topic(bootstrap_servers: str, topic: str) -> None:
     _wait(bootstrap_servers, topic, lambda t: t is None)
 
 
-def add_partitions(bootstrap_servers: str, topic: str, total: int) -> None:
+def add_partitions(bootstrap_servers: str, topic: str, total: int, timeout: float = 30) -> None:
     a = admin(bootstrap_servers)
-    a.create_partitions([NewPartitions(topic, total)])[topic].result(30)
-    _wait(bootstrap_servers, topic, lambda t: t is not None and len(t.partitions) == total)
+    a.create_partitions([NewPartitions(topic, total)])[topic].result(timeout)
+    _wait(bootstrap_servers, topic, lambda t: t is not None and len(t.partitions) == total, timeout)
 
 
 def delete_records(bootstrap_servers: str, topic: str, before: dict[int, int]) -> None:
