@@ -14,12 +14,13 @@ from typing import TYPE_CHECKING
 
 from airflow_kafka_spark.checkpoint.position import resume_position
 from airflow_kafka_spark.kafka.offsets import TopicPartition, parse_offsets_json
-from airflow_kafka_spark.verdict.alignment import ProbedRecord, alignment_findings
+from airflow_kafka_spark.verdict.alignment import alignment_findings
 from airflow_kafka_spark.verdict.counts import with_query_counts
 from airflow_kafka_spark.verdict.findings import Finding, Verdict
 from airflow_kafka_spark.verdict.first_batch import RecentBatches
 from airflow_kafka_spark.verdict.new_query import new_query_findings
 from airflow_kafka_spark.verdict.options import DeployOptions
+from airflow_kafka_spark.verdict.partition_findings import ProbedRecord
 from airflow_kafka_spark.verdict.previous import PreviousCheckpoint, previous_checkpoint_finding
 from airflow_kafka_spark.verdict.query_checks import (
     apply_strict,

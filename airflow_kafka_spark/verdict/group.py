@@ -9,9 +9,10 @@ from typing import TYPE_CHECKING
 
 from airflow_kafka_spark.checkpoint.position import ResumePosition
 from airflow_kafka_spark.kafka.offsets import PartitionOffsets, TopicPartition
-from airflow_kafka_spark.verdict.alignment import backlog_finding, check_start, place, topic_not_found_finding
+from airflow_kafka_spark.verdict.alignment import backlog_finding, check_start
 from airflow_kafka_spark.verdict.findings import INFO, WARN, Bound, Finding, Number, RecordCounts, Verdict
 from airflow_kafka_spark.verdict.options import DeployOptions
+from airflow_kafka_spark.verdict.partition_findings import place, topic_not_found_finding
 from airflow_kafka_spark.verdict.query_checks import apply_strict
 
 if TYPE_CHECKING:  # types only: the verdict stays free of Kafka client and fsspec imports

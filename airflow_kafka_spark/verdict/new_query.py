@@ -14,9 +14,9 @@ from airflow_kafka_spark.kafka.offsets import (
     parse_offsets_json,
     to_offsets_json,
 )
-from airflow_kafka_spark.verdict.alignment import offsets_unavailable, place, topic_not_found_finding
 from airflow_kafka_spark.verdict.findings import BLOCK, INFO, PASS, WARN, Bound, Finding, Number, RecordCounts
 from airflow_kafka_spark.verdict.options import DeployOptions
+from airflow_kafka_spark.verdict.partition_findings import offsets_unavailable, place, topic_not_found_finding
 
 if TYPE_CHECKING:  # types only: the verdict stays free of Kafka client and fsspec imports
     from airflow_kafka_spark.checkpoint.model import CheckpointState

@@ -31,13 +31,13 @@ from airflow_kafka_spark.lifecycle.events import LifecycleEvent
 from airflow_kafka_spark.lifecycle.model import record_location
 from airflow_kafka_spark.lifecycle.record import LifecycleRecord
 from airflow_kafka_spark.names import default_job_name, validate_job_name
-from airflow_kafka_spark.verdict.alignment import ProbedRecord
 from airflow_kafka_spark.verdict.evaluate import evaluate, identity_probes, subscribed_topics
 from airflow_kafka_spark.verdict.findings import BLOCK, INFO, Finding, Verdict
 from airflow_kafka_spark.verdict.first_batch import read_recent_batches
 from airflow_kafka_spark.verdict.group import evaluate_group
 from airflow_kafka_spark.verdict.interrupted import interrupted_finding
 from airflow_kafka_spark.verdict.options import DeployOptions
+from airflow_kafka_spark.verdict.partition_findings import ProbedRecord
 from airflow_kafka_spark.verdict.previous import find_previous_checkpoint
 
 log = logging.getLogger(__name__)
