@@ -7,11 +7,16 @@ v1 runs (started by the product's own submit, as a first DAG run would); the reg
 v2 jar (a recompile: one more serialized field) and the DAG runs in ``auto``: the group verdict →
 graceful stop → backup of the group's offsets and the DStream checkpoint → the checkpoint moves
 aside (the recorded build is v1's) → the announced replay (exact: v1's last ranges from Spark's
-KafkaRDD log) → submit v2 from the group → health gate on the group's commits. The append sink then
-holds exactly the announced number of duplicates, the idempotent sink none, and nothing is missing.
+KafkaRDD log) → submit v2 from the group → health gate on the group's commits. A second run then
+deploys v2 with an argument the job refuses (its driver exits at start): the gate fails
+(``health_gate_failed`` in the record), the rollback puts the group's offsets and the DStream
+checkpoint back from that run's backup and resubmits v2 with its good arguments. The append sink then
+holds exactly the duplicates both plans announced, the idempotent sink none, and nothing is missing;
+the audit judges the job from its group and finds both backups.
 One DAG run, two Spark starts: the whole test is one scenario. Measured on 2 shared cores: 161 s alone
 (48 s of it session setup: Airflow DB reset, broker), 349 s with other helpers' Spark running; the DAG
 run itself 92-209 s. Runs: 1,790 and 4,410 produced, 0 missing, 30 duplicated = 30 announced (exact).
+With the rolled-back run (load 18-20): 383 s; 3,520 produced, 0 missing, 60 duplicated = 30 + 30 announced.
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ pytestmark = [pytest.mark.dstream, pytest.mark.airflow, pytest.mark.integration]
 
 DAG_ID = "streaming_safe_restart"
 JOB = "clicks"
+GOOD_ARGS = ["--batch-ms", "2000"]
 
 
 def _install(build: dstream_job.DStreamBuild, data: Path) -> Path:
@@ -73,7 +79,7 @@ def test_safe_restart_dag_through_a_recompile(
     ck = data / "dstream-checkpoints" / JOB
     sink_root = data / "sinks" / JOB
 
-    def write(jar: Path) -> None:
+    def write(jar: Path, args: list[str] = GOOD_ARGS) -> None:
         write_registry(
             registry,
             [
@@ -85,7 +91,7 @@ def test_safe_restart_dag_through_a_recompile(
                     "application": str(jar),
                     "sink": "append",
                     "dstream_checkpoint": str(ck),
-                    "application_args": ["--batch-ms", "2000"],
+                    "application_args": args,
                     "stop_timeout_s": 120,
                     "health_gate": {"min_batches": 2, "timeout_s": float(JOB_TIMEOUT)},
                     "spark_conf": {
@@ -184,6 +190,29 @@ def test_safe_restart_dag_through_a_recompile(
         assert r.xcom("health_gate")["state"] == "healthy" and r.xcom("health_gate")["promoted"]
         assert read_state(str(ck)).recorded_build == jar_digest(str(v2_jar))
 
+        # A broken deploy of the same build (an argument the job refuses: its driver exits at start) is
+        # rolled back: the gate fails, the group's offsets and the DStream checkpoint come back from this
+        # run's backup, and the previous application (v2, good arguments) is resubmitted.
+        write(v2_jar, [*GOOD_ARGS, "not-a-flag", "x"])
+        started = time.perf_counter()
+        dr = DagBag().get_dag(DAG_ID).test(run_conf={**conf, "reason": "broken arguments"})
+        r2 = collect(DAG_ID, dr.run_id, dr.state, time.perf_counter() - started)
+        TIMINGS["safe restart: DStream broken deploy rolled back"] = r2.seconds
+        assert r2.state == "failed", r2.states
+        assert r2.states["submit"] == "success" and r2.states["health_gate"] == "failed", r2.states
+        assert r2.states["rollback"] == "success" and r2.states["finish"] == "failed", r2.states
+        rollback = r2.xcom("rollback")
+        assert rollback["failed_steps"] == ["health_gate"]
+        assert rollback["restored_dstream_backup"] == r2.xcom("backup")["dstream_backup"]
+        assert rollback["resubmitted"]["previous"] is True and rollback["resubmitted"]["application_args"] == GOOD_ARGS
+        rec = LifecycleRecord.load(spec.checkpoint)
+        assert drivers.local_alive(rec.driver) and str(rec.driver.id) == str(rollback["resubmitted"]["driver"]["id"])
+        gate = [e for e in rec.history if e["event"] == "health_gate_failed"][-1]["details"]
+        assert gate["state"] == "failed", gate
+        after2 = r2.xcom("validate_after")
+        announced2, exact2 = after2["duplicates_expected"], after2["replay_exact"]
+        write(v2_jar)  # the fix: back to the good arguments
+
         truth = producer.stop()
         sink = JobSink(sink_root)
         wait_until(
@@ -202,10 +231,13 @@ def test_safe_restart_dag_through_a_recompile(
         duplicates = sum(n - 1 for n in appended.values())
         print(
             f"DStream DAG recompile: produced {len(truth)}, missing {len(missing)}, duplicates {duplicates}, "
-            f"announced {announced} (exact={exact}), idempotent {len(sink.idempotent())}, run {r.seconds:.0f}s"
+            f"announced {announced} (exact={exact}) + {announced2} (rolled-back run, exact={exact2}), "
+            f"idempotent {len(sink.idempotent())}, run {r.seconds:.0f}s"
         )
         assert not missing and set(appended) == truth  # record by record: none lost, none invented
-        assert duplicates == announced  # the append sink: exactly what the plan said
+        # the append sink: exactly what the two plans said (the rolled-back run's replay is the group's
+        # trailing batch, read again by the resubmitted v2)
+        assert duplicates == announced + announced2 if exact2 else announced <= duplicates <= announced + announced2
         assert sink.idempotent() == truth  # the idempotent sink: each record once, 0 twice
     finally:
         producer.done.set()
@@ -239,4 +271,4 @@ def _audit_sees_the_group(spec, bootstrap: str, group: str) -> None:
     position = {TopicPartition(t, int(p)): int(o) for t, parts in obs["position"].items() for p, o in parts.items()}
     assert position == committed and obs["lag"]["records"] == 0, obs
     assert audit.checkpoint["verdict"] in ("OK", "WARN"), audit.checkpoint
-    assert audit.backup["count"] == 1 and audit.backup["latest_id"].startswith("dstream-"), audit.backup
+    assert audit.backup["count"] == 2 and audit.backup["latest_id"].startswith("dstream-"), audit.backup  # 2 DAG runs
