@@ -7,7 +7,7 @@ Why it looks like this:
   needs (confluent-kafka, fsspec) inside its ``run`` function.
 * Subcommands are :class:`~airflow_kafka_spark.cli._args.Command` entries (a name, a help line, a
   function that adds its arguments, one that runs it and returns the exit code), listed by each
-  command module (:mod:`.validate`, :mod:`.checkpoint`, :mod:`.watch`) and gathered statically in
+  command module (:mod:`.validate`, :mod:`.backup`, :mod:`.checkpoint`, :mod:`.watch`) and gathered statically in
   :data:`COMMANDS` below. The command modules import the shared helpers from :mod:`._args`, never
   this package's ``__init__``, so there is no import cycle. :func:`register` adds one more at run
   time (tests, site extensions)::
@@ -35,15 +35,15 @@ import sys
 import warnings
 from collections.abc import Callable, Sequence
 
-from airflow_kafka_spark.cli import checkpoint, control, metrics, validate, watch
+from airflow_kafka_spark.cli import backup, checkpoint, control, metrics, validate, watch
 from airflow_kafka_spark.cli import output as report
 from airflow_kafka_spark.cli._args import Command, Parser
 from airflow_kafka_spark.errors import ExitCode
 
 PROG = "aks"
 
-COMMANDS: dict[str, Command] = {c.name: c for c in (*validate.COMMANDS, *checkpoint.COMMANDS, *watch.COMMANDS,
-                                                    *control.COMMANDS, *metrics.COMMANDS)}
+COMMANDS: dict[str, Command] = {c.name: c for c in (*validate.COMMANDS, *backup.COMMANDS, *checkpoint.COMMANDS,
+                                                    *watch.COMMANDS, *control.COMMANDS, *metrics.COMMANDS)}
 
 EPILOG = """\
 exit codes:

@@ -1,0 +1,211 @@
+"""``aks backup`` and ``aks backups``: take a verified, incremental backup; list, verify or prune a job's backups.
+
+Listed in :data:`COMMANDS`, which :mod:`airflow_kafka_spark.cli` gathers; same conventions as the
+other checkpoint commands (:mod:`.checkpoint`): heavy imports inside the run functions, ``--json``
+for machines, exit 3 when blocked. ``backups --prune`` prints its plan and deletes nothing unless
+``--execute`` is given.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from airflow_kafka_spark.cli import output as report
+from airflow_kafka_spark.cli._args import Command, positive_int
+from airflow_kafka_spark.cli._job import add_execute_argument, executes
+from airflow_kafka_spark.cli._storage import (
+    blocked,
+    job_and_paths,
+    opts,
+    progress_argument,
+    progress_lines,
+    seal_key_of,
+    storage_arguments,
+)
+from airflow_kafka_spark.errors import ExitCode
+
+
+def _backup_arguments(p: argparse.ArgumentParser) -> None:
+    storage_arguments(p)
+    progress_argument(p)
+    p.add_argument("--reason", default="manual", help="why (kept in the manifest)")
+    p.add_argument(
+        "--force", action="store_true", help="back up a running query anyway: only its last committed batch is captured"
+    )
+    p.add_argument("--spark-version", metavar="X.Y.Z", help="Spark version that wrote the checkpoint, if known")
+    p.add_argument("--keep-last", metavar="N", type=positive_int, help="then prune to the newest N backups")
+    p.add_argument("--max-age", metavar="DURATION", help="then prune backups older than this (7d, 12h, ...)")
+    p.add_argument(
+        "--settle",
+        metavar="SECONDS",
+        type=float,
+        default=2.0,
+        help="least time between the two listings that detect a running query (default 2)",
+    )
+    p.add_argument("--json", action="store_true", help="print the machine-readable report (JSON)")
+
+
+def _backup(args: argparse.Namespace) -> int:
+    from airflow_kafka_spark._util.text import parse_duration
+    from airflow_kafka_spark.errors import OperationBlocked
+    from airflow_kafka_spark.ops.commands import backup_checkpoint
+
+    _, checkpoint, backup_root = job_and_paths(args)
+    try:
+        with progress_lines("backup", args) as progress:
+            result = backup_checkpoint(
+                checkpoint,
+                backup_root,
+                job=args.job,
+                reason=args.reason,
+                force=args.force,
+                spark_version=args.spark_version,
+                settle_s=args.settle,
+                keep_last=args.keep_last,
+                max_age_s=parse_duration(args.max_age) if args.max_age else None,
+                storage_options=opts(args.storage_option),
+                backup_storage_options=opts(args.backup_storage_option),
+                seal_key=seal_key_of(args),
+                progress=progress,
+            )
+    except OperationBlocked as exc:
+        return blocked(exc, args)
+    if args.json:
+        report.emit(report.dump_json(result.to_dict()))
+        return ExitCode.OK
+    m = result.manifest
+    lines = [
+        f"backup {m.backup_id} of job {m.job} published (verified)",
+        f"  query {m.query_id}, last committed batch {report.fmt(m.last_committed_batch)}"
+        + (f", pending batch {m.pending_batch} kept" if m.pending_batch is not None else "")
+        + (" — FORCED on a running query: last committed batch only" if m.forced else ""),
+        f"  {result.files:,} files, {result.bytes:,} bytes; read {result.files_hashed:,} "
+        f"({result.bytes_hashed:,} bytes), stored {result.blobs_written:,} new blobs "
+        f"({result.bytes_written:,} bytes), {result.files_from_previous:,} unchanged since the previous backup",
+        f"  {result.seconds:.2f}s (verify {result.verify_seconds:.2f}s)",
+    ]
+    if m.problems:
+        lines += [f"  warning: {p}" for p in m.problems]
+    if result.pruned:
+        lines.append(f"  pruned: {', '.join(result.pruned)}")
+    report.emit("\n".join(lines))
+    return ExitCode.OK
+
+
+def _backups_arguments(p: argparse.ArgumentParser) -> None:
+    storage_arguments(p, checkpoint=False)
+    p.add_argument("--verify", metavar="ID", help="verify one backup deeply (every blob re-hashed); 'latest' works")
+    p.add_argument(
+        "--prune",
+        action="store_true",
+        help="apply retention (--keep-last / --max-age, default the registry job's backup_retention) and "
+        "collect blobs: a plan unless --execute is given",
+    )
+    p.add_argument("--keep-last", metavar="N", type=positive_int, help="retention: keep the newest N")
+    p.add_argument("--max-age", metavar="DURATION", help="retention: drop backups older than this (7d, 12h, ...)")
+    add_execute_argument(p, "with --prune: delete")
+    p.add_argument("--json", action="store_true", help="print the machine-readable report (JSON)")
+
+
+def _backups(args: argparse.Namespace) -> int:
+    from airflow_kafka_spark._util.text import parse_duration
+    from airflow_kafka_spark.errors import UserError
+    from airflow_kafka_spark.ops.backup.manifest import list_backups
+    from airflow_kafka_spark.ops.backup.store import verify_backup
+    from airflow_kafka_spark.ops.commands import prune_backups
+
+    if not args.job:
+        raise UserError("backups are listed per job: pass --job NAME")
+    execute = executes(args)
+    if execute and not args.prune:
+        raise UserError(
+            "--execute acts on --prune only: add --prune (with --keep-last/--max-age or the registry's "
+            "backup_retention)"
+        )
+    spec, _, backup_root = job_and_paths(args, checkpoint=False)
+    so = opts(args.backup_storage_option)
+    key = seal_key_of(args)
+    out: dict[str, Any] = {}
+    if args.prune:
+        keep_last = args.keep_last
+        max_age_s = parse_duration(args.max_age) if args.max_age else None
+        if keep_last is None and max_age_s is None and spec is not None:
+            keep_last = spec.backup_retention.keep_last
+            days = spec.backup_retention.max_age_days
+            max_age_s = None if days is None else days * 86400.0
+        if keep_last is None and max_age_s is None:
+            raise UserError("--prune needs a retention rule: --keep-last N and/or --max-age DURATION")
+        pr = prune_backups(
+            backup_root,
+            args.job,
+            keep_last=keep_last,
+            max_age_s=max_age_s,
+            dry_run=not execute,
+            storage_options=so,
+            seal_key=key,
+        )
+        out["prune"] = pr.to_dict()
+    if args.verify:
+        backup_id = args.verify
+        if backup_id == "latest":
+            newest = list_backups(backup_root, args.job, storage_options=so, seal_key=key).newest
+            if newest is None:
+                raise UserError(f"job {args.job} has no backups under {backup_root}")
+            backup_id = newest.backup_id
+        m = verify_backup(backup_root, args.job, backup_id, deep=True, storage_options=so, seal_key=key)
+        out["verified"] = {"backup_id": m.backup_id, "files": len(m.files), "bytes": m.total_bytes, "ok": True}
+    catalog = list_backups(backup_root, args.job, storage_options=so, seal_key=key)
+    out["catalog"] = catalog.to_dict()
+    if args.json:
+        report.emit(report.dump_json(out))
+        return ExitCode.OK
+    lines = []
+    if "prune" in out:
+        pr = out["prune"]
+        lines.append(
+            f"{'removed' if execute else 'would remove'} {len(pr['removed'])} backup(s)"
+            f"{': ' + ', '.join(pr['removed']) if pr['removed'] else ''}; {pr['blobs_removed']:,} blobs "
+            f"({pr['bytes_freed']:,} bytes), {pr['leftovers_removed']} leftovers of interrupted backups"
+        )
+        if not execute:
+            lines.append("plan only: nothing was deleted; pass --execute to prune")
+    if "verified" in out:
+        v = out["verified"]
+        lines.append(
+            f"backup {v['backup_id']}: verified, {v['files']:,} files, {v['bytes']:,} bytes, every blob "
+            "matches its sha256"
+        )
+    rows = [
+        [
+            m.backup_id,
+            m.created_at,
+            m.last_committed_batch,
+            len(m.files),
+            m.total_bytes,
+            "forced" if m.forced else "",
+            m.reason,
+        ]
+        for m in catalog.backups
+    ]
+    lines.append(f"backups of job {args.job} (newest first):")
+    lines.append(
+        report.render_table(("BACKUP", "CREATED", "BATCH", "FILES", "BYTES", "", "REASON"), rows, right=(2, 3, 4))
+        if rows
+        else "  (none)"
+    )
+    for name, why in catalog.invalid:
+        lines.append(f"INVALID {name}: {why}")
+    report.emit("\n".join(lines))
+    return ExitCode.OK
+
+
+COMMANDS = (
+    Command("backup", "back up a stopped query's checkpoint (verified, incremental)", _backup_arguments, _backup),
+    Command(
+        "backups",
+        "list, verify or prune the backups of a job (--prune plans unless --execute)",
+        _backups_arguments,
+        _backups,
+    ),
+)
