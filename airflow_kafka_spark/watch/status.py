@@ -278,6 +278,9 @@ def evaluate_status(
     # ---- REWIND ------------------------------------------------------------------------------
     rewinds = find_rewinds(batches, position, broker_latest, samples)
     rewind, transient = rewinds.rewind, rewinds.transient
+    transient_lines = [
+        f"possible transient regression (S26), REWIND if it persists: {line}" for _, line in sorted(transient.items())
+    ]
     findings.extend(f"rewind {r}" for r in rewinds.recovered)
     numbers["rewind"] = {str(tp): line for tp, line in sorted(rewind.items())}
 
@@ -346,10 +349,7 @@ def evaluate_status(
             warns.append(f"lag {fmt_duration(lag_s)} > max_lag_seconds {fmt_duration(th.max_lag_seconds)}")
         if lagging and trend.growing and trend.reason:
             warns.append(trend.reason)
-        warns.extend(
-            f"possible transient regression (S26), REWIND if it persists: {line}"
-            for _, line in sorted(transient.items())
-        )
+        warns.extend(transient_lines)
         if warns:
             status, reason = Status.WARN, f"WARN: {warns[0]}"
             findings.extend(warns[1:])
@@ -361,10 +361,7 @@ def evaluate_status(
         else:
             status, reason = Status.OK, "OK: caught up"
     if transient and status is not Status.WARN:
-        findings.extend(
-            f"possible transient regression (S26), REWIND if it persists: {line}"
-            for _, line in sorted(transient.items())
-        )
+        findings.extend(transient_lines)
     if trend.mode in ("batch-sizes", "insufficient") and status in (Status.OK, Status.WARN):
         findings.append(
             f"lag trend from {trend.mode.replace('-', ' ')} only, blind to a rate-limited job "
