@@ -22,9 +22,7 @@ import contextlib
 import errno
 import os
 import posixpath
-import shutil
 import stat
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -216,7 +214,7 @@ def write_atomic(loc: Location, data: bytes) -> None:
     try:
         if loc.local:
             os.makedirs(parent, exist_ok=True)
-            tmp = os.path.join(parent, f".{os.path.basename(path)}.{uuid.uuid4().hex[:8]}.tmp")
+            tmp = os.path.join(parent, f".{os.path.basename(path)}.{os.urandom(4).hex()}.tmp")
             try:
                 with open(tmp, "wb") as fh:
                     fh.write(data)
@@ -230,12 +228,12 @@ def write_atomic(loc: Location, data: bytes) -> None:
         elif loc.object_store:
             fs.pipe_file(path, data)
         elif is_webhdfs(fs):
-            tmp = posixpath.join(parent, f".{posixpath.basename(path)}.{uuid.uuid4().hex[:8]}.tmp")
+            tmp = posixpath.join(parent, f".{posixpath.basename(path)}.{os.urandom(4).hex()}.tmp")
             fs.makedirs(parent, exist_ok=True)
             fs.pipe_file(tmp, data)
             webhdfs_rename(fs, tmp, path, overwrite=True)
         else:
-            tmp = f"{path}.{uuid.uuid4().hex[:8]}.tmp"
+            tmp = f"{path}.{os.urandom(4).hex()}.tmp"
             fs.makedirs(parent, exist_ok=True)
             fs.pipe_file(tmp, data)
             if fs.exists(path):
@@ -363,6 +361,8 @@ def remove_file(loc: Location) -> None:
 def remove_tree(loc: Location) -> None:
     """Delete a directory tree this module's callers created themselves (staging, garbage)."""
     if loc.local:
+        import shutil  # imported here: at start it costs every ``aks`` command start-up time
+
         shutil.rmtree(loc.path, ignore_errors=True)
         return
     from fsspec.implementations.memory import MemoryFileSystem  # loaded with the fs, which is not LOCAL_FS
@@ -417,9 +417,14 @@ def move_dir(src: Location, dst: Location) -> None:
         raise storage_error(f"cannot move {src.url} to {dst.url}", exc) from None
 
 
+def local_os_path(loc: Location) -> str:
+    """The operating system's path of a local location (for ``os.scandir`` and friends)."""
+    return loc.fs._strip_protocol(loc.path).rstrip("/") or "/"
+
+
 def _list_local_tree(loc: Location) -> dict[str, dict]:
     """:func:`list_files` of a local folder (:func:`walk_local_tree`), its errors as one line."""
     try:
-        return walk_local_tree(loc.fs._strip_protocol(loc.path).rstrip("/") or "/")
+        return walk_local_tree(local_os_path(loc))
     except OSError as exc:
         raise storage_error(f"cannot list {loc.url}", exc) from None

@@ -32,16 +32,31 @@ def canonical(body: Mapping[str, Any]) -> bytes:
 
 def digest(body: Mapping[str, Any]) -> str:
     """The unkeyed seal: detects accidents, not tampering."""
-    return hashlib.sha256(canonical(body)).hexdigest()
+    return digest_bytes(canonical(body))
+
+
+def digest_bytes(canonical_body: bytes) -> str:
+    """:func:`digest` of a body already in :func:`canonical` form."""
+    return hashlib.sha256(canonical_body).hexdigest()
 
 
 def keyed(body: Mapping[str, Any], key: bytes) -> str:
     """The keyed seal: ``hmac-sha256:<hex>``."""
-    return "hmac-sha256:" + hmac.new(key, canonical(body), hashlib.sha256).hexdigest()
+    return keyed_bytes(canonical(body), key)
+
+
+def keyed_bytes(canonical_body: bytes, key: bytes) -> str:
+    """:func:`keyed` of a body already in :func:`canonical` form."""
+    return "hmac-sha256:" + hmac.new(key, canonical_body, hashlib.sha256).hexdigest()
 
 
 def keyed_ok(body: Mapping[str, Any], key: bytes, value: object) -> bool:
     return isinstance(value, str) and hmac.compare_digest(keyed(body, key), value)
+
+
+def keyed_ok_bytes(canonical_body: bytes, key: bytes, value: object) -> bool:
+    """:func:`keyed_ok` over the exact bytes a seal was computed on."""
+    return isinstance(value, str) and hmac.compare_digest(keyed_bytes(canonical_body, key), value)
 
 
 def check_key(key: object, *, source: str) -> bytes:

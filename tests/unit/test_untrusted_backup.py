@@ -310,6 +310,74 @@ def test_content_changed_with_mtime_kept_is_read_again(tmp_path):
     assert out.returncode == 0, out.stderr
 
 
+def test_a_rebackup_reusing_digests_reads_a_changed_file_again(tmp_path):
+    """Same size, other content, a new mtime (what any writer leaves): hashed again, the others reused."""
+    ck = write_checkpoint(tmp_path / "ck", batches=3, state=True)
+    root = str(tmp_path / "backups")
+    first = backup_checkpoint(ck.location, root, job=JOB, settle_s=0)
+    victim = ck.root / "state" / "0" / "0" / "2.delta"
+    st = victim.stat()
+    victim.write_bytes(bytes(b ^ 0xFF for b in victim.read_bytes()))
+    os.utime(victim, ns=(st.st_atime_ns, st.st_mtime_ns + 5_000_000_000))
+    second = backup_checkpoint(ck.location, root, job=JOB, settle_s=0)
+    entry = next(f for f in second.manifest.files if f.path == "state/0/0/2.delta")
+    assert entry.sha256 == hashlib.sha256(victim.read_bytes()).hexdigest()
+    assert entry.sha256 != next(f.sha256 for f in first.manifest.files if f.path == "state/0/0/2.delta")
+    assert (second.files_hashed, second.blobs_written) == (1, 1)
+    assert second.files_from_previous == second.files - 1
+    from airflow_kafka_spark.ops.backup.store import verify_backup
+    verify_backup(root, JOB, second.backup_id)   # deep: every blob re-hashed
+
+
+def test_a_missing_blob_is_stored_again_by_the_next_backup(setup):
+    """The re-backup trusts the sizes of the blobs the previous manifest names, but lists their names:
+    a blob deleted from the store is not trusted, the next backup reads its file and stores it again."""
+    ck, root, m, _ = setup
+    f = next(f for f in m.files if f.path == "offsets/2")
+    blob = root / JOB / "blobs" / f.sha256[:2] / f.sha256
+    blob.unlink()
+    second = backup_checkpoint(ck.location, str(root), job=JOB, settle_s=0)
+    assert blob.read_bytes() == (ck.root / "offsets" / "2").read_bytes()
+    assert second.blobs_written == 1 and second.files_from_previous == second.files - 1
+    from airflow_kafka_spark.ops.backup.store import verify_backup
+    verify_backup(str(root), JOB, second.backup_id)
+
+
+def test_a_blob_damaged_in_place_fails_deep_verification_and_restore(setup, tmp_path):
+    """A blob the previous manifest names is not re-read by the next backup (blobs are never rewritten
+    in place); one damaged in place by someone else is caught by the deep verify and by restore,
+    which hash every blob they read."""
+    ck, root, m, _ = setup
+    f = next(f for f in m.files if f.path == "offsets/2")
+    blob = root / JOB / "blobs" / f.sha256[:2] / f.sha256
+    blob.write_bytes(bytes(b ^ 0xFF for b in blob.read_bytes()))           # same size, other bytes
+    second = backup_checkpoint(ck.location, str(root), job=JOB, settle_s=0)
+    assert second.files_from_previous == second.files
+    out = aks("backups", "--backup-root", str(root), "--job", JOB, "--verify", second.backup_id)
+    assert out.returncode == 2 and "does not match its sha256" in out.stderr, out.stderr
+    with pytest.raises(UserError, match="does not match its sha256"):
+        materialize(second.manifest, str(root), open_location(str(tmp_path / "restored")))
+
+
+def test_a_manifest_is_sealed_over_its_own_bytes_and_older_layouts_still_parse(setup):
+    """Manifests are written as the canonical body plus the seals, and checked over those bytes; a
+    manifest in the older key order (``to_json``) still parses; one changed byte is refused."""
+    _, _, m, mpath = setup
+    raw = mpath.read_bytes()
+    assert raw.startswith(seal.canonical(m.body())[:-1]) and raw.endswith(f',"digest":"{m.digest}"}}\n'.encode())
+    assert Manifest.from_json(raw, where="x") == m
+    assert Manifest.from_json(m.to_json(), where="x") == m
+    tampered = raw.replace(b'"path":"offsets/2","sha256"', b'"path":"offsets/3","sha256"', 1)
+    assert tampered != raw
+    with pytest.raises(UserError, match="digest does not match"):
+        Manifest.from_json(tampered, where="x")
+    key = b"0123456789abcdef0123456789abcdef"
+    keyed, keyed_raw = m.sealed_json(key)
+    assert Manifest.from_json(keyed_raw, where="x", seal_key=key) == keyed
+    with pytest.raises(UserError, match="no valid keyed seal"):
+        Manifest.from_json(keyed_raw, where="x", seal_key=b"another-key-of-enough-length-000")
+
+
 # --------------------------------------------------------------------------- 4: staging cleanup by exact name
 
 

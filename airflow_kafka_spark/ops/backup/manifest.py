@@ -127,6 +127,18 @@ class Manifest:
         body = self.body()
         return replace(self, digest=_digest(body), hmac=seal.keyed(body, seal_key) if seal_key else "")
 
+    def sealed_json(self, seal_key: bytes | None = None) -> tuple[Manifest, bytes]:
+        """:meth:`sealed` and its file bytes from one encoding of the body (40,000 entries: ~0.3 s less).
+
+        The bytes are the canonical body both seals cover, with ``digest`` (and ``hmac``) added as
+        the last keys: the same document as :meth:`to_json`, keys in another order.
+        """
+        canonical = seal.canonical(self.body())
+        digest = seal.digest_bytes(canonical)
+        keyed = seal.keyed_bytes(canonical, seal_key) if seal_key else ""
+        tail = f',"digest":"{digest}"' + (f',"hmac":"{keyed}"' if keyed else "") + "}\n"
+        return replace(self, digest=digest, hmac=keyed), canonical[:-1] + tail.encode()
+
     def to_json(self) -> bytes:
         # Compact: ``indent`` makes json use its pure-Python encoder (~1 s of CPU for 40,000 files).
         return (json.dumps(self.to_dict(), separators=(",", ":"), sort_keys=False) + "\n").encode()
@@ -167,10 +179,12 @@ class Manifest:
                 digest=str(digest or ""), hmac=keyed if isinstance(keyed, str) else "")
         except (KeyError, TypeError, ValueError, AttributeError, UserError) as exc:
             raise _tampered(where, f"missing or malformed field ({exc})") from None
-        body = m.body()
-        if not digest or _digest(body) != digest:
+        covered = _sealed_bytes(raw, digest)
+        body = m.body() if covered is None else None
+        if not digest or (seal.digest_bytes(covered) if covered is not None else _digest(body)) != digest:
             raise _tampered(where, "its digest does not match its content")
-        if seal_key is not None and not seal.keyed_ok(body, seal_key, keyed):
+        if seal_key is not None and not (seal.keyed_ok_bytes(covered, seal_key, keyed) if covered is not None
+                                         else seal.keyed_ok(body, seal_key, keyed)):
             raise _tampered(where, "no valid keyed seal (HMAC) for the configured seal key"
                             if keyed else "it has no keyed seal (HMAC) but a seal key is configured")
         check_paths(m, where)
@@ -201,6 +215,28 @@ def _tampered(where: str, why: str) -> UserError:
 
 def _digest(body: Mapping[str, Any]) -> str:
     return seal.digest(body)
+
+
+#: The end of a manifest written by :meth:`Manifest.sealed_json`: the seals as the last two keys.
+_SEALS_TAIL = re.compile(rb',"digest":"([0-9a-f]{64})"(?:,"hmac":"hmac-sha256:[0-9a-f]{64}")?\}\n?\Z')
+
+
+def _sealed_bytes(raw: bytes, digest: object) -> bytes | None:
+    """The bytes the seals cover when ``raw`` was written by :meth:`Manifest.sealed_json`, else None.
+
+    Such a file is the canonical body with ``digest`` (and ``hmac``) appended as its last keys, so
+    the seals can be checked over those bytes as they are, instead of encoding the parsed body again
+    (0.3 s for 40,000 files). Only when the bytes hash to the digest is this path taken: the parsed
+    document is then the covered bytes plus the two seal keys (the tail is matched exactly, and the
+    file parsed as one JSON object, so they are its last top-level keys). Anything else (an older,
+    differently ordered file) gives None: the slow path encodes the parsed body.
+    """
+    start = raw.rfind(b',"digest":"')
+    tail = _SEALS_TAIL.match(raw, start) if start > 0 else None
+    if tail is None or tail.group(1).decode() != digest:
+        return None
+    covered = raw[:start] + b"}"
+    return covered if seal.digest_bytes(covered) == digest else None
 
 
 def _num(v: Any) -> float | None:
@@ -238,8 +274,11 @@ def _ms(v: Any) -> int:
     return v
 
 
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+
+
 def _sha(v: Any) -> str:
-    if not isinstance(v, str) or not re.fullmatch(r"[0-9a-f]{64}", v):
+    if not isinstance(v, str) or not _SHA256.fullmatch(v):
         raise ValueError(f"expected a sha256 hex digest, got {v!r}")
     return v
 

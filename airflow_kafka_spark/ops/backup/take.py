@@ -179,13 +179,14 @@ def _backup_once(ck: Location, state: CheckpointState, job_loc: Location, job: s
                  seal_key: bytes | None) -> BackupResult:
     listed_at = time.monotonic()
     listed_wall = time.time()
-    # The three reads that do not depend on each other overlap (their stats and reads release the
-    # GIL): the checkpoint listing, the blob store's listing and the previous manifest (40,000 each).
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        index_f = pool.submit(blob_index, job_loc)
+    # The checkpoint listing (a stat per file) and parsing the previous manifest overlap (stats
+    # release the GIL); the blob store is then listed by name, the blobs the previous (verified)
+    # manifest names taking their sizes from it (``blob_index``): 40,000 stats fewer.
+    with ThreadPoolExecutor(max_workers=1) as pool:
         previous_f = pool.submit(_previous_stats, job_loc, job, ck, state.query_id, seal_key)
         listing = list_files(ck)
-        index, previous = index_f.result(), previous_f.result()
+        previous = previous_f.result()
+    index = blob_index(job_loc, trusted={f.sha256: f.size for f in previous.values()})
     before = log_ids(listing)
     newest_before = _newest_log_files(listing, before)
     committed = max(before[1]) if before[1] else None
@@ -198,16 +199,17 @@ def _backup_once(ck: Location, state: CheckpointState, job_loc: Location, job: s
     reused = 0
     below_ck = Contained(ck)   # each checkpoint folder checked once (state stores hold 10,000s of files)
     for rel in sorted(sel.files):
-        check_relative(rel, what="checkpoint file")   # a name the manifest could not carry safely
         info = sel.files[rel]
         size = int(info.get("size") or 0)
         mtime = mtime_of(info)
         ctime = _ctime(ck, info)
         prev = previous.get(rel)
         if _reusable(prev, size, mtime, ctime, local=ck.local) and index.get(prev.sha256) == size:
+            # ``rel`` is the path of an entry of a parsed manifest: ``check_paths`` proved it safe there.
             entries.append(FileEntry(rel, size, prev.sha256, mtime, ctime))
             reused += 1
             continue
+        check_relative(rel, what="checkpoint file")   # a name the manifest could not carry safely
         sha, actual = writer.put(below_ck.child(rel, what="checkpoint file"), size)
         entries.append(FileEntry(rel, actual, sha, mtime, ctime))
     writer.sync()
@@ -254,11 +256,11 @@ def _backup_once(ck: Location, state: CheckpointState, job_loc: Location, job: s
         stats={"excluded_files": len(sel.excluded), "files_hashed": writer.files_hashed,
                "bytes_hashed": writer.bytes_hashed, "blobs_written": len(writer.written),
                "bytes_written": writer.bytes_written, "files_from_previous": reused},
-    ).sealed(seal_key)
+    )
+    manifest, written = manifest.sealed_json(seal_key)
 
     # Stage, read back, verify, publish.
     staging = store_path(job_loc, STAGING_DIR, f"{backup_id}.json")
-    written = manifest.to_json()
     write_atomic(staging, written)
     faults.crash_point("backup.staged")
     v0 = time.monotonic()
@@ -401,5 +403,5 @@ def _previous_stats(job_loc: Location, job: str, ck: Location, query_id: str | N
             m = Manifest.from_json(raw, where=f"{job_loc.url}/{BACKUPS_DIR}/{rel}", seal_key=seal_key)
             if m.job == job and f"{m.backup_id}.json" == rel and m.query_id == query_id and comparable(
                     open_location(m.checkpoint_location, None)) == target:
-                return {f.path: f for f in m.files if f.mtime is not None}
+                return {f.path: f for f in m.files}
     return {}
