@@ -64,6 +64,10 @@ class Bench:
         self.broker = None
         self.bootstrap = args.bootstrap
         if not self.bootstrap:
+            # A new broker: checkpoints built for an earlier one's topics (and their lifecycle records,
+            # bound to its cluster id; records produced after their batches) would be judged TOPIC_RESET.
+            for old in [*self.work.glob("cp-*"), *self.work.glob("fleet")]:
+                shutil.rmtree(old, ignore_errors=True) if old.is_dir() else old.unlink()
             self.broker = states.broker(self.work / "broker")
             self.bootstrap = self.broker.bootstrap_servers
 
