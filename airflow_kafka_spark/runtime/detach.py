@@ -18,7 +18,7 @@ Each cluster submit carries a tag of its own (``spark.yarn.tags``; the driver po
 ``aks-tag`` on Kubernetes) so the cluster manager can name the driver it started even when
 spark-submit's output is lost or it timed out. Status, final state, log and kill of a cluster
 driver go through the cluster manager's REST API (:func:`airflow_kafka_spark.runtime.drivers.control`),
-from any host, with no ``yarn``/``spark-submit`` binary: the address is resolved here at submit
+from any host, with no ``yarn``/``spark-submit`` binary: the address is resolved at submit
 time (:mod:`airflow_kafka_spark.runtime.clusters`) and recorded with the submit. YARN is exercised
 end to end against a real minicluster (tests/cluster); Kubernetes and standalone only by the
 requests they send (tests/unit/test_runtime_clusters.py): there is no such cluster here.
