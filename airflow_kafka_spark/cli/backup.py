@@ -11,24 +11,16 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from airflow_kafka_spark.cli import _storage as storage
 from airflow_kafka_spark.cli import output as report
 from airflow_kafka_spark.cli._args import Command, positive_int
 from airflow_kafka_spark.cli._job import add_execute_argument, executes
-from airflow_kafka_spark.cli._storage import (
-    blocked,
-    job_and_paths,
-    opts,
-    progress_argument,
-    progress_lines,
-    seal_key_of,
-    storage_arguments,
-)
 from airflow_kafka_spark.errors import ExitCode
 
 
 def _backup_arguments(p: argparse.ArgumentParser) -> None:
-    storage_arguments(p)
-    progress_argument(p)
+    storage.storage_arguments(p)
+    storage.progress_argument(p)
     p.add_argument("--reason", default="manual", help="why (kept in the manifest)")
     p.add_argument(
         "--force", action="store_true", help="back up a running query anyway: only its last committed batch is captured"
@@ -51,9 +43,9 @@ def _backup(args: argparse.Namespace) -> int:
     from airflow_kafka_spark.errors import OperationBlocked
     from airflow_kafka_spark.ops.commands import backup_checkpoint
 
-    _, checkpoint, backup_root = job_and_paths(args)
+    _, checkpoint, backup_root = storage.job_and_paths(args)
     try:
-        with progress_lines("backup", args) as progress:
+        with storage.progress_lines("backup", args) as progress:
             result = backup_checkpoint(
                 checkpoint,
                 backup_root,
@@ -64,13 +56,13 @@ def _backup(args: argparse.Namespace) -> int:
                 settle_s=args.settle,
                 keep_last=args.keep_last,
                 max_age_s=parse_duration(args.max_age) if args.max_age else None,
-                storage_options=opts(args.storage_option),
-                backup_storage_options=opts(args.backup_storage_option),
-                seal_key=seal_key_of(args),
+                storage_options=storage.opts(args.storage_option),
+                backup_storage_options=storage.opts(args.backup_storage_option),
+                seal_key=storage.seal_key_of(args),
                 progress=progress,
             )
     except OperationBlocked as exc:
-        return blocked(exc, args)
+        return storage.blocked(exc, args)
     if args.json:
         report.emit(report.dump_json(result.to_dict()))
         return ExitCode.OK
@@ -94,7 +86,7 @@ def _backup(args: argparse.Namespace) -> int:
 
 
 def _backups_arguments(p: argparse.ArgumentParser) -> None:
-    storage_arguments(p, checkpoint=False)
+    storage.storage_arguments(p, checkpoint=False)
     p.add_argument("--verify", metavar="ID", help="verify one backup deeply (every blob re-hashed); 'latest' works")
     p.add_argument(
         "--prune",
@@ -123,9 +115,9 @@ def _backups(args: argparse.Namespace) -> int:
             "--execute acts on --prune only: add --prune (with --keep-last/--max-age or the registry's "
             "backup_retention)"
         )
-    spec, _, backup_root = job_and_paths(args, checkpoint=False)
-    so = opts(args.backup_storage_option)
-    key = seal_key_of(args)
+    spec, _, backup_root = storage.job_and_paths(args, checkpoint=False)
+    so = storage.opts(args.backup_storage_option)
+    key = storage.seal_key_of(args)
     out: dict[str, Any] = {}
     if args.prune:
         keep_last = args.keep_last
