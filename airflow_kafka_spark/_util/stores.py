@@ -21,11 +21,9 @@ expose (or exposes unsafely), and they are kept here, behind four small function
 
 from __future__ import annotations
 
-import getpass
 import os
 import posixpath
 import time
-import xml.etree.ElementTree as ET  # the operator's own Hadoop config files: trusted input
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -59,6 +57,8 @@ def hdfs_as_webhdfs(url: str, storage_options: dict | None) -> tuple[dict[str, A
     opts.setdefault("host", http_host)
     opts.setdefault("port", http_port)
     if "user" not in opts and "token" not in opts:
+        import getpass  # here, not at start: only hdfs:// needs it (``aks`` start-up time)
+
         opts["user"] = os.environ.get("HADOOP_USER_NAME") or getpass.getuser()
     return opts, parts.path or "/"
 
@@ -80,6 +80,8 @@ def namenode_http_address(host: str, site: dict[str, str]) -> tuple[str, int]:
 
 def hadoop_site() -> dict[str, str]:
     """Properties of ``core-site.xml`` and ``hdfs-site.xml`` in ``$HADOOP_CONF_DIR`` ({} if unset)."""
+    import xml.etree.ElementTree as ET  # trusted input (the operator's own files); here: start-up time
+
     conf_dir = os.environ.get("HADOOP_CONF_DIR")
     out: dict[str, str] = {}
     for name in ("core-site.xml", "hdfs-site.xml"):

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
+from functools import cached_property
 from typing import Any
 
 from airflow_kafka_spark.errors import ExitCode
@@ -161,6 +162,9 @@ class RecordCounts:
     bound: Bound = Bound.EXACT
 
     def __post_init__(self) -> None:
+        lost, skipped, dup = self.lost, self.skipped, self.duplicated
+        if type(lost) is int and type(skipped) is int and type(dup) is int and min(lost, skipped, dup) >= 0:
+            return   # the common case, built once per partition (5,000 per validate): nothing to clamp
         for kind in ("lost", "skipped", "duplicated"):
             object.__setattr__(self, kind, max(int(getattr(self, kind)), 0))
 
@@ -245,8 +249,9 @@ class Finding:
     def with_counts(self, counts: Counts) -> Finding:
         return replace(self, counts=dict(counts))
 
-    @property
+    @cached_property
     def tp(self) -> TopicPartition | None:
+        """Built once per finding (a verdict asks ~3 times per partition); not a field, so not compared."""
         if self.topic is None or self.partition is None:
             return None
         return TopicPartition(self.topic, self.partition)
