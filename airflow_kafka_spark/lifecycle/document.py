@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, Self
 
 from airflow_kafka_spark._util.jsonfile import load_json
@@ -76,28 +76,13 @@ class RecordDocument:
                 "job_name": self.job_name,
                 "checkpoint_location": self.checkpoint_location,
                 "kafka_cluster_id": self.kafka_cluster_id,
-                "topics": {
-                    n: {"topic_id": t.topic_id, "partitions": t.partitions} for n, t in sorted(self.topics.items())
-                },
+                "topics": {n: asdict(t) for n, t in sorted(self.topics.items())},
                 "spark_version": self.spark_version,
                 "compatibility_version": self.compatibility_version,
                 "source_options": redact(self.source_options),
                 "next_starting_offsets": self.next_starting_offsets,
-                "driver": None
-                if self.driver is None
-                else {
-                    "kind": self.driver.kind,
-                    "id": self.driver.id,
-                    "host": self.driver.host,
-                    "started_at": self.driver.started_at,
-                },
-                "lease": None
-                if self.lease is None
-                else {
-                    "holder": self.lease.holder,
-                    "run_id": self.lease.run_id,
-                    "expires_at_ms": self.lease.expires_at_ms,
-                },
+                "driver": None if self.driver is None else asdict(self.driver),
+                "lease": None if self.lease is None else asdict(self.lease),
                 "history": self.history[-HISTORY_LIMIT:],
                 "revision": self.revision,
                 "updated_at_ms": self.updated_at_ms,
