@@ -12,13 +12,22 @@ Jars: ``org.apache.hadoop:hadoop-minicluster:3.4.1`` (the Hadoop version inside 
 wheel; why not the shaded ``hadoop-client-minicluster`` is in ``jvm/hadoop/pom.xml``). Every
 port is free on the loopback interface; data, logs and configuration live in ``data_dir``.
 Ready means: NameNode out of safe mode, RM REST ``STARTED`` and one active NM.
+
+Faults (for the soak, ``recovery=True``): :meth:`HadoopCluster.restart_namenode` and
+:meth:`~HadoopCluster.restart_resourcemanager` restart the real NameNode / ResourceManager service
+inside the minicluster JVM (through ``conf/control``, see ``MiniCluster.java``; the RM recovers its
+applications from a file state store, work-preserving); :meth:`~HadoopCluster.lose_nodemanager`
+SIGKILLs the NodeManager JVM and every container it launched (a node gone), and
+:meth:`~HadoopCluster.start_nodemanager` starts a replacement on the same address.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -88,11 +97,13 @@ class HadoopCluster:
     min_allocation_mb: int = 256
     cluster_heap: str = "1g"
     nm_heap: str = "512m"
+    recovery: bool = False  # RM restart recovery (file state store) and fast lost-node detection
     process: subprocess.Popen | None = None
     nm_process: subprocess.Popen | None = None
     ready: dict[str, str] = field(default_factory=dict)
     start_seconds: float = 0.0
     _ports: dict[str, int] = field(default_factory=dict)
+    _jars: list[Path] = field(default_factory=list)
 
     @property
     def conf_dir(self) -> Path:
@@ -154,13 +165,25 @@ class HadoopCluster:
             # The default 10 % would let no Spark driver (AM) in: one AM fits in 409 MB of 4 GB.
             "yarn.scheduler.capacity.maximum-am-resource-percent": "0.8",
         })
+        if self.recovery:
+            props.update({
+                "yarn.resourcemanager.recovery.enabled": "true",
+                "yarn.resourcemanager.work-preserving-recovery.enabled": "true",
+                "yarn.resourcemanager.store.class":
+                    "org.apache.hadoop.yarn.server.resourcemanager.recovery.FileSystemRMStateStore",
+                "yarn.resourcemanager.fs.state-store.uri": (self.data_dir / "rm-state").resolve().as_uri(),
+                # NMs and AMs (which read this yarn-site) ask a restarted RM again every second, not every 30 s
+                "yarn.resourcemanager.connect.retry-interval.ms": "1000",
+                "yarn.nm.liveness-monitor.expiry-interval-ms": "20000",
+            })
         return props
 
     def _nm_properties(self) -> dict[str, str]:
         p = self._ports
         return {
             "yarn.nodemanager.hostname": "127.0.0.1",
-            "yarn.nodemanager.address": "127.0.0.1:0",
+            # fixed: a replacement NM is the same node again, whose lost containers the RM then ends at once
+            "yarn.nodemanager.address": f"127.0.0.1:{p['nm']}",
             "yarn.nodemanager.webapp.address": f"127.0.0.1:{p['nm_web']}",
             "yarn.nodemanager.localizer.address": f"127.0.0.1:{p['nm_local']}",
             "yarn.nodemanager.local-dirs": str(self.data_dir / "nm-local"),
@@ -191,7 +214,7 @@ class HadoopCluster:
         classes = maven.compile_launcher("hadoop", "MiniCluster.java", jar_list)
         self.data_dir.mkdir(parents=True, exist_ok=True)
         (self.conf_dir / "ready").unlink(missing_ok=True)
-        names = ("nn", "nn_http", "rm", "rm_sched", "rm_track", "rm_admin", "rm_web", "nm_web", "nm_local")
+        names = ("nn", "nn_http", "rm", "rm_sched", "rm_track", "rm_admin", "rm_web", "nm", "nm_web", "nm_local")
         self._ports = {n: free_port() for n in names}
         args = [f"{k}={v}" for k, v in self._cluster_properties().items()]
         self.process = self._java([classes, *jar_list], "MiniCluster", str(self.conf_dir),
@@ -200,6 +223,7 @@ class HadoopCluster:
                                   stdout=self.data_dir / "minicluster.out",
                                   pid_file=self.data_dir / "minicluster.pid")
         deadline = t0 + timeout
+        self._jars = jar_list
         try:
             self._wait_cluster(deadline)
             self._start_nodemanager(jar_list)
@@ -257,6 +281,81 @@ class HadoopCluster:
         if last is not None:
             raise UserError(f"YARN did not report a started RM with one active NodeManager in time ({last}); "
                             f"see {self.log_file} and {self.nm_log_file}")
+
+    # -- faults ------------------------------------------------------------------------------------
+    def _control(self, command: str, down_s: float, timeout: float) -> float:
+        """Have the minicluster JVM run ``command`` (see MiniCluster.java); the seconds it took."""
+        control = self.conf_dir / "control"
+        done = control / f"{command}.done"
+        done.unlink(missing_ok=True)
+        partial = control / f"{command}.partial"
+        partial.write_text(str(int(down_s * 1000)))
+        partial.rename(control / f"{command}.cmd")
+        t0 = time.monotonic()
+        late = process.wait_ready(lambda: None if done.exists() else "running", deadline=t0 + timeout, interval=0.2,
+                                  exited=[(self.process, lambda rc: f"the minicluster exited with {rc}")])
+        if late is not None:
+            raise UserError(f"{command} did not finish in {timeout:.0f}s; see {self.data_dir / 'minicluster.out'}")
+        result = done.read_text().strip()
+        if result != "ok":
+            raise UserError(f"{command} failed: {result[:300]}")
+        return time.monotonic() - t0
+
+    def restart_namenode(self, down_s: float = 3.0, timeout: float = 180.0) -> float:
+        """Stop the NameNode, leave HDFS unreachable ``down_s`` seconds, start it again (out of safe mode)."""
+        return self._control("restart-nn", down_s, timeout)
+
+    def restart_resourcemanager(self, down_s: float = 3.0, timeout: float = 180.0) -> float:
+        """Stop the ResourceManager, wait ``down_s`` seconds, start a new one; returns once it has an NM again."""
+        took = self._control("restart-rm", down_s, timeout)
+        self._wait_yarn(time.monotonic() + timeout)
+        return took
+
+    def container_groups(self) -> set[int]:
+        """Process groups of the containers this cluster's NodeManager launched (each runs in its own session)."""
+        marker = str(self.data_dir / "nm-")
+        groups = set()
+        for entry in os.scandir("/proc"):
+            if not entry.name.isdigit():
+                continue
+            try:
+                cmd = Path(entry.path, "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+                if marker in cmd and "nodemanager.NodeManager" not in cmd:
+                    groups.add(os.getpgid(int(entry.name)))
+            except (OSError, ProcessLookupError):
+                continue
+        nm = self.nm_process.pid if self.nm_process is not None else None
+        return groups - {nm, os.getpgrp()}
+
+    def lose_nodemanager(self) -> int:
+        """SIGKILL the NodeManager and all its containers, as when its host dies; the number of containers."""
+        groups = self.container_groups()
+        if self.nm_process is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.nm_process.pid, signal.SIGKILL)
+            self.nm_process.wait(30)
+            self.nm_process = None
+        for group in groups:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(group, signal.SIGKILL)
+        return len(groups)
+
+    def start_nodemanager(self, timeout: float = 180.0) -> None:
+        """Start a (replacement) NodeManager on the same address; returns once the RM counts it active."""
+        self._start_nodemanager(self._jars)
+        deadline = time.monotonic() + timeout
+
+        def registered() -> str | None:  # the RM may still count the lost NM (same address) as active
+            try:
+                return None if _http_json(f"{self.nm_url}/ws/v1/node/info")["nodeInfo"]["nodeHealthy"] else "unhealthy"
+            except (OSError, ValueError, KeyError) as exc:
+                return str(exc)
+
+        late = process.wait_ready(registered, deadline=deadline, interval=0.3,
+                                  exited=[(self.nm_process, lambda rc: f"the new NodeManager exited with {rc}")])
+        if late is not None:
+            raise UserError(f"the new NodeManager did not answer in {timeout:.0f}s ({late}); see {self.nm_log_file}")
+        self._wait_yarn(deadline)
 
     def stop(self, timeout: float = 30.0) -> None:
         """SIGTERM (the launcher's shutdown hook stops YARN, then HDFS); SIGKILL the group after ``timeout``."""

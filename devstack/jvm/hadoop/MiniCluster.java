@@ -10,6 +10,14 @@
 // Usage: MiniCluster <conf-dir> <nn-rpc-port> <nn-http-port> [key=value ...]
 // The working directory is the cluster's data directory (MiniYARNCluster writes under ./target).
 // When both clusters are up it writes <conf-dir>/ready (a properties file with the addresses).
+//
+// Control (for the soak): a file <conf-dir>/control/<command>.cmd holding a downtime in milliseconds
+// makes it restart a component in place and then write <command>.done ("ok" or "failed <why>"):
+//   restart-nn  stops the NameNode, waits, starts it again on the same ports and storage (the DataNode
+//               re-registers; clients see connection refused meanwhile);
+//   restart-rm  stops the ResourceManager service, waits, starts a new ResourceManager on the same ports,
+//               which recovers running applications from its state store when yarn.resourcemanager.
+//               recovery.enabled is set (work-preserving: the NodeManager and the AMs resync).
 
 import java.io.File;
 import java.io.FileOutputStream;
@@ -87,7 +95,52 @@ public final class MiniCluster {
     Files.move(tmp.toPath(), new File(confDir, "ready").toPath(), StandardCopyOption.ATOMIC_MOVE);
     System.out.println("MINICLUSTER READY " + sb.toString().replace('\n', ' '));
     System.out.flush();
-    Thread.currentThread().join();  // until SIGTERM runs the shutdown hook
+    File control = new File(confDir, "control");
+    control.mkdirs();
+    while (true) {  // until SIGTERM runs the shutdown hook
+      File[] commands = control.listFiles((d, n) -> n.endsWith(".cmd"));
+      for (File cmd : commands == null ? new File[0] : commands) {
+        String name = cmd.getName().substring(0, cmd.getName().length() - 4);
+        String result = "ok";
+        try {
+          long downMs = Long.parseLong(new String(Files.readAllBytes(cmd.toPath()), StandardCharsets.UTF_8).trim());
+          Files.delete(cmd.toPath());
+          control(name, downMs);
+        } catch (Throwable t) {
+          t.printStackTrace();
+          result = "failed " + t;
+        }
+        File done = new File(control, name + ".done.partial");
+        Files.write(done.toPath(), result.getBytes(StandardCharsets.UTF_8));
+        Files.move(done.toPath(), new File(control, name + ".done").toPath(), StandardCopyOption.ATOMIC_MOVE);
+      }
+      Thread.sleep(200);
+    }
+  }
+
+  private static void control(String name, long downMs) throws Exception {
+    System.out.println("MINICLUSTER " + name + " (down " + downMs + " ms)");
+    System.out.flush();
+    switch (name) {
+      case "restart-nn":
+        dfs.shutdownNameNode(0);
+        Thread.sleep(downMs);
+        dfs.restartNameNode(0, true);
+        DistributedFileSystem fs = dfs.getFileSystem();
+        while (fs.setSafeMode(HdfsConstants.SafeModeAction.SAFEMODE_GET)) {
+          Thread.sleep(100);
+        }
+        break;
+      case "restart-rm":
+        yarn.stopResourceManager(0);
+        Thread.sleep(downMs);
+        yarn.restartResourceManager(0);
+        break;
+      default:
+        throw new IllegalArgumentException("unknown command " + name);
+    }
+    System.out.println("MINICLUSTER " + name + " done");
+    System.out.flush();
   }
 
   /** Only what differs from Hadoop's *-default.xml: core and hdfs from HDFS, yarn from YARN. */
