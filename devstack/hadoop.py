@@ -243,7 +243,8 @@ class HadoopCluster:
         if late is not None:
             raise UserError(f"the Hadoop minicluster did not come up in time; see {self.log_file}")
         self.ready = dict(line.split("=", 1) for line in ready.read_text().splitlines() if "=" in line)
-        info = _http_json(f"http://{self.webhdfs_address}/jmx?qry=Hadoop:service=NameNode,name=NameNodeInfo")
+        jmx = f"http://{self.webhdfs_address}/jmx?qry=Hadoop:service=NameNode,name=NameNodeInfo"
+        info = _http_json(jmx, timeout=30)  # a loaded machine may take more than a few seconds to answer
         if info["beans"][0].get("Safemode"):
             raise UserError(f"the NameNode is still in safe mode: {info['beans'][0]['Safemode']}")
 
