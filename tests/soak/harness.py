@@ -3,7 +3,8 @@
 * :class:`Feeder` keeps one idempotent producer sending ``rate`` records a second for the whole
   soak, through broker restarts; only records whose delivery Kafka acknowledged are the truth.
 * :class:`DriverCounter` counts, every second, the spark-submit JVMs whose command line names the
-  soak's checkpoint: the "never two drivers at once" witness, independent of the lifecycle record.
+  soak's checkpoint: the "never two drivers at once" witness, independent of the lifecycle record;
+  :class:`AppCounter` is its YARN form (RUNNING applications of the job, from the RM's REST API).
 * :class:`TaskKiller` watches one DAG run through the REST API and SIGKILLs the task runner process
   (``airflow worker -- <ti id>``, the LocalExecutor's child that runs the operator) of chosen tasks
   a seeded delay after it appears, once per task, and the triggerer while the health gate is deferred;
@@ -134,8 +135,9 @@ class DriverCounter:
     def __init__(self, marker: str, interval: float = 1.0) -> None:
         self.marker, self.interval = marker, interval
         self.samples = 0
+        self.blind = 0
         self.max_seen = 0
-        self.over_one: list[tuple[float, dict[int, list[str]]]] = []
+        self.over_one: list[tuple[float, dict]] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True, name="soak-drivers")
 
@@ -153,6 +155,9 @@ class DriverCounter:
     def _run(self) -> None:
         while not self._stop.wait(self.interval):
             groups = self.drivers()
+            if groups is None:  # the witness could not look (a restarting ResourceManager)
+                self.blind += 1
+                continue
             self.samples += 1
             self.max_seen = max(self.max_seen, len(groups))
             if len(groups) > 1:
@@ -165,6 +170,27 @@ class DriverCounter:
     def stop(self) -> None:
         self._stop.set()
         self._thread.join(10)
+
+
+class AppCounter(DriverCounter):
+    """Samples, every ``interval`` seconds, the YARN applications named ``name`` that the RM reports RUNNING.
+
+    The YARN form of the witness: a cluster-mode driver is its application's ApplicationMaster, so two
+    RUNNING applications of the job are two drivers on its checkpoint. A sample the RM cannot answer (it
+    is restarting) is counted as blind, not as zero.
+    """
+
+    def __init__(self, rm, name: str, interval: float = 1.0) -> None:
+        super().__init__(name, interval)
+        self.rm = rm
+
+    def drivers(self) -> dict[str, list[str]] | None:
+        from airflow_kafka_spark.runtime.yarn import AppState, YarnError
+
+        try:
+            return {a.id: [a.summary()] for a in self.rm.find(name=self.marker, states=[AppState.RUNNING])}
+        except (YarnError, OSError):
+            return None
 
 
 @dataclass

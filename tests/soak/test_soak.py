@@ -28,6 +28,7 @@ import shutil
 import signal
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -123,11 +124,12 @@ class Soak:
         topic: str,
         rng: random.Random,
         figures: Figures,
+        data: str | None = None,
     ) -> None:
         self.base, self.broker, self.services, self.registry = base, broker, services, registry
         self.topic, self.rng, self.fig = topic, rng, figures
-        self.data = base / "data"
-        self.checkpoint = self.data / "checkpoints" / JOB
+        self.data = data or str(base / "data")  # a local folder, or a store URL (hdfs://...)
+        self.checkpoint = f"{self.data}/checkpoints/{JOB}"
         self.compat = 1
         self.client = services.client()
         self.era_backups: list[str] = []  # backups taken since the last checkpoint-breaking change
@@ -135,23 +137,23 @@ class Soak:
         self.backups_taken = 0
         self.triggerer_killed = False
         self.job_down = True
+        self.max_s = float("inf")  # AKS_SOAK_MAX_S: stop starting events after that many seconds
+
+    def job_entry(self) -> dict:
+        """The soak job's registry entry (a cluster soak adds its cluster settings)."""
+        return {
+            "name": JOB,
+            "topics": [self.topic],
+            "sink": "idempotent",
+            "max_offsets_per_trigger": 200,
+            "compatibility_version": str(self.compat),
+            "application_args": ["--trigger", "processing:1s", "--shuffle-partitions", "2"],
+            "spark_conf": {"spark.sql.shuffle.partitions": "2", "spark.driver.memory": "640m"},
+            "health_gate": {"min_batches": 2, "timeout_s": 600, "idle_pass_s": 60},
+        }
 
     def write_registry(self) -> None:
-        write_registry(
-            self.registry,
-            [
-                {
-                    "name": JOB,
-                    "topics": [self.topic],
-                    "sink": "idempotent",
-                    "max_offsets_per_trigger": 200,
-                    "compatibility_version": str(self.compat),
-                    "application_args": ["--trigger", "processing:1s", "--shuffle-partitions", "2"],
-                    "spark_conf": {"spark.sql.shuffle.partitions": "2", "spark.driver.memory": "640m"},
-                    "health_gate": {"min_batches": 2, "timeout_s": 600, "idle_pass_s": 60},
-                }
-            ],
-        )
+        write_registry(self.registry, [self.job_entry()])
 
     # -- DAG runs ------------------------------------------------------------------------------
     def dag_run(self, mode: str, **conf) -> None:
@@ -281,6 +283,15 @@ class Soak:
         rec = LifecycleRecord.load(str(self.checkpoint))
         return rec is not None and rec.driver is not None and drivers.local_alive(rec.driver)
 
+    def wait_mid_batch(self, timeout: float = 15) -> bool:
+        """Wait (up to ``timeout``) until a batch is planned and not committed; whether one was seen."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if read_checkpoint(str(self.checkpoint)).pending_batch is not None:
+                return True
+            time.sleep(0.05)
+        return False
+
     def driver_kill(self) -> None:
         """SIGKILL the driver's process group while a batch is planned and not committed (or after 15 s)."""
         rec = LifecycleRecord.load(str(self.checkpoint))
@@ -288,13 +299,7 @@ class Soak:
         if not drivers.local_alive(rec.driver):  # it ended on its own (a broker restart it gave up on)
             self.job_down = True
             return
-        deadline, mid = time.monotonic() + 15, False
-        while time.monotonic() < deadline:
-            st = read_checkpoint(str(self.checkpoint))
-            if st.pending_batch is not None:
-                mid = True
-                break
-            time.sleep(0.05)
+        mid = self.wait_mid_batch()
         pid = int(rec.driver.id)
         os.killpg(pid, signal.SIGKILL)
         wait_until(lambda: not drivers.local_alive(rec.driver), timeout=30, what="the killed driver to go")
@@ -317,16 +322,10 @@ class Soak:
         self.fig.note("broker stop/start", f"down {down:.1f}s, back in {time.monotonic() - started:.0f}s; {after}")
 
     # -- the sequence --------------------------------------------------------------------------
-    def next_kind(self, forced: list[str]) -> str:
-        while forced:
-            kind = forced.pop(0)
-            if kind == "restore" and not self.era_backups:
-                forced.append("restore")
-                return "keep"
-            if kind == "driver_kill" and self.job_down:
-                forced.insert(0, kind)
-                return "keep"
-            return kind
+    NEEDS_JOB = ("driver_kill",)  # events that need a running driver
+
+    def options(self) -> dict[str, int]:
+        """The weights of the events that may come next."""
         options = {"broker_bounce": 4, "keep": 1, "auto": 1}
         if not self.job_down:
             options["driver_kill"] = 4
@@ -334,6 +333,19 @@ class Soak:
             options["keep"] = 3  # the job is down: a safe restart brings it back
         if self.era_backups:
             options["restore"] = 1
+        return options
+
+    def next_kind(self, forced: list[str]) -> str:
+        while forced:
+            kind = forced.pop(0)
+            if kind == "restore" and not self.era_backups:
+                forced.append("restore")
+                return "keep"
+            if kind in self.NEEDS_JOB and self.job_down:
+                forced.insert(0, kind)
+                return "keep"
+            return kind
+        options = self.options()
         kinds = sorted(options)
         return self.rng.choices(kinds, weights=[options[k] for k in kinds])[0]
 
@@ -349,7 +361,7 @@ class Soak:
         elif kind == "restore":
             # Only a backup the job still has: the registry keeps the newest 5 (restores and resets take their own
             # too), so an early backup of this era may have been pruned (seed 71941 picked one).
-            kept = {m.backup_id for m in list_backups(str(self.data / "backups"), JOB).backups}
+            kept = {m.backup_id for m in list_backups(f"{self.data}/backups", JOB).backups}
             choices = [b for b in self.era_backups if b in kept]
             if not choices:
                 self.era_backups = []
@@ -380,11 +392,118 @@ def announced(reset_xcom: dict) -> int:
     return found
 
 
-def test_soak(airflow_home, connector_jars):
+def knobs(default_events: int) -> tuple[int, int, float]:
+    """(seed, events, max seconds) from ``AKS_SOAK_SEED``, ``AKS_SOAK_EVENTS``, ``AKS_SOAK_MAX_S``."""
     seed = int(os.environ.get("AKS_SOAK_SEED") or random.SystemRandom().randrange(1, 10**6))
-    target = int(os.environ.get("AKS_SOAK_EVENTS", "30"))
+    target = int(os.environ.get("AKS_SOAK_EVENTS") or default_events)
     # A long run on a busy machine: stop starting events after this many seconds, check everything, report.
     max_s = float(os.environ.get("AKS_SOAK_MAX_S") or "inf")
+    return seed, target, max_s
+
+
+def airflow_env(base: Path, dags: Path, registry: Path, bootstrap: str, data: str) -> dict[str, str]:
+    """The environment of the soak's Airflow components (a cluster soak adds its Spark connection)."""
+    return {
+        "AKS_DATA_DIR": data,
+        "AKS_JOB_REGISTRY": str(registry),
+        "AKS_HEALTH_GATE_POLL_S": "2",
+        "AIRFLOW_CONN_KAFKA_DEFAULT": kafka_conn(bootstrap),
+        "AIRFLOW_CONN_SPARK_DEFAULT": SPARK_LOCAL_CONN,
+        "AIRFLOW__CORE__DAGS_FOLDER": str(dags),
+        "AIRFLOW__CORE__MIN_SERIALIZED_DAG_UPDATE_INTERVAL": "0",
+        # a killed triggerer's triggers go to a live one once its heartbeat is this old
+        "AIRFLOW__TRIGGERER__TRIGGERER_HEALTH_CHECK_THRESHOLD": "10",
+        "AIRFLOW__TRIGGERER__JOB_HEARTBEAT_SEC": "2",
+        "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": "60",
+    }
+
+
+def start_airflow(soak_dags: Path, services: AirflowServices) -> None:
+    sync_dag(soak_dags)
+    services.start_api_server()
+    services.start("scheduler")
+    services.start("triggerer")
+
+
+def run_sequence(soak: Soak, forced: list[str], target: int, max_s: float, started: float) -> None:
+    """The first deploy, then ``forced`` (every kind once) and seeded events until ``target`` or ``max_s``."""
+    assert soak.client.patch(f"/api/v2/dags/{DAG_ID}", json={"is_paused": False}).status_code == 200
+    soak.dag_run("keep")  # the first deploy
+    while (len(soak.fig.events) < target or forced) and time.monotonic() - started < max_s:
+        soak.run_event(soak.next_kind(forced))
+    if soak.job_down or not soak.driver_alive():
+        soak.dag_run("keep")
+
+
+def finish(
+    soak: Soak,
+    feeder: Feeder,
+    counter,
+    sink: Callable[[], Path],
+    started: float,
+    what: str = "drivers",
+    catch_up_s: float = 300,
+) -> None:
+    """Stop producing, let the job catch up, compare the sink (``sink()`` gives a local copy) record by record
+    with what Kafka acknowledged, verify every backup, print and assert the figures."""
+    fig, seed = soak.fig, soak.fig.seed
+    feeder.stop()
+    ends = feeder.end_offsets()
+
+    seen: dict[int, int] = {}
+
+    def caught_up() -> bool:
+        st = read_checkpoint(str(soak.checkpoint))
+        seen.clear()
+        seen.update(
+            {tp.partition: o for tp, o in st.latest_committed.kafka_offsets.items()} if st.latest_committed else {}
+        )
+        return seen == ends
+
+    try:
+        wait_until(caught_up, timeout=catch_up_s, interval=1, what="the job to commit every acknowledged record")
+    except TimeoutError as exc:
+        raise AssertionError(
+            f"{exc}: committed {seen}, acknowledged ends {ends}, driver alive {soak.driver_alive()}"
+        ) from exc
+    counter.stop()
+    cmp = oracle.compare(feeder.produced, oracle.read_sink(sink(), "idempotent"))
+    backups = f"{soak.data}/backups"
+    catalog = list_backups(backups, JOB)
+    for b in catalog.backups:
+        verify_backup(backups, JOB, b.backup_id)
+    fig.backups_verified = len(catalog.backups)
+    fig.produced, fig.sink_rows = cmp.produced, cmp.consumed_rows
+    fig.missing, fig.duplicated, fig.unexpected = len(cmp.missing), cmp.duplicate_count, len(cmp.unexpected)
+    fig.max_drivers, fig.driver_samples = counter.max_seen, counter.samples
+    fig.killed_operators = sorted(soak.killed_ops)
+    fig.wall_s = time.monotonic() - started
+    print(
+        f"soak seed {seed}: {len(fig.events)} events {fig.mix} in {fig.dag_runs} DAG runs "
+        f"({fig.rollbacks} rolled back); "
+        f"records produced {fig.produced}, missing {fig.missing}, duplicated {fig.duplicated} "
+        f"(announced {fig.announced}), unexpected {fig.unexpected}; max {what} at once {fig.max_drivers} "
+        f"({fig.driver_samples} samples); backups verified {fig.backups_verified} "
+        f"(invalid {len(catalog.invalid)}); operators killed {fig.killed_operators}; "
+        f"missed kills {len(fig.missed_kills)}; wall {fig.wall_s:.0f}s",
+        flush=True,
+    )
+    if os.environ.get("AKS_SOAK_REPORT"):
+        Path(os.environ["AKS_SOAK_REPORT"]).write_text(json.dumps(asdict(fig), indent=1))
+    assert feeder.failed == [], feeder.failed[:3]
+    assert fig.missing == 0, cmp.missing[:10]
+    assert fig.unexpected == 0, cmp.unexpected[:10]
+    assert fig.duplicated <= fig.announced, (cmp.summary(), fig.announced)
+    assert fig.max_drivers <= 1, counter.over_one[:5]
+    # every run with a checkpoint took one; the registry keeps the newest 5 (keep_last), all must verify
+    assert not catalog.invalid and fig.backups_verified >= min(5, soak.backups_taken), soak.backups_taken
+    assert len(fig.events) >= fig.events_target or soak.max_s != float("inf"), (
+        f"{len(fig.events)} events, {fig.events_target} wanted"
+    )
+
+
+def test_soak(airflow_home, connector_jars):
+    seed, target, max_s = knobs(30)
     print(f"\nsoak seed {seed} (replay: AKS_SOAK_SEED={seed} AKS_SOAK_EVENTS={target})", flush=True)
     rng = random.Random(seed)
     fig = Figures(seed=seed, events_target=target)
@@ -396,19 +515,7 @@ def test_soak(airflow_home, connector_jars):
     dags = base / "dags"
     soak_dag(dags)
     registry = base / "streaming_jobs.yaml"
-    env = {
-        "AKS_DATA_DIR": str(base / "data"),
-        "AKS_JOB_REGISTRY": str(registry),
-        "AKS_HEALTH_GATE_POLL_S": "2",
-        "AIRFLOW_CONN_KAFKA_DEFAULT": kafka_conn(broker.bootstrap_servers),
-        "AIRFLOW_CONN_SPARK_DEFAULT": SPARK_LOCAL_CONN,
-        "AIRFLOW__CORE__DAGS_FOLDER": str(dags),
-        "AIRFLOW__CORE__MIN_SERIALIZED_DAG_UPDATE_INTERVAL": "0",
-        # a killed triggerer's triggers go to a live one once its heartbeat is this old
-        "AIRFLOW__TRIGGERER__TRIGGERER_HEALTH_CHECK_THRESHOLD": "10",
-        "AIRFLOW__TRIGGERER__JOB_HEARTBEAT_SEC": "2",
-        "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": "60",
-    }
+    env = airflow_env(base, dags, registry, broker.bootstrap_servers, str(base / "data"))
     mp = pytest.MonkeyPatch()
     for k, v in env.items():
         mp.setenv(k, v)
@@ -417,68 +524,18 @@ def test_soak(airflow_home, connector_jars):
     soak = None
     passed = False
     try:
-        sync_dag(dags)
-        services.start_api_server()
-        services.start("scheduler")
-        services.start("triggerer")
+        start_airflow(dags, services)
         soak = Soak(base, broker, services, registry, topic, rng, fig)
+        soak.max_s = max_s
         soak.write_registry()
-        assert soak.client.patch(f"/api/v2/dags/{DAG_ID}", json={"is_paused": False}).status_code == 200
         feeder = Feeder(broker.bootstrap_servers, topic, PARTITIONS, RATE).start()
         counter = DriverCounter(f"--checkpoint {soak.checkpoint} ").start()
-
-        soak.dag_run("keep")  # the first deploy
         # every kind at least once; the restore first (it needs a backup a keep took) so the auto can follow
         forced = ["auto", "driver_kill", "broker_bounce"]
         rng.shuffle(forced)
         forced.insert(0, "restore")
-        while (len(fig.events) < target or forced) and time.monotonic() - started < max_s:
-            soak.run_event(soak.next_kind(forced))
-        if soak.job_down or not soak.driver_alive():
-            soak.dag_run("keep")
-
-        feeder.stop()
-        ends = feeder.end_offsets()
-
-        def caught_up() -> bool:
-            st = read_checkpoint(str(soak.checkpoint))
-            return (
-                st.latest_committed is not None
-                and {tp.partition: o for tp, o in st.latest_committed.kafka_offsets.items()} == ends
-            )
-
-        wait_until(caught_up, timeout=300, interval=1, what="the job to commit every acknowledged record")
-        counter.stop()
-        cmp = oracle.compare(feeder.produced, oracle.read_sink(base / "data" / "sinks" / JOB, "idempotent"))
-        catalog = list_backups(str(base / "data" / "backups"), JOB)
-        for b in catalog.backups:
-            verify_backup(str(base / "data" / "backups"), JOB, b.backup_id)
-        fig.backups_verified = len(catalog.backups)
-        fig.produced, fig.sink_rows = cmp.produced, cmp.consumed_rows
-        fig.missing, fig.duplicated, fig.unexpected = len(cmp.missing), cmp.duplicate_count, len(cmp.unexpected)
-        fig.max_drivers, fig.driver_samples = counter.max_seen, counter.samples
-        fig.killed_operators = sorted(soak.killed_ops)
-        fig.wall_s = time.monotonic() - started
-        print(
-            f"soak seed {seed}: {len(fig.events)} events {fig.mix} in {fig.dag_runs} DAG runs "
-            f"({fig.rollbacks} rolled back); "
-            f"records produced {fig.produced}, missing {fig.missing}, duplicated {fig.duplicated} "
-            f"(announced {fig.announced}), unexpected {fig.unexpected}; max drivers at once {fig.max_drivers} "
-            f"({fig.driver_samples} samples); backups verified {fig.backups_verified} "
-            f"(invalid {len(catalog.invalid)}); operators killed {fig.killed_operators}; "
-            f"missed kills {len(fig.missed_kills)}; wall {fig.wall_s:.0f}s",
-            flush=True,
-        )
-        if os.environ.get("AKS_SOAK_REPORT"):
-            Path(os.environ["AKS_SOAK_REPORT"]).write_text(json.dumps(asdict(fig), indent=1))
-        assert feeder.failed == [], feeder.failed[:3]
-        assert fig.missing == 0, cmp.missing[:10]
-        assert fig.unexpected == 0, cmp.unexpected[:10]
-        assert fig.duplicated <= fig.announced, (cmp.summary(), fig.announced)
-        assert fig.max_drivers <= 1, counter.over_one[:5]
-        # every run with a checkpoint took one; the registry keeps the newest 5 (keep_last), all must verify
-        assert not catalog.invalid and fig.backups_verified >= min(5, soak.backups_taken), soak.backups_taken
-        assert len(fig.events) >= target or max_s != float("inf"), f"{len(fig.events)} events, {target} wanted"
+        run_sequence(soak, forced, target, max_s, started)
+        finish(soak, feeder, counter, lambda: base / "data" / "sinks" / JOB, started)
         passed = True
     finally:
         if counter is not None:
