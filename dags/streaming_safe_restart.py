@@ -157,7 +157,8 @@ with DAG(
     stop = StopStreamingJobOperator(task_id=STOP, job=JOB, dry_run=dry, reason=REASON,
                                     trigger_rule=TriggerRule.NONE_FAILED)   # runs when no approval was needed
     backup = BackupCheckpointOperator(task_id=BACKUP, job=JOB, missing_ok=True, dry_run=dry,
-                                      reason="before safe restart {{ run_id }}")
+                                      reason="before safe restart {{ run_id }}",
+                                      keep_backup_id=plan.output["restore_backup_id"])  # not pruned before it is read
     reset = ResetCheckpointOperator(
         task_id=RESET, job=JOB, mode=plan.output["reset_mode"], to_datetime=plan.output["to_datetime"],
         accept_data_loss=approve.output["accept_data_loss"],

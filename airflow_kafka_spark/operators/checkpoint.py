@@ -141,13 +141,16 @@ class BackupCheckpointOperator(StreamingJobOperator):
     :param missing_ok: a job without a checkpoint yet (first start) yields ``backup_id: None``
         instead of failing.
     :param seal_key_conn_id: Generic connection whose password keys the manifest seal (HMAC).
+    :param keep_backup_id: a backup the job's retention (``keep_last``, ``max_age_days``) must not
+        prune after this backup (templated): the one a restore later in the same run reads.
     """
 
-    template_fields = ("job", "reason", "dry_run")
+    template_fields = ("job", "reason", "dry_run", "keep_backup_id")
 
     def __init__(self, *, job: str, missing_ok: bool = False, dry_run: bool | str = False,
-                 seal_key_conn_id: str | None = None, **kwargs: Any) -> None:
+                 seal_key_conn_id: str | None = None, keep_backup_id: str | None = None, **kwargs: Any) -> None:
         super().__init__(job=job, **kwargs)
+        self.keep_backup_id = keep_backup_id
         self.missing_ok = missing_ok
         self.dry_run = dry_run
         self.seal_key_conn_id = seal_key_conn_id
@@ -170,7 +173,8 @@ class BackupCheckpointOperator(StreamingJobOperator):
             reason=optional_text(self.reason) or f"backup by {actor(context)}",
             keep_last=retention.keep_last,
             max_age_s=retention.max_age_days * 86400 if retention.max_age_days else None,
-            seal_key=seal_key_from_connection(self.seal_key_conn_id))
+            seal_key=seal_key_from_connection(self.seal_key_conn_id),
+            keep_ids=[b for b in [optional_text(self.keep_backup_id)] if b])
         self.log.info("job %s: backup %s of batch %s (%d files, %d new blobs, %.1fs)", spec.name, result.backup_id,
                       result.manifest.last_committed_batch, result.files, result.blobs_written, result.seconds)
         return {"job": spec.name, "backup_id": result.backup_id, **result.to_dict()}

@@ -9,7 +9,7 @@ pre-operation backup: they already hold the operation lock and have recovered.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 
 from airflow_kafka_spark._util.fs import open_location
 from airflow_kafka_spark._util.lock import LockFile
@@ -35,12 +35,13 @@ def backup_checkpoint(checkpoint_location: str, backup_root: str, *, job: str | 
                       settle_s: float = 2.0, keep_last: int | None = None, max_age_s: float | None = None,
                       storage_options: dict | None = None, backup_storage_options: dict | None = None,
                       now_ms: int | None = None, seal_key: bytes | None = None,
-                      progress: Progress | None = None) -> BackupResult:
+                      progress: Progress | None = None, keep_ids: Collection[str] = ()) -> BackupResult:
     """Copy the last committed version of a stopped query's checkpoint to ``backup_root`` (``backup.take``).
 
     Refuses (exit 3) while an interrupted reset/restore is recorded beside the checkpoint: the
     folder may be half moved. ``settle_s`` is the least time between the listing before the copy
-    and the one after it; ``keep_last`` / ``max_age_s`` prune after a successful backup. Raises
+    and the one after it; ``keep_last`` / ``max_age_s`` prune after a successful backup, never the
+    backups named in ``keep_ids`` (a restore in the same run reads one). Raises
     :class:`OperationBlocked` (exit 3) for a running query without ``force``, :class:`UserError`
     (exit 2) for bad input; in both cases nothing is published. ``seal_key`` (default:
     ``$AKS_SEAL_KEY_FILE``'s) adds the keyed seal. ``progress`` hears each step (the CLI shows the
@@ -52,7 +53,7 @@ def backup_checkpoint(checkpoint_location: str, backup_root: str, *, job: str | 
     return take_backup(checkpoint_location, backup_root, job=job, reason=reason, force=force,
                        spark_version=spark_version, settle_s=settle_s, keep_last=keep_last, max_age_s=max_age_s,
                        storage_options=storage_options, backup_storage_options=backup_storage_options,
-                       now_ms=now_ms, seal_key=seal_key)
+                       now_ms=now_ms, seal_key=seal_key, keep_ids=keep_ids)
 
 
 def prune_backups(backup_root: str, job: str, *, keep_last: int | None = None, max_age_s: float | None = None,

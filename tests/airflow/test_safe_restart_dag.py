@@ -411,6 +411,7 @@ def test_restore_of_a_named_backup(stack):
     assert r.states["reset"] == "skipped" and r.states["restore"] == "success"
     restore = r.xcom("restore")
     assert restore["restored"] is True and restore["backup_id"] == backup_id
+    assert r.rendered["backup"]["keep_backup_id"] == backup_id   # the run's own backup never prunes it first
     assert restore["pre_restore_backup_id"]            # the checkpoint it replaced was backed up first
     rec = stack.record()
     (event,) = [e for e in events(rec, "checkpoint_restored") if e["details"]["backup_id"] == backup_id

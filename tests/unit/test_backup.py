@@ -258,6 +258,26 @@ def test_retention_keeps_the_newest_and_collects_unreferenced_blobs(ck, tmp_path
     verify_backup(root, JOB, ids[-1])
 
 
+def test_a_backup_taken_before_a_restore_never_prunes_the_backup_that_restore_reads(ck, tmp_path):
+    # Found by the long soak (seed 360148, event 160): a restore of the oldest kept backup failed with
+    # "no published backup" because the run's own backup, taken first, pruned it (keep_last 3 here).
+    root = str(tmp_path / "b")
+    ids = []
+    for i in range(3):
+        add_batches(ck, 5 + i, 1)
+        ids.append(backup_checkpoint(ck.location, root, job=JOB, settle_s=0, keep_last=3,
+                                     now_ms=1_000_000 + i * 1000).backup_id)
+    add_batches(ck, 8, 1)
+    new = backup_checkpoint(ck.location, root, job=JOB, settle_s=0, keep_last=3, now_ms=1_010_000,
+                            keep_ids=[ids[0]])
+    assert new.pruned == []                       # the oldest is the restore's target: kept
+    assert [b.backup_id for b in list_backups(root, JOB).backups] == [new.backup_id, *ids[::-1]]
+    verify_backup(root, JOB, ids[0])
+    add_batches(ck, 9, 1)                         # the next backup (no restore pending) applies retention again
+    later = backup_checkpoint(ck.location, root, job=JOB, settle_s=0, keep_last=3, now_ms=1_020_000)
+    assert sorted(later.pruned) == sorted(ids[:2])
+
+
 def test_gc_removes_blobs_only_dropped_backups_used(tmp_path):
     root = str(tmp_path / "b")
     a = write_checkpoint(tmp_path / "a", batches=2)

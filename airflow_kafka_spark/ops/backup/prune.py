@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -53,7 +54,11 @@ class PruneResult:
 
 
 def prune_job(job_loc: Location, job: str, *, keep_last: int | None, max_age_s: float | None,
-                  now_ms: int | None, dry_run: bool, grace_s: float, seal_key: bytes | None = None) -> PruneResult:
+                  now_ms: int | None, dry_run: bool, grace_s: float, seal_key: bytes | None = None,
+                  keep_ids: Collection[str] = ()) -> PruneResult:
+    """``keep_ids``: backups retention must not remove whatever their age or rank (the backup a
+    restore in the same run is about to read: a restore of the oldest kept backup must not lose it to
+    the backup that run takes first)."""
     now = now_ms if now_ms is not None else int(time.time() * 1000)
     catalog = read_catalog(job_loc, job, seal_key)
     kept: list[Manifest] = []
@@ -61,7 +66,7 @@ def prune_job(job_loc: Location, job: str, *, keep_last: int | None, max_age_s: 
     for i, m in enumerate(catalog.backups):
         too_many = keep_last is not None and i >= keep_last
         too_old = max_age_s is not None and now - m.created_at_ms > max_age_s * 1000
-        (removed if i > 0 and (too_many or too_old) else kept).append(m)
+        (removed if i > 0 and (too_many or too_old) and m.backup_id not in keep_ids else kept).append(m)
     referenced = {f.sha256 for m in kept for f in m.files}
     if seal_key is not None:
         # Manifests without the keyed seal (written before the key was configured) are not listed,

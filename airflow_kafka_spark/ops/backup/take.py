@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+from collections.abc import Collection
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -117,7 +118,8 @@ def take_backup(checkpoint_location: str, backup_root: str, *, job: str | None =
                       reason: str = "manual", force: bool = False, spark_version: str | None = None,
                       settle_s: float = 2.0, keep_last: int | None = None, max_age_s: float | None = None,
                       storage_options: dict | None = None, backup_storage_options: dict | None = None,
-                      now_ms: int | None = None, seal_key: bytes | None = None) -> BackupResult:
+                      now_ms: int | None = None, seal_key: bytes | None = None,
+                      keep_ids: Collection[str] = ()) -> BackupResult:
     """Copy the last committed version of a stopped query's checkpoint to ``backup_root``; see the module doc.
 
     ``settle_s`` is the least time between the listing before the copy and the one after it: if
@@ -168,7 +170,8 @@ def take_backup(checkpoint_location: str, backup_root: str, *, job: str | None =
                 state = read_checkpoint(checkpoint_location, storage_options=storage_options)
         if keep_last is not None or max_age_s is not None:
             pr = prune_job(job_loc, job, keep_last=keep_last, max_age_s=max_age_s, now_ms=now_ms,
-                               dry_run=False, grace_s=0.0 if job_loc.local else 3600.0, seal_key=seal_key)
+                               dry_run=False, grace_s=0.0 if job_loc.local else 3600.0, seal_key=seal_key,
+                               keep_ids=keep_ids)
             result.pruned = [m.backup_id for m in pr.removed]
     return result
 
