@@ -259,7 +259,7 @@ def test_retention_keeps_the_newest_and_collects_unreferenced_blobs(ck, tmp_path
 
 
 def test_a_backup_taken_before_a_restore_never_prunes_the_backup_that_restore_reads(ck, tmp_path):
-    # Found by the long soak (seed 360148, event 160): a restore of the oldest kept backup failed with
+    # Found by the long soak (seed 360148, event 162): a restore of the oldest kept backup failed with
     # "no published backup" because the run's own backup, taken first, pruned it (keep_last 3 here).
     root = str(tmp_path / "b")
     ids = []
