@@ -126,7 +126,7 @@ def observe_job(spec: JobSpec, kafka_config: Mapping[str, Any] | None = None, *,
     """
     from airflow_kafka_spark.registry.model import JobKind  # loaded already: ``spec`` is one
 
-    if spec.kind is JobKind.DSTREAM and spec.group:
+    if spec.kind is JobKind.DSTREAM:   # the registry requires its group
         return observe(group_id=spec.group, topics=spec.topics, kafka_config=kafka_config, view=view,
                        thresholds=thresholds or thresholds_for(spec), samples=samples, job=spec.name,
                        max_offsets_per_trigger=spec.max_offsets_per_trigger, timeout=timeout, now_ms=now_ms)

@@ -141,7 +141,9 @@ def scan_checkpoint(location: str, *, now_ms: int, storage_options: dict | None 
 
 
 def _is_dstream(spec: JobSpec) -> bool:
-    return str(spec.kind) == "dstream" and bool(spec.group)
+    from airflow_kafka_spark.registry.model import JobKind  # loaded already: ``spec`` is one
+
+    return spec.kind is JobKind.DSTREAM   # the registry requires its group
 
 
 def _scanned_location(spec: JobSpec) -> str | None:
