@@ -31,7 +31,7 @@ from typing import Any
 
 from airflow.sdk.exceptions import AirflowSkipException
 
-from airflow_kafka_spark.airflow_glue.jobs import actor, fail, kafka_config, optional_text
+from airflow_kafka_spark.airflow_glue.jobs import actor, fail, fail_health_gate, kafka_config, optional_text
 from airflow_kafka_spark.airflow_glue.spark import spark_target
 from airflow_kafka_spark.errors import UserError
 from airflow_kafka_spark.kafka.view import KafkaView
@@ -52,7 +52,6 @@ from airflow_kafka_spark.runtime.dstream import (
     rollback_dstream,
     submitted_offsets,
 )
-from airflow_kafka_spark.runtime.health import record_failed_gate
 from airflow_kafka_spark.verdict.dstream import read_state
 from airflow_kafka_spark.verdict.findings import BLOCK, Verdict
 
@@ -287,9 +286,9 @@ def health_gate(
         "waited_s": round(time.monotonic() - started, 1),
     }
     if state != "healthy":
-        record_failed_gate(spec.name, spec.checkpoint, actor=actor(context), state=state, reason=reason,
-                           lag_records=last.lag)
-        fail(context, f"health gate of job {spec.name} {'failed' if state == 'failed' else 'timed out'}: {reason}")
+        fail_health_gate(context, spec, state=state, reason=reason, lag_records=last.lag, log=log,
+                         message=f"health gate of job {spec.name} "
+                                 f"{'failed' if state == 'failed' else 'timed out'}: {reason}")
     rec = LifecycleRecord.load_or_create(spec.name, spec.checkpoint)
     good = app_versions.promote_submitted(rec, actor=actor(context)) if promote else None
     rec.add_event(

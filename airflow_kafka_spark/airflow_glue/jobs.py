@@ -34,6 +34,7 @@ from airflow_kafka_spark.lifecycle.model import DriverInfo
 from airflow_kafka_spark.registry.loader import load_registry
 from airflow_kafka_spark.registry.model import JobKind, JobSpec, Registry
 from airflow_kafka_spark.runtime import start_stop
+from airflow_kafka_spark.runtime.health import record_failed_gate
 
 FAILURE_KEY = "failure"
 _TRUE = {"true", "1", "yes", "on"}
@@ -144,11 +145,31 @@ def run_reporting_failure(task: Any, context: Any, body: Callable[[], Any]) -> A
     except AirflowException as exc:
         push_failure(context, str(exc) or type(exc).__name__)
         raise
+    except Exception as exc:   # a bug or an unexpected library error: the audit still says what it was
+        push_failure(context, f"{type(exc).__name__}: {exc}")
+        raise
 
 
 def fail(context: Any, message: str) -> None:
     """Fail the task with ``message`` (pushed as the ``failure`` XCom too)."""
     push_failure(context, message)
+    raise AirflowFailException(message)
+
+
+def fail_health_gate(context: Any, spec: JobSpec, *, state: str, reason: str, message: str,
+                     lag_records: int | None, log: Any) -> None:
+    """Fail a health gate: the ``failure`` XCom first, then ``health_gate_failed`` in the record.
+
+    In that order because the XCom is what the run's audit and the rollback read: a record that
+    cannot be written (a locked or unreachable store) is logged and must not replace why the gate
+    failed with why the bookkeeping failed.
+    """
+    push_failure(context, message)
+    try:
+        record_failed_gate(spec.name, spec.checkpoint, actor=actor(context), state=state, reason=reason,
+                           lag_records=lag_records)
+    except Exception as exc:
+        log.warning("health_gate_failed not written to the lifecycle record of %s: %s", spec.name, exc)
     raise AirflowFailException(message)
 
 

@@ -331,6 +331,9 @@ class SafeRestartFinishOperator(StreamingJobOperator):
             self.log.info("no job to audit: %s", exc)
         if spec is not None:
             audit["offsets_after"] = position(spec)["offsets"]
+            if states.get(HEALTH_GATE) == "failed" and not failures.get(HEALTH_GATE):
+                failures[HEALTH_GATE] = _gate_failure_from_record(spec, run_holder(context))
+                audit["failures"] = {k: v for k, v in failures.items() if v}
             params = context.get("params") or {}
             dry_run = plan.get("dry_run") if plan else flag(params.get("dry_run", False), name="dry_run")
             if not dry_run:    # a refused run is audited too: who tried, and why it was refused
@@ -359,6 +362,20 @@ class SafeRestartFinishOperator(StreamingJobOperator):
             tail = "; rolled back: " + "; ".join(p for p in parts if p)
         fail(context, f"safe restart of job {audit['job']} {outcome}: {first}{tail}")
         return audit   # not reached
+
+
+def _gate_failure_from_record(spec: Any, run: str) -> str | None:
+    """Why this run's health gate failed, from its ``health_gate_failed`` record entry.
+
+    The fallback for a gate whose ``failure`` XCom never arrived (its worker was killed, or the
+    push itself failed): the gate writes the entry too, so the audit still names the reason.
+    """
+    record = LifecycleRecord.load(spec.checkpoint)
+    for event in reversed(record.history if record else []):
+        if event.get("event") == LifecycleEvent.HEALTH_GATE_FAILED and f"{run}/" in str(event.get("actor")):
+            details = event.get("details") or {}
+            return f"health gate {details.get('state')}: {details.get('reason')}"
+    return None
 
 
 def _summary(doc: Any) -> dict[str, Any] | None:

@@ -177,6 +177,6 @@ def record_failed_gate(job: str, checkpoint: str, *, actor: str, state: str, rea
     the new code ran and why it was judged unhealthy, not only that something was rolled back.
     """
     record = LifecycleRecord.load_or_create(job, checkpoint)
-    record.add_event(LifecycleEvent.HEALTH_GATE_FAILED, actor=actor, state=state, reason=reason[:500],
+    record.add_event(LifecycleEvent.HEALTH_GATE_FAILED, actor=actor, state=state, reason=reason[:2000],
                      lag_records=lag_records)
     record.save()

@@ -30,7 +30,7 @@ from airflow_kafka_spark.airflow_glue import dstream
 from airflow_kafka_spark.airflow_glue.jobs import (
     actor,
     cluster_endpoint,
-    fail,
+    fail_health_gate,
     flag,
     is_dstream,
     kafka_config,
@@ -53,7 +53,6 @@ from airflow_kafka_spark.runtime.health import (
     failed_gate_log,
     make_control,
     probe_health,
-    record_failed_gate,
 )
 from airflow_kafka_spark.triggers.health import StreamingHealthTrigger
 from airflow_kafka_spark.watch.metrics import group_label
@@ -202,14 +201,11 @@ class StreamingHealthSensor(BaseSensorOperator):
         result.pop("samples", None)
         result["job"] = spec.name
         gate_outcome(group_label(spec), "health", "passed" if result.get("state") == HEALTHY else "failed")
-        if result.get("state") != HEALTHY:
-            record_failed_gate(spec.name, spec.checkpoint, actor=actor(context), state=str(result.get("state")),
-                               reason=str(result.get("reason")), lag_records=result.get("lag_records"))
-        if result.get("state") == FAILED:
-            fail(context, f"health gate of job {spec.name} failed: {result.get('reason')}")
-        if result.get("state") != HEALTHY:
-            fail(context, f"health gate of job {spec.name} ended in state {result.get('state')}: "
-                          f"{result.get('reason')}")
+        state, reason = str(result.get("state")), str(result.get("reason"))
+        if state != HEALTHY:
+            fail_health_gate(context, spec, state=state, reason=reason, lag_records=result.get("lag_records"),
+                             log=self.log, message=f"health gate of job {spec.name} failed: {reason}" if state == FAILED
+                             else f"health gate of job {spec.name} ended in state {state}: {reason}")
         record = LifecycleRecord.load_or_create(spec.name, spec.checkpoint)
         state = read_checkpoint(spec.checkpoint)
         consumed = None

@@ -678,6 +678,51 @@ def test_health_sensor_fails_at_once_when_the_driver_is_gone(env):
     assert "health gate of job beta failed: the driver exited after 0 new committed batch(es)" in r.xcom(
         "gate", "failure")
     assert time.perf_counter() - started < 30
+    (gate,) = [e for e in LifecycleRecord.load(str(env.checkpoint("beta"))).history
+               if e["event"] == "health_gate_failed"]
+    assert gate["details"]["state"] == "failed" and "driver exited" in gate["details"]["reason"]
+    assert gate["actor"].endswith(f"/{r.run_id}/gate")
+
+
+def test_a_gate_whose_record_cannot_be_written_still_fails_with_its_own_reason(env):
+    """The failure XCom (what the audit and the rollback read) comes first; a broken record is only logged."""
+    from airflow_kafka_spark.lifecycle.model import record_location
+    from airflow_kafka_spark.sensors.health import StreamingHealthSensor
+
+    fake_checkpoint(env, "beta", batches=2)
+    record_fake_submit(env, "beta", dead_pid())
+    record = Path(record_location(str(env.checkpoint("beta"))))
+    before = record.read_bytes()
+    lock = record.parent / (record.name + ".lock")
+    lock.mkdir()   # the lock cannot be taken: saving the record fails
+    try:
+        with new_dag() as dag:
+            StreamingHealthSensor(task_id="gate", job="beta", deferrable=False, poke_interval=0.5, gate_timeout_s=60)
+        r = run_inline(dag)
+    finally:
+        lock.rmdir()   # the env is shared by the module's tests
+    assert r.states == {"gate": "failed"}
+    failure = r.xcom("gate", "failure")
+    assert failure.startswith("health gate of job beta failed: the driver exited"), failure
+    assert record.read_bytes() == before
+
+
+def test_the_audit_names_a_failed_gate_from_the_record_when_its_failure_xcom_never_arrived(env):
+    """A worker killed after writing ``health_gate_failed``: the run's audit still says why (only this run's entry)."""
+    from airflow_kafka_spark.lifecycle.events import LifecycleEvent
+    from airflow_kafka_spark.operators.safe_restart import _gate_failure_from_record
+    from airflow_kafka_spark.registry.loader import load_registry
+
+    fake_checkpoint(env, "beta", batches=2)
+    rec = record_fake_submit(env, "beta", dead_pid())
+    for run, reason in (("streaming_safe_restart/run-1", "driver exited: FAILED"), ("other_dag/run-12", "later")):
+        rec.add_event(LifecycleEvent.HEALTH_GATE_FAILED, actor=f"alice via {run}/health_gate", state="failed",
+                      reason=reason)
+    rec.save()
+    spec = load_registry(env.registry).get("beta")
+    found = _gate_failure_from_record(spec, "streaming_safe_restart/run-1")
+    assert found == "health gate failed: driver exited: FAILED"
+    assert _gate_failure_from_record(spec, "streaming_safe_restart/run-2") is None
 
 
 # --------------------------------------------------------------------------------------------------
