@@ -99,6 +99,14 @@ class _Version(argparse.Action):
         parser.exit(0)
 
 
+def entry() -> int:
+    """The ``aks`` process: :func:`main` with confluent-kafka's import trimmed (see ``_lazy_kafka``)."""
+    from airflow_kafka_spark.cli import _lazy_kafka
+
+    _lazy_kafka.install()
+    return main()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()

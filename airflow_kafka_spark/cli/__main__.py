@@ -1,6 +1,6 @@
 """`python -m airflow_kafka_spark.cli` is `aks`."""
 import sys
 
-from airflow_kafka_spark.cli import main
+from airflow_kafka_spark.cli import entry
 
-sys.exit(main())
+sys.exit(entry())
