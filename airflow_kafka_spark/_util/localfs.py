@@ -60,6 +60,11 @@ class LocalFS:
             LocalFS._real = fsspec.filesystem("file")
         return getattr(LocalFS._real, name)
 
+    def _strip_protocol(self, path: str) -> str:
+        """``LocalFileSystem._strip_protocol`` of a plain path without fsspec (the listing's path)."""
+        plain = plain_local_path(path) if isinstance(path, str) else None
+        return plain if plain is not None else self.__getattr__("_strip_protocol")(path)
+
     def info(self, path: str, **kwargs: Any) -> dict[str, Any]:
         """``LocalFileSystem.info`` of a plain path, without fsspec (same keys, links followed)."""
         if not isinstance(path, str) or "://" in path:
@@ -98,11 +103,13 @@ class LocalFS:
         return os.path.isfile(plain_local_path(path) or path) if "://" not in path else \
             self.__getattr__("isfile")(path)
 
+    def rm_file(self, path: str) -> None:
+        if "://" in path:
+            return self.__getattr__("rm_file")(path)
+        os.remove(plain_local_path(path) or path)
+
     def __repr__(self) -> str:
         return "LocalFS()"
-
-
-LOCAL_FS = LocalFS()
 
 
 LOCAL_FS = LocalFS()
