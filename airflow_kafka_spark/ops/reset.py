@@ -25,7 +25,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_kafka_spark._util import faults
-from airflow_kafka_spark._util.fs import Location, exists, move_dir, open_location
+from airflow_kafka_spark._util.fs import Location, exists, open_location
+from airflow_kafka_spark._util.trees import move_dir
 from airflow_kafka_spark.checkpoint.model import CheckpointState
 from airflow_kafka_spark.checkpoint.reader import read_checkpoint
 from airflow_kafka_spark.checkpoint.sink_log import read_sink_log

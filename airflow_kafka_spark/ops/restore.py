@@ -41,11 +41,10 @@ from airflow_kafka_spark._util.fs import (
     Location,
     exists,
     list_files,
-    move_dir,
     open_location,
-    remove_tree,
     siblings_with_prefix,
 )
+from airflow_kafka_spark._util.trees import move_dir, remove_tree
 from airflow_kafka_spark.checkpoint.reader import read_checkpoint
 from airflow_kafka_spark.errors import OperationBlocked, UserError
 from airflow_kafka_spark.lifecycle.events import LifecycleEvent

@@ -35,13 +35,12 @@ from airflow_kafka_spark._util.fs import (
     Location,
     exists,
     list_files,
-    move_dir,
     open_location,
     read_bytes,
-    remove_tree,
     write_atomic,
 )
 from airflow_kafka_spark._util.jsonfile import load_json
+from airflow_kafka_spark._util.trees import move_dir, remove_tree
 from airflow_kafka_spark.errors import UserError
 from airflow_kafka_spark.kafka.offsets import PartitionOffsets, TopicPartition
 from airflow_kafka_spark.kafka.view import KafkaView

@@ -42,7 +42,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from airflow_kafka_spark._util.fs import Location, list_files, open_location, os_reason, read_bytes, remove_tree
+from airflow_kafka_spark._util.fs import Location, list_files, open_location, os_reason, read_bytes
+from airflow_kafka_spark._util.trees import remove_tree
 from airflow_kafka_spark.errors import UserError
 from airflow_kafka_spark.kafka.secrets import bootstrap_servers_of, scrub
 from airflow_kafka_spark.ops.backup.selection import log_ids, select_files

@@ -403,7 +403,8 @@ def test_backup_to_an_object_store_and_back(ck, tmp_path):
     """``memory://`` has no rename: blobs go through a temp object, the manifest is one PUT."""
     import fsspec
 
-    from airflow_kafka_spark._util.fs import move_dir, open_location
+    from airflow_kafka_spark._util.fs import open_location
+    from airflow_kafka_spark._util.trees import move_dir
     from airflow_kafka_spark.ops.backup.store import materialize
 
     root = "memory://aks-bench/backups"

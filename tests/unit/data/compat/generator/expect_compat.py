@@ -11,7 +11,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, ".")
-from airflow_kafka_spark._util import storage
+from airflow_kafka_spark._util import fs as storage
 from airflow_kafka_spark.lifecycle.record import LifecycleRecord
 from airflow_kafka_spark.ops.backup import list_backups, materialize, verify_backup
 from airflow_kafka_spark.ops.journal import Journal, interrupted_finding

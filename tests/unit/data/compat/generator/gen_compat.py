@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, ".")
-from airflow_kafka_spark._util import storage
+from airflow_kafka_spark._util import fs as storage
 from airflow_kafka_spark.lifecycle.record import LifecycleRecord
 from airflow_kafka_spark.ops.backup import backup_checkpoint
 from airflow_kafka_spark.ops.journal import Journal
