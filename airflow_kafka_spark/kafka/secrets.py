@@ -33,7 +33,8 @@ def redact(config: Mapping[str, Any] | None) -> dict[str, Any]:
     """A copy of ``config`` that is safe to log, print or store: secret values become ``***``.
 
     Callables (``oauth_cb``, ``error_cb``) are shown by name only; they are not data and may close
-    over credentials.
+    over credentials. Nested objects (and lists of them) are redacted too: audit events carry
+    options and plans inside their details.
     """
     out: dict[str, Any] = {}
     for key, value in (config or {}).items():
@@ -41,6 +42,10 @@ def redact(config: Mapping[str, Any] | None) -> dict[str, Any]:
             out[key] = f"<{getattr(value, '__name__', type(value).__name__)}>"
         elif is_secret_key(key) and value not in (None, ""):
             out[key] = REDACTED
+        elif isinstance(value, Mapping):
+            out[key] = redact(value)
+        elif isinstance(value, list):
+            out[key] = [redact(v) if isinstance(v, Mapping) else v for v in value]
         else:
             out[key] = value
     return out

@@ -49,7 +49,6 @@ class RecordDocument:
     topics: dict[str, TopicIdentity] = field(default_factory=dict)
     spark_version: str | None = None
     compatibility_version: str | None = None  # declared by the job registry
-    source_options: dict[str, Any] = field(default_factory=dict)  # secrets redacted
     next_starting_offsets: str | None = None  # Spark offsets JSON set by reset, used by next submit
     driver: DriverInfo | None = None
     lease: Lease | None = None
@@ -64,7 +63,6 @@ class RecordDocument:
     def __post_init__(self) -> None:
         if not self.location:
             self.location = record_location(self.checkpoint_location)
-        self.source_options = redact(self.source_options)
 
     # -- serialisation -----------------------------------------------------------------------------
 
@@ -79,7 +77,6 @@ class RecordDocument:
                 "topics": {n: asdict(t) for n, t in sorted(self.topics.items())},
                 "spark_version": self.spark_version,
                 "compatibility_version": self.compatibility_version,
-                "source_options": redact(self.source_options),
                 "next_starting_offsets": self.next_starting_offsets,
                 "driver": None if self.driver is None else asdict(self.driver),
                 "lease": None if self.lease is None else asdict(self.lease),
@@ -158,7 +155,6 @@ class RecordDocument:
                 "topics",
                 "spark_version",
                 "compatibility_version",
-                "source_options",
                 "next_starting_offsets",
                 "driver",
                 "lease",
@@ -173,7 +169,6 @@ class RecordDocument:
                 topics=topics,
                 spark_version=opt_str(doc.get("spark_version"), "spark_version"),
                 compatibility_version=opt_str(doc.get("compatibility_version"), "compatibility_version"),
-                source_options=obj(doc.get("source_options"), "source_options"),
                 next_starting_offsets=nso,
                 driver=driver,
                 lease=lease,
@@ -205,10 +200,6 @@ class RecordDocument:
         self.history.append(entry)
         del self.history[:-HISTORY_LIMIT]
         return entry
-
-    def set_source_options(self, options: Mapping[str, Any]) -> None:
-        """Remember the source options of the last deploy (S22 diff), secrets redacted."""
-        self.source_options = redact(options)
 
     def set_kafka_identity(self, cluster_id: str | None, topics: Mapping[str, Any]) -> None:
         """Record cluster id and topic incarnations; ``topics`` maps names to ``TopicInfo``-likes
