@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
 import pytest
 
 from airflow_kafka_spark.checkpoint.reader import read_checkpoint
@@ -23,17 +28,27 @@ def _committed_batches(root) -> int:
     return len(st.commit_batch_ids)
 
 
+@contextlib.contextmanager
+def _running(args: list[str], tmp_path: Path) -> Iterator[Any]:
+    """A local driver for the block; killed on the way out if still alive (a failed wait must not
+    leave a Spark driver running for the rest of the session)."""
+    d = driver.start_local(spark.submit_command(args), env=spark.spark_env(), log_path=tmp_path / "driver.log")
+    try:
+        yield d
+    finally:
+        if driver.local_alive(d):
+            driver.kill_local(d)
+
+
 def test_graceful_stop_ends_on_a_batch_boundary(broker, topic_name, tmp_path):
     topics.create_topic(broker.bootstrap_servers, topic_name, 2)
     produce(broker.bootstrap_servers, topic_name, 400, partitions=2)
     marker = tmp_path / "STOP"
-    d = driver.start_local(spark.submit_command(_args(broker.bootstrap_servers, topic_name, tmp_path,
-                                                      "--stop-marker", str(marker))),
-                           env=spark.spark_env(), log_path=tmp_path / "driver.log")
-    assert driver.local_alive(d)
-    wait_until(lambda: _committed_batches(tmp_path) >= 2, timeout=180, what="two committed batches")
-    res = driver.stop(str(tmp_path / "ck"), str(marker), is_alive=lambda: driver.local_alive(d),
-                      kill=lambda: driver.kill_local(d), timeout_s=120, poll_s=0.5)
+    with _running(_args(broker.bootstrap_servers, topic_name, tmp_path, "--stop-marker", str(marker)), tmp_path) as d:
+        assert driver.local_alive(d)
+        wait_until(lambda: _committed_batches(tmp_path) >= 2, timeout=180, what="two committed batches")
+        res = driver.stop(str(tmp_path / "ck"), str(marker), is_alive=lambda: driver.local_alive(d),
+                          kill=lambda: driver.kill_local(d), timeout_s=120, poll_s=0.5)
     assert res.outcome == "STOPPED" and res.graceful and not res.killed, res
     assert res.last_planned == res.last_committed
     assert not driver.local_alive(d)
@@ -44,13 +59,11 @@ def test_kill_fallback_reports_the_batch_that_will_replay(broker, topic_name, tm
     """A job that ignores the marker and sits inside a batch is killed and the cut batch is named."""
     topics.create_topic(broker.bootstrap_servers, topic_name, 2)
     produce(broker.bootstrap_servers, topic_name, 400, partitions=2)
-    d = driver.start_local(spark.submit_command(_args(broker.bootstrap_servers, topic_name, tmp_path,
-                                                      "--sleep-in-batch", "60")),
-                           env=spark.spark_env(), log_path=tmp_path / "driver.log")
-    wait_until(lambda: (read_checkpoint(str(tmp_path / "ck")).latest_planned is not None), timeout=180,
-               what="the first planned batch")
-    res = driver.stop(str(tmp_path / "ck"), str(tmp_path / "STOP"), is_alive=lambda: driver.local_alive(d),
-                      kill=lambda: driver.kill_local(d, grace_s=5), timeout_s=3, poll_s=0.5)
+    with _running(_args(broker.bootstrap_servers, topic_name, tmp_path, "--sleep-in-batch", "60"), tmp_path) as d:
+        wait_until(lambda: (read_checkpoint(str(tmp_path / "ck")).latest_planned is not None), timeout=180,
+                   what="the first planned batch")
+        res = driver.stop(str(tmp_path / "ck"), str(tmp_path / "STOP"), is_alive=lambda: driver.local_alive(d),
+                          kill=lambda: driver.kill_local(d, grace_s=5), timeout_s=3, poll_s=0.5)
     assert res.killed and not res.graceful
     assert res.outcome == "STOPPED_MID_BATCH", res
     assert res.replay_batch == res.last_planned and res.last_committed != res.last_planned
@@ -71,10 +84,10 @@ def test_a_job_that_is_always_behind_still_stops_on_a_boundary(broker, topic_nam
     args = _args(broker.bootstrap_servers, topic_name, tmp_path, "--stop-marker", str(marker),
                  "--sleep-in-batch", "1.5", "--stop-grace", "2")
     args[args.index("processing:1s")] = "processing:100ms"
-    d = driver.start_local(spark.submit_command(args), env=spark.spark_env(), log_path=tmp_path / "driver.log")
-    wait_until(lambda: _committed_batches(tmp_path) >= 2, timeout=180, what="two committed batches")
-    res = driver.stop(str(tmp_path / "ck"), str(marker), is_alive=lambda: driver.local_alive(d),
-                      kill=lambda: driver.kill_local(d), timeout_s=120, poll_s=0.5)
+    with _running(args, tmp_path) as d:
+        wait_until(lambda: _committed_batches(tmp_path) >= 2, timeout=180, what="two committed batches")
+        res = driver.stop(str(tmp_path / "ck"), str(marker), is_alive=lambda: driver.local_alive(d),
+                          kill=lambda: driver.kill_local(d), timeout_s=120, poll_s=0.5)
     assert res.outcome == "STOPPED" and res.graceful, (res, (tmp_path / "driver.log").read_text()[-2000:])
     rows = oracle.read_sink(tmp_path / "out", "idempotent")
     cmp = oracle.compare(produced, rows)
