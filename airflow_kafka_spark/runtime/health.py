@@ -175,8 +175,11 @@ def record_failed_gate(job: str, checkpoint: str, *, actor: str, state: str, rea
     A rollback that follows, or none (``rollback_on_failure`` off), both start from this entry: the
     record, the UI's last safe restart and ``aks_gate_outcomes_total{outcome="failed"}`` then say that
     the new code ran and why it was judged unhealthy, not only that something was rolled back.
+    A long reason keeps its head (the verdict) and its tail (the end of the driver's log).
     """
+    if len(reason) > 2000:
+        reason = f"{reason[:600]} … {reason[-1400:]}"
     record = LifecycleRecord.load_or_create(job, checkpoint)
-    record.add_event(LifecycleEvent.HEALTH_GATE_FAILED, actor=actor, state=state, reason=reason[:2000],
+    record.add_event(LifecycleEvent.HEALTH_GATE_FAILED, actor=actor, state=state, reason=reason,
                      lag_records=lag_records)
     record.save()
