@@ -70,7 +70,6 @@ def _run(args: argparse.Namespace) -> int:
     import dataclasses
 
     from airflow_kafka_spark.cli._args import UsageError
-    from airflow_kafka_spark.registry.model import JobKind
     from airflow_kafka_spark.verdict.options import DeployOptions
     from airflow_kafka_spark.verdict.validate import validate
 
@@ -78,7 +77,7 @@ def _run(args: argparse.Namespace) -> int:
     refuse_conflicts(args, spec)
     checkpoint, group = args.checkpoint, args.group
     if spec is not None and not (checkpoint or group):
-        checkpoint, group = (None, spec.group) if spec.kind is JobKind.DSTREAM else (spec.checkpoint, None)
+        checkpoint, group = spec.position_source
     if not (checkpoint or group):
         raise UsageError("no offset source: pass --job NAME, --checkpoint PATH or --group ID")
     config = kafka_config_for(args, spec)

@@ -151,6 +151,7 @@ def _lag(args: argparse.Namespace) -> int:
     min_headroom = args.min_headroom if args.min_headroom is not None else (spec.min_headroom_s if spec else None)
     topics = tuple(args.topics.split(",")) if args.topics else (spec.topics if spec else None)
     config = kafka_config_for(args, spec)
+    checkpoint, group = spec.position_source if spec else (args.checkpoint, args.group)
 
     samples: list = []
     done = 0
@@ -158,7 +159,7 @@ def _lag(args: argparse.Namespace) -> int:
     with KafkaView(config, timeout=args.timeout) as view:
         try:
             while True:
-                obs = observe(checkpoint=spec.checkpoint if spec else args.checkpoint, group_id=args.group,
+                obs = observe(checkpoint=checkpoint, group_id=group,
                               topics=topics, view=view, thresholds=thresholds, samples=samples,
                               job=spec.name if spec else None, storage_options=dict(args.storage_option) or None,
                               basis=args.basis, timeout=args.timeout,
@@ -215,6 +216,9 @@ def _mirror(args: argparse.Namespace) -> int:
 
     execute = executes(args)
     spec = load_registry(args).get(args.job) if args.job else None
+    if spec is not None and spec.position_source[0] is None:
+        raise UserError(f"job {spec.name} is a DStream job: it commits its position to group {spec.group} "
+                        "itself, so Kafka's lag tools already see it; there is nothing to mirror")
     group = args.group or (spec.mirror_group if spec else None) or (default_group(spec.name) if spec else None)
     if not group:
         raise UserError("name the shadow group with --group (e.g. aks-mirror-<job>)")

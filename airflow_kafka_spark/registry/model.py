@@ -167,6 +167,15 @@ class JobSpec:
         return self.sink.replay_is_idempotent
 
     @property
+    def position_source(self) -> tuple[str | None, str | None]:
+        """``(checkpoint, group)``, one of them None: where the job keeps its Kafka position.
+
+        A Structured Streaming job keeps it in its checkpoint; a DStream job in the consumer group it
+        ``commitAsync``s to (its ``checkpoint`` field is only where its lifecycle record lives).
+        """
+        return (None, self.group) if self.kind is JobKind.DSTREAM else (self.checkpoint, None)
+
+    @property
     def sink_output(self) -> str | None:
         """The output folder whose ``_spark_metadata`` batch log reset and restore must check, if any."""
         return self.output if self.sink.keeps_batch_log else None

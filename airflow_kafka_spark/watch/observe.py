@@ -124,16 +124,11 @@ def observe_job(spec: JobSpec, kafka_config: Mapping[str, Any] | None = None, *,
     group it ``commitAsync``s to, so it is observed from the group (the lag sensor, ``aks status``,
     the audit, the metrics and the UI page all come through here).
     """
-    from airflow_kafka_spark.registry.model import JobKind  # loaded already: ``spec`` is one
-
-    if spec.kind is JobKind.DSTREAM:   # the registry requires its group
-        return observe(group_id=spec.group, topics=spec.topics, kafka_config=kafka_config, view=view,
-                       thresholds=thresholds or thresholds_for(spec), samples=samples, job=spec.name,
-                       max_offsets_per_trigger=spec.max_offsets_per_trigger, timeout=timeout, now_ms=now_ms)
-    return observe(checkpoint=spec.checkpoint, topics=spec.topics, kafka_config=kafka_config, view=view,
+    checkpoint, group = spec.position_source
+    return observe(checkpoint=checkpoint, group_id=group, topics=spec.topics, kafka_config=kafka_config, view=view,
                    thresholds=thresholds or thresholds_for(spec), samples=samples, job=spec.name,
-                   storage_options=storage_options, max_offsets_per_trigger=spec.max_offsets_per_trigger,
-                   timeout=timeout, now_ms=now_ms)
+                   storage_options=storage_options if checkpoint else None,
+                   max_offsets_per_trigger=spec.max_offsets_per_trigger, timeout=timeout, now_ms=now_ms)
 
 
 def history_batches(window: int) -> int:

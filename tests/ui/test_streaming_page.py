@@ -14,7 +14,9 @@ time between the two looks: it is the age of the first unread record), the same 
 the submit recorded, the audit's verdict; the job page has the history chart; the restart link opens
 the trigger form for that job, and submitting it (dry run) creates a run of the safe-restart DAG through
 Airflow's REST API with the user's session; an unknown job is a one-line 404; the Kafka connection's
-password is nowhere in the pages. Screenshots are kept under ``test-artifacts/ui/`` (path printed).
+password is nowhere in the pages. A DStream job of the registry (its position committed to its
+consumer group with a real consumer, as ``commitAsync`` leaves it) has a row with its group's lag,
+equal to ``aks lag --json`` for it. Screenshots are kept under ``test-artifacts/ui/`` (path printed).
 """
 
 from __future__ import annotations
@@ -50,6 +52,21 @@ ARTIFACTS = Path(os.environ.get("AKS_TEST_ARTIFACTS", REPO / "test-artifacts")) 
 AKS = Path(sys.executable).with_name("aks")
 
 
+DSTREAM_JOB = "ui-dstream"
+DSTREAM_GROUP = f"ui-dstream-{uuid.uuid4().hex[:8]}"
+
+
+def _commit_group(bootstrap: str, topic: str, offsets: dict[int, int]) -> None:
+    """What a DStream job's ``commitAsync`` leaves in Kafka: the group's committed offsets."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": DSTREAM_GROUP, "enable.auto.commit": False})
+    try:
+        consumer.commit(offsets=[TopicPartition(topic, p, o) for p, o in offsets.items()], asynchronous=False)
+    finally:
+        consumer.close()
+
+
 class Stack:
     def __init__(self, registry: Path, data: Path, services: AirflowServices) -> None:
         self.registry, self.data, self.services = registry, data, services
@@ -60,8 +77,8 @@ class Stack:
         return subprocess.run([str(AKS), *args, "--registry", str(self.registry)], capture_output=True, text=True,
                               timeout=180, cwd=REPO)
 
-    def lag_json(self) -> dict:
-        run = self.aks("lag", "--job", JOB, "--json")
+    def lag_json(self, job: str = JOB) -> dict:
+        run = self.aks("lag", "--job", job, "--json")
         assert run.returncode == 0, run.stderr[-2000:]
         return json.loads(run.stdout)
 
@@ -76,7 +93,9 @@ def stack(broker, airflow_home, tmp_path_factory):
     produce(broker.bootstrap_servers, topic, 90, partitions=PARTS)
     registry = write_registry(base / "streaming_jobs.yaml", [
         {"name": JOB, "topics": [topic], "max_offsets_per_trigger": 30, "stall_after_s": 3600,
-         "application_args": ["--trigger", "processing:3600s"]}])
+         "application_args": ["--trigger", "processing:3600s"]},
+        {"name": DSTREAM_JOB, "kind": "dstream", "group": DSTREAM_GROUP, "topics": [topic], "stall_after_s": 3600}])
+    _commit_group(broker.bootstrap_servers, topic, {0: 10, 1: 20, 2: 30})   # a DStream job's position
     mp = pytest.MonkeyPatch()
     mp.setenv("AKS_DATA_DIR", str(data))
     mp.setenv("AKS_JOB_REGISTRY", str(registry))
@@ -110,9 +129,9 @@ def stack(broker, airflow_home, tmp_path_factory):
         mp.undo()
 
 
-def _row(b: Browser) -> dict:
+def _row(b: Browser, job: str = JOB) -> dict:
     return b.js(f"""(() => {{
-      const tr = document.querySelector('tr[data-job="{JOB}"]');
+      const tr = document.querySelector('tr[data-job="{job}"]');
       const f = (n) => tr.querySelector('[data-field="' + n + '"]');
       return {{observed_at: Number(tr.dataset.observedAt),
                records: f('lag-records').dataset.value, records_text: f('lag-records').innerText,
@@ -172,6 +191,13 @@ def test_signed_in_page_shows_the_job_with_the_numbers_of_aks_lag(stack):
               f"aks lag: {cli['lag_records_effective']} records, {cli['lag_seconds']:.1f} s, {cli['status']} "
               f"({gap_s:.2f} s later)")
 
+        # the DStream job: its row is its consumer group's position (no checkpoint), as `aks lag` says
+        ds, ds_cli = _row(b, DSTREAM_JOB), stack.lag_json(DSTREAM_JOB)
+        assert int(ds["records"]) == ds_cli["lag_records_effective"] == 90 - (10 + 20 + 30), (ds, ds_cli)
+        assert ds["status"] == ds_cli["status"], (ds["status"], ds_cli["status"], ds_cli["reason"])
+        assert "no driver recorded" in ds["driver"], ds["driver"]
+        assert ds["restart_href"].endswith(f"/jobs/{DSTREAM_JOB}/restart"), ds["restart_href"]
+
         # the job page: the history chart (the audit's point + the live one) and the partitions
         b.goto(f"{stack.url}/streaming-jobs/jobs/{JOB}")
         b.wait_for("!!document.querySelector('figure[data-chart=\"lag_records\"] svg')", what="the history chart")
@@ -212,7 +238,9 @@ def test_metrics_endpoint_needs_a_token_and_serves_the_job(stack):
     """The plugin's /metrics: Prometheus text of the metrics module for the registry job (a bearer token)."""
     r = stack.services.client().get("/streaming-jobs/metrics")
     assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain; version=0.0.4"), r.text[:500]
-    lines = [ln for ln in r.text.splitlines() if ln.startswith("kafka_consumergroup_group_sum_lag{")]
-    assert len(lines) == 1 and f'group="{JOB}"' in lines[0], r.text[:2000]
-    assert float(lines[0].rsplit(" ", 1)[1]) == stack.lag_json()["lag_records"]
+    lines = {ln.split('group="', 1)[1].split('"', 1)[0]: float(ln.rsplit(" ", 1)[1]) for ln in r.text.splitlines()
+             if ln.startswith("kafka_consumergroup_group_sum_lag{")}
+    assert set(lines) == {JOB, DSTREAM_GROUP}, r.text[:2000]   # a DStream job is labelled with its real group
+    assert lines[JOB] == stack.lag_json()["lag_records"]
+    assert lines[DSTREAM_GROUP] == stack.lag_json(DSTREAM_JOB)["lag_records"] == 90 - (10 + 20 + 30)
     assert SECRET not in r.text

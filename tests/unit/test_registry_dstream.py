@@ -38,6 +38,21 @@ def test_dstream_job_loads_with_group_and_checkpoint(tmp_path, root, app):
     assert spec.kind is JobKind.DSTREAM and spec.group == "clicks-dstream"
     assert spec.dstream_checkpoint == str(root / "dstream" / "clicks") and spec.to_dict()["kind"] == "dstream"
     assert reg.get("orders").kind is JobKind.STRUCTURED and reg.get("orders").group is None
+    assert spec.position_source == (None, "clicks-dstream")
+    assert reg.get("orders").position_source == (reg.get("orders").checkpoint, None)
+
+
+def test_mirror_refuses_a_dstream_job_with_one_line(tmp_path, root, app, capsys):
+    """A DStream job already commits to its group: mirroring it would only add a second, stale copy."""
+    from airflow_kafka_spark.cli import main
+
+    doc = base_doc(root, app)
+    doc["jobs"].append(dstream_job(root))
+    path = write(tmp_path, doc)
+    assert main(["mirror", "--job", "clicks", "--registry", str(path), "--bootstrap", "127.0.0.1:1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["error: job clicks is a DStream job: it commits its position to group clicks-dstream itself, "
+                   "so Kafka's lag tools already see it; there is nothing to mirror"], err
 
 
 @pytest.mark.parametrize(("job", "needle"), [
