@@ -37,19 +37,17 @@ from airflow_kafka_spark.errors import UserError
 from airflow_kafka_spark.kafka.view import KafkaView
 from airflow_kafka_spark.lifecycle.events import LifecycleEvent
 from airflow_kafka_spark.lifecycle.record import LifecycleRecord
+from airflow_kafka_spark.ops.dstream_backup import backup_dstream, load_backup, rollback_dstream
 from airflow_kafka_spark.registry.model import JobSpec
 from airflow_kafka_spark.runtime import app_versions, start_stop
 from airflow_kafka_spark.runtime.dstream import (
     DStreamPlan,
     GroupSample,
-    backup_dstream,
     group_sample,
     judge_group_health,
-    load_backup,
     move_checkpoint_aside,
     plan_dstream_restart,
     processed_end_of_last_driver,
-    rollback_dstream,
     submitted_offsets,
 )
 from airflow_kafka_spark.verdict.dstream import read_state

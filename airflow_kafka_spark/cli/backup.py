@@ -13,7 +13,7 @@ from typing import Any
 
 from airflow_kafka_spark.cli import _storage as storage
 from airflow_kafka_spark.cli import output as report
-from airflow_kafka_spark.cli._args import Command, positive_int
+from airflow_kafka_spark.cli._args import Command, add_kafka_arguments, positive_int
 from airflow_kafka_spark.cli._job import add_execute_argument, executes
 from airflow_kafka_spark.errors import ExitCode
 
@@ -21,6 +21,7 @@ from airflow_kafka_spark.errors import ExitCode
 def _backup_arguments(p: argparse.ArgumentParser) -> None:
     storage.storage_arguments(p)
     storage.progress_argument(p)
+    add_kafka_arguments(p)   # a DStream job's backup reads its group's offsets
     p.add_argument("--reason", default="manual", help="why (kept in the manifest)")
     p.add_argument(
         "--force", action="store_true", help="back up a running query anyway: only its last committed batch is captured"
@@ -38,12 +39,35 @@ def _backup_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print the machine-readable report (JSON)")
 
 
+def _backup_dstream(args: argparse.Namespace, spec: Any) -> int:
+    """A DStream job's backup, as the safe-restart DAG takes it: the group's offsets and a copy of its
+    ``ssc.checkpoint`` under ``<backup_root>/<job>/dstream-<stamp>/`` (its position is the group)."""
+    from airflow_kafka_spark.cli._job import kafka_config_for
+    from airflow_kafka_spark.kafka.view import KafkaView
+    from airflow_kafka_spark.ops.dstream_backup import backup_dstream
+
+    with KafkaView(kafka_config_for(args, spec), timeout=args.timeout) as view:
+        taken = backup_dstream(spec, kafka=view, storage_options=storage.opts(args.backup_storage_option))
+    doc = {"job": spec.name, "group": spec.group, "location": taken.location,
+           "group_offsets": {str(tp): o for tp, o in sorted(taken.group_offsets.items())},
+           "checkpoint_copy": taken.checkpoint_copy}
+    if args.json:
+        report.emit(report.dump_json(doc))
+        return ExitCode.OK
+    report.emit(f"backup of DStream job {spec.name} written to {taken.location}\n"
+                f"  group {spec.group}: {len(taken.group_offsets)} partition offsets; DStream checkpoint "
+                + (f"copied to {taken.checkpoint_copy}" if taken.checkpoint_copy else "none (the job has none)"))
+    return ExitCode.OK
+
+
 def _backup(args: argparse.Namespace) -> int:
     from airflow_kafka_spark._util.text import parse_duration
     from airflow_kafka_spark.errors import OperationBlocked
     from airflow_kafka_spark.ops.commands import backup_checkpoint
 
-    _, checkpoint, backup_root = storage.job_and_paths(args)
+    spec, checkpoint, backup_root = storage.job_and_paths(args)
+    if spec is not None and spec.position_source[0] is None:
+        return _backup_dstream(args, spec)
     try:
         with storage.progress_lines("backup", args) as progress:
             result = backup_checkpoint(
@@ -100,6 +124,25 @@ def _backups_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print the machine-readable report (JSON)")
 
 
+def _dstream_backups(args: argparse.Namespace, spec: Any) -> int:
+    """A DStream job's ``dstream-<stamp>/`` backups, newest first (listing only: they are not manifests)."""
+    from airflow_kafka_spark.errors import UserError
+    from airflow_kafka_spark.ops.dstream_backup import list_dstream_backups
+
+    if args.prune or args.verify:
+        raise UserError(f"job {spec.name} is a DStream job: its backups (group offsets and a checkpoint copy) are "
+                        "listed here but not verified or pruned; delete old dstream-<stamp> folders by hand")
+    found = list_dstream_backups(spec, storage.opts(args.backup_storage_option))[::-1]
+    if args.json:
+        report.emit(report.dump_json({"job": spec.name, "kind": "dstream", "backups": [
+            {"backup_id": b.backup_id, "location": b.location, "created_at_ms": b.created_at_ms} for b in found]}))
+        return ExitCode.OK
+    lines = [f"backups of DStream job {spec.name} (newest first):"]
+    lines += [f"  {b.backup_id}  {b.location}" for b in found] or ["  (none)"]
+    report.emit("\n".join(lines))
+    return ExitCode.OK
+
+
 def _backups(args: argparse.Namespace) -> int:
     from airflow_kafka_spark._util.text import parse_duration
     from airflow_kafka_spark.errors import UserError
@@ -116,6 +159,8 @@ def _backups(args: argparse.Namespace) -> int:
             "backup_retention)"
         )
     spec, _, backup_root = storage.job_and_paths(args, checkpoint=False)
+    if spec is not None and spec.position_source[0] is None:
+        return _dstream_backups(args, spec)
     so = storage.opts(args.backup_storage_option)
     key = storage.seal_key_of(args)
     out: dict[str, Any] = {}

@@ -12,19 +12,18 @@ recompile):
    the one-batch trail final, and its ``records_to_replay`` is the count announced for the restart
    (duplicates with an append sink; none with an idempotent one) — exact with the stopped driver's
    last ranges (:func:`processed_end_of_last_driver`, Spark's KafkaRDD log lines), else an upper bound.
-3. :func:`backup_dstream`: the group's committed offsets and a copy of the DStream checkpoint.
+3. ``ops.dstream_backup.backup_dstream``: the group's committed offsets and a copy of the DStream checkpoint.
 4. :func:`move_checkpoint_aside` when the plan says so (another or an unknown build wrote it): the
    new build then starts from the group's committed offsets.
 5. submit (:func:`job_arguments`, :func:`record_submit`: the build, the gate's baseline;
    :func:`checkpoint_for_start` refuses another build's checkpoint), and the health gate
    (:func:`group_sample`, :func:`judge_group_health`): the group's commits move on, lag not growing.
-6. :func:`rollback_dstream` if anything after the stop failed: the group's offsets and the DStream
+6. ``ops.dstream_backup.rollback_dstream`` if anything after the stop failed: the group's offsets and the DStream
    checkpoint both come back from the backup.
 """
 from __future__ import annotations
 
 import itertools
-import json
 import re
 import time
 from collections.abc import Sequence
@@ -32,28 +31,23 @@ from dataclasses import dataclass
 from typing import Any
 
 from airflow_kafka_spark._util.fs import (
-    Location,
     exists,
-    list_files,
     open_location,
-    read_bytes,
-    write_atomic,
 )
-from airflow_kafka_spark._util.jsonfile import load_json
-from airflow_kafka_spark._util.trees import move_dir, remove_tree
+from airflow_kafka_spark._util.trees import move_dir
 from airflow_kafka_spark.errors import UserError
 from airflow_kafka_spark.kafka.offsets import PartitionOffsets, TopicPartition
 from airflow_kafka_spark.kafka.view import KafkaView
 from airflow_kafka_spark.lifecycle.record import LifecycleRecord
-from airflow_kafka_spark.names import DSTREAM_BACKUP_OFFSETS, DSTREAM_BACKUP_PREFIX
-from airflow_kafka_spark.registry.model import JobKind, JobSpec
+from airflow_kafka_spark.names import DSTREAM_BACKUP_OFFSETS
+from airflow_kafka_spark.ops.dstream_backup import require_dstream, stamp_now
+from airflow_kafka_spark.registry.model import JobSpec
 from airflow_kafka_spark.runtime.app_versions import submitted_app
 from airflow_kafka_spark.verdict.dstream import (
     evaluate_dstream_checkpoint,
     jar_digest,
     read_state,
     record_build,
-    set_recorded_build,
 )
 from airflow_kafka_spark.verdict.findings import BLOCK, Verdict
 from airflow_kafka_spark.verdict.group import evaluate_group
@@ -89,22 +83,6 @@ class DStreamPlan:
         )
 
 
-@dataclass(frozen=True)
-class DStreamBackup:
-    location: str
-    group_offsets: PartitionOffsets
-    checkpoint_copy: str | None
-    recorded_build: str | None = None  # the build that wrote the checkpoint copy
-    recorded_application: str | None = None
-
-
-def _require_dstream(spec: JobSpec) -> str:
-    if spec.kind is not JobKind.DSTREAM or not spec.group:
-        raise UserError(
-            f"job {spec.name!r} is not a DStream job (kind: dstream with a group); "
-            "use the Structured Streaming steps for it"
-        )
-    return spec.group
 
 
 def plan_dstream_restart(
@@ -122,7 +100,7 @@ def plan_dstream_restart(
     exact; ``may_move_aside`` False (a ``keep`` restart) leaves a checkpoint of another build in place,
     which the verdict then BLOCKs.
     """
-    group = _require_dstream(spec)
+    group = require_dstream(spec)
     policy = spec.starting_offsets_default if spec.starting_offsets_default in ("earliest", "latest") else None
     options = DeployOptions(topics=spec.topics, starting_offsets=policy, idempotent_sink=spec.replay_is_idempotent)
     offsets = kafka.group_offsets(group, spec.topics)
@@ -210,7 +188,7 @@ def job_arguments(spec: JobSpec, *, bootstrap_servers: str, kafka_options: Seque
     The position is the group (and the job's own ``ssc.checkpoint``), never a Structured Streaming
     checkpoint or starting-offsets file: the new build starts where the group's commits are.
     """
-    group = _require_dstream(spec)
+    group = require_dstream(spec)
     if not spec.output:
         raise UserError(f"job {spec.name}: a DStream job needs output (its sink folder) in the registry")
     if kafka_options:
@@ -235,7 +213,7 @@ def record_submit(
 
     Written into ``record`` (the job's lifecycle record, saved by the caller).
     """
-    group, unknown = _require_dstream(spec), None
+    group, unknown = require_dstream(spec), None
     try:
         offsets = kafka.group_offsets(group, spec.topics)
     except UserError as exc:  # e.g. a fresh broker still setting up the group's coordinator
@@ -271,7 +249,7 @@ class GroupSample:
 
 
 def group_sample(spec: JobSpec, baseline: PartitionOffsets, *, kafka: KafkaView, at_s: float) -> GroupSample:
-    now = kafka.group_offsets(_require_dstream(spec), spec.topics)
+    now = kafka.group_offsets(require_dstream(spec), spec.topics)
     ends = kafka.latest_offsets(list(now))
     committed = sum(max(0, o - baseline.get(tp, o)) for tp, o in now.items())
     return GroupSample(at_s, committed, sum(max(0, ends.get(tp, o) - o) for tp, o in now.items()))
@@ -305,52 +283,6 @@ def judge_group_health(
     return "waiting", f"{advances}/{min_batches} advances of the group's commits{lag}"
 
 
-def _stamp() -> str:
-    return time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-
-
-def backup_dstream(
-    spec: JobSpec, *, kafka: KafkaView, stamp: str | None = None, storage_options: dict[str, Any] | None = None
-) -> DStreamBackup:
-    """``<backup_root>/<job>/dstream-<stamp>/``: the group's offsets and a copy of the DStream checkpoint."""
-    group = _require_dstream(spec)
-    root = open_location(spec.backup_root, storage_options, what="backup root").child(
-        spec.name, f"{DSTREAM_BACKUP_PREFIX}{stamp or _stamp()}"
-    )
-    if exists(root):
-        raise UserError(f"backup {root.url} already exists; wait a second and retry")
-    offsets = kafka.group_offsets(group, spec.topics)
-    copy, build, application = None, None, None
-    if spec.dstream_checkpoint:
-        src = open_location(spec.dstream_checkpoint, storage_options, what="DStream checkpoint")
-        if list_files(src):
-            _copy_tree(src, root.child("checkpoint"))
-            copy = root.child("checkpoint").url
-            state = read_state(spec.dstream_checkpoint, storage_options)
-            build, application = state.recorded_build, state.recorded_application
-    doc = {
-        "group": group,
-        "offsets": [[tp.topic, tp.partition, o] for tp, o in sorted(offsets.items())],
-        "checkpoint": spec.dstream_checkpoint,
-        "checkpoint_copy": copy,
-        "recorded_build": build,
-        "recorded_application": application,
-    }
-    write_atomic(root.child(OFFSETS_FILE), json.dumps(doc, indent=1).encode())
-    return DStreamBackup(root.url, offsets, copy, build, application)
-
-
-def load_backup(location: str, storage_options: dict[str, Any] | None = None) -> DStreamBackup:
-    raw = read_bytes(open_location(location, storage_options, what="DStream backup").child(OFFSETS_FILE))
-    if raw is None:
-        raise UserError(f"{location} has no {OFFSETS_FILE}: not a DStream backup")
-    doc = load_json(raw, what=f"{location}/{OFFSETS_FILE}")
-    offsets = {TopicPartition(str(t), int(p)): int(o) for t, p, o in doc["offsets"]}
-    return DStreamBackup(
-        location, offsets, doc.get("checkpoint_copy"), doc.get("recorded_build"), doc.get("recorded_application")
-    )
-
-
 def move_checkpoint_aside(
     spec: JobSpec, *, stamp: str | None = None, storage_options: dict[str, Any] | None = None
 ) -> str | None:
@@ -360,39 +292,12 @@ def move_checkpoint_aside(
     src = open_location(spec.dstream_checkpoint, storage_options, what="DStream checkpoint")
     if not exists(src):
         return None
-    dst = src.sibling(f".aside-{stamp or _stamp()}")
+    dst = src.sibling(f".aside-{stamp or stamp_now()}")
     move_dir(src, dst)
     return dst.url
 
 
 def group_progress(spec: JobSpec, start: PartitionOffsets, *, kafka: KafkaView) -> int:
     """Records the group has committed past ``start``: the health gate's evidence that the new build works."""
-    now = kafka.group_offsets(_require_dstream(spec), spec.topics)
+    now = kafka.group_offsets(require_dstream(spec), spec.topics)
     return sum(max(0, o - start.get(tp, o)) for tp, o in now.items())
-
-
-def rollback_dstream(
-    spec: JobSpec, backup: DStreamBackup, *, kafka: KafkaView, storage_options: dict[str, Any] | None = None
-) -> None:
-    """Put the group's offsets and the DStream checkpoint back as the backup has them (job stopped)."""
-    group = _require_dstream(spec)
-    kafka.commit_group_offsets(group, backup.group_offsets)
-    if spec.dstream_checkpoint and backup.checkpoint_copy:
-        live = open_location(spec.dstream_checkpoint, storage_options, what="DStream checkpoint")
-        if exists(live):
-            remove_tree(live)
-        _copy_tree(open_location(backup.checkpoint_copy, storage_options, what="DStream backup"), live)
-        if backup.recorded_build:
-            set_recorded_build(
-                spec.dstream_checkpoint,
-                backup.recorded_build,
-                backup.recorded_application,
-                storage_options=storage_options,
-            )
-
-
-def _copy_tree(src: Location, dst: Location) -> None:
-    for rel in sorted(list_files(src)):
-        data = read_bytes(src.child(rel))
-        if data is not None:
-            write_atomic(dst.child(rel), data)

@@ -14,14 +14,13 @@ import pytest
 
 from airflow_kafka_spark.kafka.offsets import TopicPartition
 from airflow_kafka_spark.kafka.view import KafkaView
+from airflow_kafka_spark.ops.dstream_backup import backup_dstream, rollback_dstream
 from airflow_kafka_spark.registry.model import JobKind, JobSpec, Sink
 from airflow_kafka_spark.runtime.dstream import (
-    backup_dstream,
     group_progress,
     move_checkpoint_aside,
     plan_dstream_restart,
     processed_end_from_log,
-    rollback_dstream,
 )
 from airflow_kafka_spark.verdict.dstream import dstream_checkpoint_verdict, jar_digest, read_state, record_build
 from devstack import topics

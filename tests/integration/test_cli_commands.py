@@ -230,3 +230,54 @@ def test_backups_prune_and_reset_act_only_with_execute(stack):
     assert done.returncode == 0, done.stdout + done.stderr
     assert not Path(ck).exists() and Path(json.loads(done.stdout)["aside_location"]).is_dir()
     assert LifecycleRecord.load(ck).next_starting_offsets == json.loads(done.stdout)["starting_offsets"]
+
+
+DSTREAM_REGISTRY = """
+version: 1
+allowed_roots: [{root}, "${{AKS_PACKAGE_DIR}}/jobs"]
+jobs:
+  - name: clicks
+    kind: dstream
+    group: {group}
+    application: ${{AKS_PACKAGE_DIR}}/jobs/reference_job.py
+    topics: [{topic}]
+    checkpoint: {root}/ck
+    dstream_checkpoint: {root}/ssc
+    backup_root: {root}/backups
+    kafka_conn_id: no_such_connection
+"""
+
+
+def test_a_dstream_job_is_backed_up_listed_and_lagged_from_its_group(broker, topic_name, tmp_path):
+    """`aks backup/backups/lag --job` of a DStream job act on its consumer group, as the DAG's steps do."""
+    from confluent_kafka import Consumer
+    from confluent_kafka import TopicPartition as KTP
+
+    topics.create_topic(broker.bootstrap_servers, topic_name, PARTS)
+    produce(broker.bootstrap_servers, topic_name, 100, partitions=PARTS)
+    group = f"clicks-{os.getpid()}"
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap_servers, "group.id": group})
+    consumer.commit(offsets=[KTP(topic_name, 0, 20), KTP(topic_name, 1, 30)], asynchronous=False)
+    consumer.close()
+    (tmp_path / "ssc").mkdir()
+    (tmp_path / "ssc" / "checkpoint-1700000000000").write_bytes(b"a DStream checkpoint file")
+    registry = tmp_path / "jobs.yaml"
+    registry.write_text(DSTREAM_REGISTRY.format(root=tmp_path, group=group, topic=topic_name))
+    job = ("--job", "clicks", "--registry", str(registry), "--bootstrap-servers", broker.bootstrap_servers)
+
+    taken = aks("backup", *job, "--json")
+    assert taken.returncode == 0, taken.stderr
+    doc = json.loads(taken.stdout)
+    assert doc["group_offsets"] == {f"{topic_name}-0": 20, f"{topic_name}-1": 30}, doc
+    copied = Path(doc["checkpoint_copy"]) / "checkpoint-1700000000000"
+    assert copied.read_bytes() == b"a DStream checkpoint file"
+    listed = aks("backups", "--job", "clicks", "--registry", str(registry), "--json")
+    assert listed.returncode == 0, listed.stderr
+    assert [b["location"] for b in json.loads(listed.stdout)["backups"]] == [doc["location"]]
+    refused = aks("backups", "--job", "clicks", "--registry", str(registry), "--prune", "--keep-last", "1")
+    assert refused.returncode == 2 and refused.stderr.count("\n") == 1 and "DStream job" in refused.stderr
+    lag = aks("lag", *job, "--json")
+    assert lag.returncode == 0, lag.stderr
+    observed = json.loads(lag.stdout)
+    produced_ends = ends(broker.bootstrap_servers, topic_name)
+    assert observed["lag_records"] == sum(produced_ends.values()) - 50 > 0, observed

@@ -29,7 +29,6 @@ from typing import TYPE_CHECKING, Any
 from airflow_kafka_spark._util.fs import exists, list_files, mtime_of, open_location
 from airflow_kafka_spark._util.text import fmt_duration
 from airflow_kafka_spark.errors import UserError
-from airflow_kafka_spark.names import DSTREAM_BACKUP_OFFSETS, DSTREAM_BACKUP_PREFIX
 from airflow_kafka_spark.watch.observation import Alert, Sample
 from airflow_kafka_spark.watch.observe import observe_job
 
@@ -160,9 +159,8 @@ def _checkpoint_verdict(spec: JobSpec, view: KafkaView, storage_options: dict | 
     from airflow_kafka_spark.verdict.validate import validate
 
     options = DeployOptions.for_job(spec)
-    dstream = _is_dstream(spec)
-    verdict = validate(checkpoint_location=None if dstream else spec.checkpoint,
-                       group_id=spec.group if dstream else None, view=view, options=options,
+    checkpoint, group = spec.position_source
+    verdict = validate(checkpoint_location=checkpoint, group_id=group, view=view, options=options,
                        storage_options=storage_options, record_identity=False, job_name=spec.name,
                        probe_budget_s=5.0)
     notable = [f for f in verdict.findings if f.code != "OK"]
@@ -186,14 +184,13 @@ def _backup_info(spec: JobSpec, now_ms: int, storage_options: dict | None) -> di
 
 def _dstream_backup_info(spec: JobSpec, now_ms: int, storage_options: dict | None) -> dict[str, Any]:
     """A DStream job's backups: the ``dstream-<stamp>/`` folders with the group's offsets its safe restart wrote."""
-    root = open_location(spec.backup_root, storage_options, what="backup root").child(spec.name)
-    offsets = {rel.split("/", 1)[0]: info for rel, info in list_files(root).items()
-               if rel.startswith(DSTREAM_BACKUP_PREFIX) and rel.count("/") == 1
-               and rel.endswith("/" + DSTREAM_BACKUP_OFFSETS)}
-    newest = max(offsets) if offsets else None
-    mtime = mtime_of(offsets[newest]) if newest else None
-    created_ms = None if mtime is None else int(mtime * 1000)
-    return {"count": len(offsets), "invalid": 0, "latest_id": newest, "latest_created_at_ms": created_ms,
+    from airflow_kafka_spark.ops.dstream_backup import list_dstream_backups
+
+    found = list_dstream_backups(spec, storage_options)
+    newest = found[-1] if found else None
+    created_ms = newest.created_at_ms if newest else None
+    return {"count": len(found), "invalid": 0, "latest_id": newest.backup_id if newest else None,
+            "latest_created_at_ms": created_ms,
             "latest_age_s": None if created_ms is None else round((now_ms - created_ms) / 1000.0, 1)}
 
 
