@@ -240,6 +240,12 @@ class TaskKiller:
     kill_triggerer: bool
     triggerer_pid: Callable[[], int]
     restart_triggerer: Callable[[], None]
+    # SIGKILL the scheduler's process group (its LocalExecutor workers die with it, as in a pod kill) this
+    # long after ``kill_scheduler_at``'s task starts executing, then start a new scheduler
+    kill_scheduler_at: str | None = None
+    scheduler_delay_s: float = 0.0
+    scheduler_pid: Callable[[], int] | None = None
+    restart_scheduler: Callable[[], None] | None = None
     kills: list[Kill] = field(default_factory=list)
     missed: list[str] = field(default_factory=list)
     _stop: threading.Event = field(default_factory=threading.Event)
@@ -255,7 +261,9 @@ class TaskKiller:
         if self._thread is not None:
             self._thread.join(60)
         done = {k.what for k in self.kills}
-        self.missed = sorted((self.targets | ({"triggerer"} if self.kill_triggerer else set())) - done)
+        wanted = self.targets | ({"triggerer"} if self.kill_triggerer else set()) | (
+            {"scheduler"} if self.kill_scheduler_at else set())
+        self.missed = sorted(wanted - done)
 
     def _kill_task(self, task: str, started: float) -> None:
         log = task_log(self.logs, self.dag_id, self.run_id, task, 1)
@@ -266,6 +274,23 @@ class TaskKiller:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(runner[0][0], signal.SIGKILL)
                 self.kills.append(Kill(task, 1, time.monotonic() - started, runner[0][0], where(text)))
+
+    def _scheduler_killed(self, anchor: str, started: dict[str, float]) -> bool:
+        """Kill the scheduler once ``anchor``'s task has executed for ``scheduler_delay_s``; whether it was."""
+        if "scheduler" not in started:
+            log = task_log(self.logs, self.dag_id, self.run_id, anchor, 1)
+            if log.exists() and '"::endgroup::"' in log.read_text(errors="replace"):
+                started["scheduler"] = time.monotonic()
+            return False
+        if time.monotonic() - started["scheduler"] < self.scheduler_delay_s:
+            return False
+        assert self.scheduler_pid is not None and self.restart_scheduler is not None
+        pid = self.scheduler_pid()
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, signal.SIGKILL)
+        self.kills.append(Kill("scheduler", 1, time.monotonic() - started["scheduler"], pid, f"while {anchor} ran"))
+        self.restart_scheduler()
+        return True
 
     def _gate_deferred(self, client) -> bool:
         try:
@@ -285,7 +310,10 @@ class TaskKiller:
         started: dict[str, float] = {}
         last_rest = 0.0
         try:
-            while not self._stop.is_set() and (pending or trig):
+            sched = self.kill_scheduler_at
+            while not self._stop.is_set() and (pending or trig or sched):
+                if sched and self._scheduler_killed(sched, started):
+                    sched = None
                 for task in sorted(pending):
                     if task not in started:
                         log = task_log(self.logs, self.dag_id, self.run_id, task, 1)

@@ -9,7 +9,11 @@ Events: safe restart ``keep``; ``auto`` after a checkpoint-breaking change (comp
 bump: reset ``preserve``); ``restore`` of a backup an earlier run took (same application); SIGKILL of
 the driver's process group while a batch is planned and not committed; broker stop/start; and,
 inside the DAG runs, SIGKILL of the task runner of chosen operators (Airflow retries it) and of the
-triggerer while the health gate is deferred (a new triggerer picks the trigger up).
+triggerer while the health gate is deferred (a new triggerer picks the trigger up), and of the
+scheduler's process group while a chosen operator executes (its LocalExecutor workers die with it, as
+in a pod kill; a new scheduler finds the orphaned task by its missed heartbeats, and Airflow retries
+it): once in the first run after the first deploy, then in one run in five, drawn from a generator
+of its own so that the other events of a seed replay as before.
 
 At the end: 0 records missing; duplicates only as many as the reset/restore plans announced; never
 two drivers on the checkpoint (sampled every second); every backup verifies. The seed is printed;
@@ -28,8 +32,6 @@ import shutil
 import signal
 import tempfile
 import time
-from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import httpx
@@ -38,81 +40,17 @@ import pytest
 from airflow_kafka_spark.checkpoint.reader import read_checkpoint
 from airflow_kafka_spark.lifecycle.record import LifecycleRecord
 from airflow_kafka_spark.ops.backup.manifest import list_backups
-from airflow_kafka_spark.ops.backup.store import verify_backup
 from airflow_kafka_spark.runtime import drivers
-from devstack import oracle, topics
+from devstack import topics
 from devstack.broker import LocalBroker
 from tests.airflow.services import AirflowServices
-from tests.airflow.test_operators import SPARK_LOCAL_CONN, kafka_conn, write_registry
+from tests.airflow.test_operators import write_registry
+from tests.soak.figures import Figures, announced, finish
 from tests.soak.harness import DriverCounter, Feeder, TaskKiller
+from tests.soak.stage import DAG_ID, JOB, MODE_OPS, PARTITIONS, RATE, airflow_env, knobs, soak_dag, start_airflow
 from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.soak, pytest.mark.airflow, pytest.mark.integration]
-
-REPO = Path(__file__).resolve().parents[2]
-DAG_ID = "streaming_safe_restart_soak"
-JOB = "soak"
-PARTITIONS = 2
-RATE = 20  # records a second, for the whole soak
-BASE_OPS = ["plan", "validate_before", "approve", "stop", "backup", "validate_after", "submit", "health_gate", "finish"]
-MODE_OPS = {"keep": BASE_OPS, "auto": [*BASE_OPS, "reset"], "restore": [*BASE_OPS, "restore"]}
-CHEAP = ("driver_kill", "broker_bounce")
-
-
-def soak_dag(folder: Path) -> Path:
-    """The product DAG under another id, with retries: SIGKILLed task runners must be retried by Airflow."""
-    text = (REPO / "dags" / "streaming_safe_restart.py").read_text()
-    for old, new in [
-        ('DAG_ID = "streaming_safe_restart"', f'DAG_ID = "{DAG_ID}"'),
-        (
-            'default_args={"retries": 0}',
-            'default_args={"retries": 3, "retry_delay": __import__("datetime").timedelta(seconds=2)}',
-        ),
-    ]:
-        assert old in text, f"the safe-restart DAG changed; the soak copy cannot set {old!r}"
-        text = text.replace(old, new)
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"{DAG_ID}.py"
-    path.write_text(text)
-    return path
-
-
-def sync_dag(folder: Path) -> None:
-    from airflow.dag_processing.bundles.manager import DagBundlesManager
-    from airflow.dag_processing.dagbag import DagBag, sync_bag_to_db
-
-    DagBundlesManager().sync_bundles_to_db()
-    bag = DagBag(dag_folder=folder, bundle_path=folder, bundle_name="dags-folder")
-    assert DAG_ID in bag.dags, bag.import_errors
-    sync_bag_to_db(bag, "dags-folder", None)
-
-
-@dataclass
-class Figures:
-    seed: int
-    events_target: int
-    events: list[str] = field(default_factory=list)
-    mix: dict[str, int] = field(default_factory=dict)
-    dag_runs: int = 0
-    rollbacks: int = 0
-    missed_kills: list[str] = field(default_factory=list)
-    produced: int = 0
-    sink_rows: int = 0
-    missing: int = 0
-    duplicated: int = 0
-    announced: int = 0
-    unexpected: int = 0
-    max_drivers: int = 0
-    driver_samples: int = 0
-    backups_verified: int = 0
-    killed_operators: list[str] = field(default_factory=list)
-    wall_s: float = 0.0
-
-    def note(self, kind: str, text: str) -> None:
-        self.events.append(f"{len(self.events) + 1:3d} {kind}: {text}")
-        self.mix[kind] = self.mix.get(kind, 0) + 1
-        print(self.events[-1], flush=True)
-
 
 class Soak:
     def __init__(
@@ -136,6 +74,10 @@ class Soak:
         self.killed_ops: set[str] = set()
         self.backups_taken = 0
         self.triggerer_killed = False
+        # Scheduler kills draw from their own generator, so the other events of a seed replay as before.
+        # (seeded from the main generator's state, which reading does not advance)
+        self.scheduler_rng = random.Random(f"scheduler {rng.getstate()[1][:8]}")
+        self.scheduler_killed = False
         self.job_down = True
         self.max_s = float("inf")  # AKS_SOAK_MAX_S: stop starting events after that many seconds
 
@@ -163,6 +105,9 @@ class Soak:
         targets = set(fresh[:k]) | {o for o in ops if self.rng.random() < 0.25}
         targets = set(self.rng.sample(sorted(targets), min(len(targets), k)))
         kill_trig = not self.triggerer_killed or self.rng.random() < 0.4
+        # the scheduler: once in the first run after the first deploy, then in one run in five
+        kill_sched = self.fig.dag_runs >= 1 and (not self.scheduler_killed or self.scheduler_rng.random() < 0.2)
+        sched_at = self.scheduler_rng.choice(ops) if kill_sched else None
         body = {
             "job": JOB,
             "mode": mode,
@@ -187,6 +132,10 @@ class Soak:
             kill_triggerer=kill_trig,
             triggerer_pid=lambda: self.services.procs["triggerer"][0].pid,
             restart_triggerer=lambda: self.services.start("triggerer"),
+            kill_scheduler_at=sched_at,
+            scheduler_delay_s=self.scheduler_rng.uniform(0, 2.0),
+            scheduler_pid=lambda: self.services.procs["scheduler"][0].pid,
+            restart_scheduler=lambda: self.services.start("scheduler"),
         ).start()
         started = time.monotonic()
         try:
@@ -203,9 +152,10 @@ class Soak:
         self.fig.dag_runs += 1
         self.fig.note(f"safe restart {mode}", f"{state} in {time.monotonic() - started:.0f}s {conf or ''}")
         for kill in killer.kills:
-            self.fig.note("triggerer kill" if kill.what == "triggerer" else "task kill", str(kill))
+            self.fig.note(f"{kill.what} kill" if kill.what in ("triggerer", "scheduler") else "task kill", str(kill))
             self.killed_ops.add(kill.what)
             self.triggerer_killed |= kill.what == "triggerer"
+            self.scheduler_killed |= kill.what == "scheduler"
         self.fig.missed_kills += [f"{run_id}:{m}" for m in killer.missed]
         audit = self.audit()
         rollback = audit.get("rollback") or {}
@@ -373,58 +323,6 @@ class Soak:
             self.dag_run("keep")
 
 
-def announced(reset_xcom: dict) -> int:
-    """The records a reset said the new run reads again (a pending batch), from its findings."""
-    found = 0
-
-    def walk(node) -> None:
-        nonlocal found
-        if isinstance(node, dict):
-            if isinstance(node.get("records_to_replay"), int):
-                found = max(found, node["records_to_replay"])
-            for v in node.values():
-                walk(v)
-        elif isinstance(node, list):
-            for v in node:
-                walk(v)
-
-    walk(reset_xcom)
-    return found
-
-
-def knobs(default_events: int) -> tuple[int, int, float]:
-    """(seed, events, max seconds) from ``AKS_SOAK_SEED``, ``AKS_SOAK_EVENTS``, ``AKS_SOAK_MAX_S``."""
-    seed = int(os.environ.get("AKS_SOAK_SEED") or random.SystemRandom().randrange(1, 10**6))
-    target = int(os.environ.get("AKS_SOAK_EVENTS") or default_events)
-    # A long run on a busy machine: stop starting events after this many seconds, check everything, report.
-    max_s = float(os.environ.get("AKS_SOAK_MAX_S") or "inf")
-    return seed, target, max_s
-
-
-def airflow_env(base: Path, dags: Path, registry: Path, bootstrap: str, data: str) -> dict[str, str]:
-    """The environment of the soak's Airflow components (a cluster soak adds its Spark connection)."""
-    return {
-        "AKS_DATA_DIR": data,
-        "AKS_JOB_REGISTRY": str(registry),
-        "AKS_HEALTH_GATE_POLL_S": "2",
-        "AIRFLOW_CONN_KAFKA_DEFAULT": kafka_conn(bootstrap),
-        "AIRFLOW_CONN_SPARK_DEFAULT": SPARK_LOCAL_CONN,
-        "AIRFLOW__CORE__DAGS_FOLDER": str(dags),
-        "AIRFLOW__CORE__MIN_SERIALIZED_DAG_UPDATE_INTERVAL": "0",
-        # a killed triggerer's triggers go to a live one once its heartbeat is this old
-        "AIRFLOW__TRIGGERER__TRIGGERER_HEALTH_CHECK_THRESHOLD": "10",
-        "AIRFLOW__TRIGGERER__JOB_HEARTBEAT_SEC": "2",
-        "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": "60",
-    }
-
-
-def start_airflow(soak_dags: Path, services: AirflowServices) -> None:
-    sync_dag(soak_dags)
-    services.start_api_server()
-    services.start("scheduler")
-    services.start("triggerer")
-
-
 def run_sequence(soak: Soak, forced: list[str], target: int, max_s: float, started: float) -> None:
     """The first deploy, then ``forced`` (every kind once) and seeded events until ``target`` or ``max_s``."""
     assert soak.client.patch(f"/api/v2/dags/{DAG_ID}", json={"is_paused": False}).status_code == 200
@@ -433,73 +331,6 @@ def run_sequence(soak: Soak, forced: list[str], target: int, max_s: float, start
         soak.run_event(soak.next_kind(forced))
     if soak.job_down or not soak.driver_alive():
         soak.dag_run("keep")
-
-
-def finish(
-    soak: Soak,
-    feeder: Feeder,
-    counter,
-    sink: Callable[[], Path],
-    started: float,
-    what: str = "drivers",
-    catch_up_s: float = 300,
-) -> None:
-    """Stop producing, let the job catch up, compare the sink (``sink()`` gives a local copy) record by record
-    with what Kafka acknowledged, verify every backup, print and assert the figures."""
-    fig, seed = soak.fig, soak.fig.seed
-    feeder.stop()
-    ends = feeder.end_offsets()
-
-    seen: dict[int, int] = {}
-
-    def caught_up() -> bool:
-        st = read_checkpoint(str(soak.checkpoint))
-        seen.clear()
-        seen.update(
-            {tp.partition: o for tp, o in st.latest_committed.kafka_offsets.items()} if st.latest_committed else {}
-        )
-        return seen == ends
-
-    try:
-        wait_until(caught_up, timeout=catch_up_s, interval=1, what="the job to commit every acknowledged record")
-    except TimeoutError as exc:
-        raise AssertionError(
-            f"{exc}: committed {seen}, acknowledged ends {ends}, driver alive {soak.driver_alive()}"
-        ) from exc
-    counter.stop()
-    cmp = oracle.compare(feeder.produced, oracle.read_sink(sink(), "idempotent"))
-    backups = f"{soak.data}/backups"
-    catalog = list_backups(backups, JOB)
-    for b in catalog.backups:
-        verify_backup(backups, JOB, b.backup_id)
-    fig.backups_verified = len(catalog.backups)
-    fig.produced, fig.sink_rows = cmp.produced, cmp.consumed_rows
-    fig.missing, fig.duplicated, fig.unexpected = len(cmp.missing), cmp.duplicate_count, len(cmp.unexpected)
-    fig.max_drivers, fig.driver_samples = counter.max_seen, counter.samples
-    fig.killed_operators = sorted(soak.killed_ops)
-    fig.wall_s = time.monotonic() - started
-    print(
-        f"soak seed {seed}: {len(fig.events)} events {fig.mix} in {fig.dag_runs} DAG runs "
-        f"({fig.rollbacks} rolled back); "
-        f"records produced {fig.produced}, missing {fig.missing}, duplicated {fig.duplicated} "
-        f"(announced {fig.announced}), unexpected {fig.unexpected}; max {what} at once {fig.max_drivers} "
-        f"({fig.driver_samples} samples); backups verified {fig.backups_verified} "
-        f"(invalid {len(catalog.invalid)}); operators killed {fig.killed_operators}; "
-        f"missed kills {len(fig.missed_kills)}; wall {fig.wall_s:.0f}s",
-        flush=True,
-    )
-    if os.environ.get("AKS_SOAK_REPORT"):
-        Path(os.environ["AKS_SOAK_REPORT"]).write_text(json.dumps(asdict(fig), indent=1))
-    assert feeder.failed == [], feeder.failed[:3]
-    assert fig.missing == 0, cmp.missing[:10]
-    assert fig.unexpected == 0, cmp.unexpected[:10]
-    assert fig.duplicated <= fig.announced, (cmp.summary(), fig.announced)
-    assert fig.max_drivers <= 1, counter.over_one[:5]
-    # every run with a checkpoint took one; the registry keeps the newest 5 (keep_last), all must verify
-    assert not catalog.invalid and fig.backups_verified >= min(5, soak.backups_taken), soak.backups_taken
-    assert len(fig.events) >= fig.events_target or soak.max_s != float("inf"), (
-        f"{len(fig.events)} events, {fig.events_target} wanted"
-    )
 
 
 def test_soak(airflow_home, connector_jars):

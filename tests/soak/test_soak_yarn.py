@@ -44,20 +44,10 @@ from devstack.spark_yarn import prepare
 from tests.airflow.services import AirflowServices
 from tests.airflow.test_operators import write_registry
 from tests.cluster.test_safe_restart_yarn import SPARK_YARN_CONN
+from tests.soak.figures import Figures, finish
 from tests.soak.harness import AppCounter, Feeder, processes
-from tests.soak.test_soak import (
-    JOB,
-    PARTITIONS,
-    RATE,
-    Figures,
-    Soak,
-    airflow_env,
-    finish,
-    knobs,
-    run_sequence,
-    soak_dag,
-    start_airflow,
-)
+from tests.soak.stage import JOB, PARTITIONS, RATE, airflow_env, knobs, soak_dag, start_airflow
+from tests.soak.test_soak import Soak, run_sequence
 from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.soak, pytest.mark.cluster, pytest.mark.airflow, pytest.mark.integration]
