@@ -83,6 +83,25 @@ def _samples_in(samples: Sequence[Sequence[Any]]) -> list[tuple[int, dict[TopicP
     return out
 
 
+def probe_or_wait(probe: Callable[[], HealthProbe], samples: list[list[Any]]) -> HealthProbe:
+    """``probe()``; a probe that could not be made (an unreachable broker, a store that did not answer)
+    is WAITING with the error as its reason, not a verdict on the job.
+
+    One rule for the sensor's own probes and the trigger's: a broker restarted during the gate must
+    not fail (and roll back) a healthy deploy; the gate's deadline still ends a wait that never
+    heals, with the last error as its reason. Only a driver on another host fails at once
+    (:class:`~airflow_kafka_spark.runtime.drivers.WrongHost`): waiting cannot make it visible.
+    """
+    from airflow_kafka_spark.errors import UserError
+
+    try:
+        return probe()
+    except drivers.WrongHost:
+        raise
+    except UserError as exc:
+        return HealthProbe(WAITING, f"probe failed: {exc}", samples=samples)
+
+
 def probe_health(*, checkpoint: str, topics: Sequence[str], kafka_config: Callable[[], dict[str, Any]],
                  min_batches: int, baseline_batch: int | None, baseline_query_id: str | None,
                  alive: Callable[[], bool], log_tail: Callable[[], str] | None = None,

@@ -7,23 +7,23 @@ shared with the sensor's poke mode. This class path is stored by Airflow with de
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from collections.abc import AsyncIterator
 from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from airflow_kafka_spark.errors import UserError
 from airflow_kafka_spark.runtime import submit
 from airflow_kafka_spark.runtime.drivers import WrongHost
 from airflow_kafka_spark.runtime.health import (
     FAILED,
     HEALTHY,
-    WAITING,
     HealthProbe,
     failed_gate_log,
     make_control,
     probe_health,
+    probe_or_wait,
 )
 
 
@@ -90,18 +90,14 @@ class StreamingHealthTrigger(BaseTrigger):
         samples: list[list[Any]] = []
         started = time.time()
         while True:
-            try:
-                probe = await asyncio.to_thread(self._probe, samples)
+            try:   # an unreachable broker is WAITING (probe_or_wait), until the deadline
+                probe = await asyncio.to_thread(probe_or_wait, functools.partial(self._probe, samples), samples)
             except WrongHost as exc:
                 # Waiting cannot make a pid on another host visible: fail now, with the fix, instead of
                 # timing out and rolling back a deploy that may well be healthy.
                 yield TriggerEvent({"state": FAILED, "reason": str(exc), "wrong_host": True,
                                     "waited_s": round(time.time() - started, 1)})
                 return
-            except UserError as exc:
-                # A broker that does not answer for one poll is not a verdict on the job: retry until the
-                # deadline, then report the last error.
-                probe = HealthProbe(WAITING, f"probe failed: {exc}", samples=samples)
             samples = probe.samples
             if probe.state in (HEALTHY, FAILED):
                 yield TriggerEvent({**probe.to_dict(), "samples": [], "waited_s": round(time.time() - started, 1)})

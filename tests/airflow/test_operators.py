@@ -12,6 +12,7 @@ cannot be run on this machine.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import itertools
 import json
@@ -663,6 +664,73 @@ def test_health_sensor_defers_then_passes_promotes_and_consumes_starting_offsets
     assert rec.next_starting_offsets is None
     assert app_versions.last_good_app(rec)["compatibility_version"] == "7" and rec.compatibility_version == "7"
     assert [e["event"] for e in rec.history].count("health_gate_passed") == 2
+
+
+class LateProxy:
+    """A TCP forwarder to the broker that starts listening only after ``delay_s``: until then the
+    bootstrap address refuses connections, as a broker being restarted does."""
+
+    def __init__(self, target: str, delay_s: float) -> None:
+        self.host, port = target.rsplit(":", 1)
+        self.target_port = int(port)
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            self.port = probe.getsockname()[1]
+        self.delay_s, self._stop = delay_s, threading.Event()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+
+    def __enter__(self) -> LateProxy:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+    def _serve(self) -> None:
+        if self._stop.wait(self.delay_s):
+            return
+        with socket.create_server(("127.0.0.1", self.port)) as server:
+            server.settimeout(0.2)
+            while not self._stop.is_set():
+                try:
+                    client, _ = server.accept()
+                except TimeoutError:
+                    continue
+                upstream = socket.create_connection((self.host, self.target_port))
+                for a, b in ((client, upstream), (upstream, client)):
+                    threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pipe(src: socket.socket, dst: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            while data := src.recv(65536):
+                dst.sendall(data)
+        with contextlib.suppress(OSError):
+            dst.shutdown(socket.SHUT_WR)
+
+
+def test_a_broker_down_at_the_gates_first_probe_is_waited_for_not_a_failure(env, monkeypatch, caplog):
+    """A broker restarted as the gate starts: the first probes fail to reach it, the gate waits and passes.
+
+    Before, the sensor's own first probe raised "not reachable" and the task failed: the DAG then rolled
+    back a healthy deploy. The trigger already waited; both now go through ``probe_or_wait``. The broker
+    stays away longer than one probe waits for it (10-20 s), so the first probe does fail.
+    """
+    from airflow_kafka_spark.sensors.health import StreamingHealthSensor
+
+    fake_checkpoint(env, "gamma", batches=3, rpb=5)
+    record_fake_submit(env, "gamma", os.getpid(), committed_before=1)
+    with LateProxy(env.bootstrap, delay_s=25.0) as proxy:
+        monkeypatch.setenv("AIRFLOW_CONN_KAFKA_DEFAULT", kafka_conn(f"127.0.0.1:{proxy.port}"))
+        with new_dag() as dag:
+            StreamingHealthSensor(task_id="gate", job="gamma", min_batches=1, deferrable=True,
+                                  poke_interval=1.0, gate_timeout_s=60, promote=False)
+        r = run_inline(dag)
+    assert r.states == {"gate": "success"}, r.xcoms
+    gate = r.xcom("gate")
+    assert gate["state"] == "healthy" and gate["new_batches"] == 1, gate
+    assert r.seconds >= 24, r.seconds   # it waited for the broker (one probe gives up after 10-20 s)
 
 
 def test_health_sensor_fails_at_once_when_the_driver_is_gone(env):
