@@ -256,35 +256,39 @@ def health_gate(
         while True:
             now = time.monotonic()
             alive = start_stop.driver_alive(record, lambda: spark_target(spec))
-            samples.append(group_sample(spec, baseline, kafka=view, at_s=now - started))
-            alive_for = time.time() - started_at_ms / 1000 if started_at_ms else now - started
-            state, reason = judge_group_health(
-                samples,
-                min_batches=min_batches,
-                alive=alive,
-                alive_for_s=alive_for,
-                idle_pass_s=spec.health_gate.idle_pass_s,
-            )
+            try:
+                samples.append(group_sample(spec, baseline, kafka=view, at_s=now - started))
+            except UserError as exc:   # as runtime.health.probe_or_wait: an unreachable broker is no verdict
+                state, reason = "waiting", f"probe failed: {exc}"
+            else:
+                alive_for = time.time() - started_at_ms / 1000 if started_at_ms else now - started
+                state, reason = judge_group_health(
+                    samples,
+                    min_batches=min_batches,
+                    alive=alive,
+                    alive_for_s=alive_for,
+                    idle_pass_s=spec.health_gate.idle_pass_s,
+                )
             log.info("health gate %s (group %s): %s", spec.name, spec.group, reason)
             if state != "waiting" or now - started >= timeout_s:
                 break
             time.sleep(poll_s)
     finally:
         view.close()
-    last = samples[-1]
+    last = samples[-1] if samples else None   # None: the broker never answered before the deadline
     result = {
         "job": spec.name,
         "state": state,
         "reason": reason,
         "group": spec.group,
-        "committed_past_restart": last.committed,
-        "lag_records": last.lag,
+        "committed_past_restart": last.committed if last else None,
+        "lag_records": last.lag if last else None,
         "new_batches": None,
         "samples": len(samples),
         "waited_s": round(time.monotonic() - started, 1),
     }
     if state != "healthy":
-        fail_health_gate(context, spec, state=state, reason=reason, lag_records=last.lag, log=log,
+        fail_health_gate(context, spec, state=state, reason=reason, lag_records=result["lag_records"], log=log,
                          message=f"health gate of job {spec.name} "
                                  f"{'failed' if state == 'failed' else 'timed out'}: {reason}")
     rec = LifecycleRecord.load_or_create(spec.name, spec.checkpoint)
