@@ -204,6 +204,8 @@ class Kill:
     where: str = "in execute"  # or "before execute" (templates, XCom pulls), "after execute", "deferred"
 
     def __str__(self) -> str:
+        if self.what == "broker":   # not a kill: a stop/start of the broker
+            return f"broker stop/start while the gate was deferred ({self.where})"
         return f"SIGKILL {self.what} (try {self.try_number}, pid {self.pid}, {self.delay_s:.2f}s in, {self.where})"
 
 
@@ -246,6 +248,8 @@ class TaskKiller:
     scheduler_delay_s: float = 0.0
     scheduler_pid: Callable[[], int] | None = None
     restart_scheduler: Callable[[], None] | None = None
+    # stop and start the broker once the health gate is deferred (returns what happened, for the log)
+    bounce_broker: Callable[[], str] | None = None
     kills: list[Kill] = field(default_factory=list)
     missed: list[str] = field(default_factory=list)
     _stop: threading.Event = field(default_factory=threading.Event)
@@ -262,7 +266,7 @@ class TaskKiller:
             self._thread.join(60)
         done = {k.what for k in self.kills}
         wanted = self.targets | ({"triggerer"} if self.kill_triggerer else set()) | (
-            {"scheduler"} if self.kill_scheduler_at else set())
+            {"scheduler"} if self.kill_scheduler_at else set()) | ({"broker"} if self.bounce_broker else set())
         self.missed = sorted(wanted - done)
 
     def _kill_task(self, task: str, started: float) -> None:
@@ -310,10 +314,15 @@ class TaskKiller:
         started: dict[str, float] = {}
         last_rest = 0.0
         try:
-            sched = self.kill_scheduler_at
-            while not self._stop.is_set() and (pending or trig or sched):
+            sched, bounce, last_gate_look = self.kill_scheduler_at, self.bounce_broker, 0.0
+            while not self._stop.is_set() and (pending or trig or sched or bounce):
                 if sched and self._scheduler_killed(sched, started):
                     sched = None
+                if bounce and time.monotonic() - last_gate_look > 1.0:
+                    last_gate_look = time.monotonic()
+                    if self._gate_deferred(client):
+                        self.kills.append(Kill("broker", 1, 0.0, 0, bounce()))
+                        bounce = None
                 for task in sorted(pending):
                     if task not in started:
                         log = task_log(self.logs, self.dag_id, self.run_id, task, 1)

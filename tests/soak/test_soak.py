@@ -12,8 +12,9 @@ inside the DAG runs, SIGKILL of the task runner of chosen operators (Airflow ret
 triggerer while the health gate is deferred (a new triggerer picks the trigger up), and of the
 scheduler's process group while a chosen operator executes (its LocalExecutor workers die with it, as
 in a pod kill; a new scheduler finds the orphaned task by its missed heartbeats, and Airflow retries
-it): once in the first run after the first deploy, then in one run in five, drawn from a generator
-of its own so that the other events of a seed replay as before.
+it): once in the first run after the first deploy, then in one run in five; and a broker stop/start
+while the health gate is deferred (the gate must wait it out, not fail): one run in four. Both are
+drawn from a generator of their own, so that the other events of a seed replay as before.
 
 At the end: 0 records missing; duplicates only as many as the reset/restore plans announced; never
 two drivers on the checkpoint (sampled every second); every backup verifies. The seed is printed;
@@ -108,6 +109,8 @@ class Soak:
         # the scheduler: once in the first run after the first deploy, then in one run in five
         kill_sched = self.fig.dag_runs >= 1 and (not self.scheduler_killed or self.scheduler_rng.random() < 0.2)
         sched_at = self.scheduler_rng.choice(ops) if kill_sched else None
+        # the broker stopped and started while the gate waits (the gate must wait it out): one run in four
+        bounce_at_gate = self.fig.dag_runs >= 1 and self.scheduler_rng.random() < 0.25
         body = {
             "job": JOB,
             "mode": mode,
@@ -136,6 +139,7 @@ class Soak:
             scheduler_delay_s=self.scheduler_rng.uniform(0, 2.0),
             scheduler_pid=lambda: self.services.procs["scheduler"][0].pid,
             restart_scheduler=lambda: self.services.start("scheduler"),
+            bounce_broker=self.bounce_during_gate if bounce_at_gate else None,
         ).start()
         started = time.monotonic()
         try:
@@ -152,7 +156,8 @@ class Soak:
         self.fig.dag_runs += 1
         self.fig.note(f"safe restart {mode}", f"{state} in {time.monotonic() - started:.0f}s {conf or ''}")
         for kill in killer.kills:
-            self.fig.note(f"{kill.what} kill" if kill.what in ("triggerer", "scheduler") else "task kill", str(kill))
+            kind = {"triggerer": "triggerer kill", "scheduler": "scheduler kill", "broker": "broker at the gate"}
+            self.fig.note(kind.get(kill.what, "task kill"), str(kill))
             self.killed_ops.add(kill.what)
             self.triggerer_killed |= kill.what == "triggerer"
             self.scheduler_killed |= kill.what == "scheduler"
@@ -255,6 +260,14 @@ class Soak:
         wait_until(lambda: not drivers.local_alive(rec.driver), timeout=30, what="the killed driver to go")
         self.fig.note("driver kill", f"SIGKILL pid {pid} {'mid-batch' if mid else 'between batches'}")
         self.job_down = True
+
+    def bounce_during_gate(self) -> str:
+        """The broker stopped for 1-6 s while the health gate is deferred (from the killer's thread)."""
+        started, down = time.monotonic(), self.scheduler_rng.uniform(1, 6)
+        self.broker.stop()
+        time.sleep(down)
+        self.broker.start(timeout=120)
+        return f"down {down:.1f}s, back in {time.monotonic() - started:.0f}s"
 
     def broker_bounce(self) -> None:
         started = time.monotonic()
