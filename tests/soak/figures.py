@@ -17,7 +17,7 @@ from airflow_kafka_spark.checkpoint.reader import read_checkpoint
 from airflow_kafka_spark.ops.backup.manifest import list_backups
 from airflow_kafka_spark.ops.backup.store import verify_backup
 from devstack import oracle
-from tests.soak.harness import Feeder
+from tests.soak.feeder import Feeder
 from tests.soak.stage import JOB
 from tests.support.waiting import wait_until
 
@@ -41,6 +41,7 @@ class Figures:
     driver_samples: int = 0
     backups_verified: int = 0
     killed_operators: list[str] = field(default_factory=list)
+    feeder_restarts: list[str] = field(default_factory=list)   # the test's producer stalled (see feeder.py)
     wall_s: float = 0.0
 
     def note(self, kind: str, text: str) -> None:
@@ -81,6 +82,7 @@ def finish(
     with what Kafka acknowledged, verify every backup, print and assert the figures."""
     fig, seed = soak.fig, soak.fig.seed
     feeder.stop()
+    fig.feeder_restarts = feeder.restarts
     ends = feeder.end_offsets()
 
     seen: dict[int, int] = {}
@@ -118,7 +120,8 @@ def finish(
         f"(announced {fig.announced}), unexpected {fig.unexpected}; max {what} at once {fig.max_drivers} "
         f"({fig.driver_samples} samples); backups verified {fig.backups_verified} "
         f"(invalid {len(catalog.invalid)}); operators killed {fig.killed_operators}; "
-        f"missed kills {len(fig.missed_kills)}; wall {fig.wall_s:.0f}s",
+        f"missed kills {len(fig.missed_kills)}; feeder restarts {len(fig.feeder_restarts)} "
+        f"({feeder.purged} records purged, their fate read from the log); wall {fig.wall_s:.0f}s",
         flush=True,
     )
     if os.environ.get("AKS_SOAK_REPORT"):

@@ -1,7 +1,6 @@
 """The moving parts of the soak: a producer that never stops, a driver counter, and the killers.
 
-* :class:`Feeder` keeps one idempotent producer sending ``rate`` records a second for the whole
-  soak, through broker restarts; only records whose delivery Kafka acknowledged are the truth.
+* :class:`~tests.soak.feeder.Feeder` (its own module) keeps records flowing for the whole soak.
 * :class:`DriverCounter` counts, every second, the spark-submit JVMs whose command line names the
   soak's checkpoint: the "never two drivers at once" witness, independent of the lifecycle record;
   :class:`AppCounter` is its YARN form (RUNNING applications of the job, from the RM's REST API).
@@ -14,7 +13,6 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import random
 import re
@@ -26,9 +24,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
-from confluent_kafka import Producer
-
-from devstack.produce import ProducedRecord
 
 
 def processes(containing: str) -> list[tuple[int, str]]:
@@ -44,89 +39,6 @@ def processes(containing: str) -> list[tuple[int, str]]:
         if containing in cmd:
             found.append((int(entry.name), cmd))
     return found
-
-
-class Feeder:
-    """``rate`` records a second to ``partitions`` partitions, acknowledged ones kept (thread-safe)."""
-
-    def __init__(self, bootstrap: str, topic: str, partitions: int, rate: int) -> None:
-        self.topic, self.partitions, self.rate = topic, partitions, rate
-        # A delivery may wait out a broker restart: retry for up to 5 minutes rather than drop it.
-        self.producer = Producer(
-            {
-                "bootstrap.servers": bootstrap,
-                "linger.ms": 20,
-                "enable.idempotence": True,
-                "message.timeout.ms": 300_000,
-                "reconnect.backoff.max.ms": 1000,
-                "log_level": 2,  # a broker restart is expected: no line per refused connection
-            }
-        )
-        self.acked: list[ProducedRecord] = []
-        self.failed: list[str] = []
-        self.sent = 0
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True, name="soak-feeder")
-
-    def _delivered(self, err, msg) -> None:
-        with self._lock:
-            if err is not None:
-                self.failed.append(str(err))
-                return
-            rid = json.loads(msg.value())["id"]
-            self.acked.append(ProducedRecord(msg.topic(), msg.partition(), msg.offset(), rid, msg.timestamp()[1]))
-
-    def _send(self, n: int) -> None:
-        for _ in range(n):
-            i = self.sent
-            value = json.dumps({"id": i, "p": i % self.partitions, "ts": int(time.time() * 1000)}).encode()
-            while True:
-                try:
-                    self.producer.produce(
-                        self.topic,
-                        value=value,
-                        key=str(i % 10).encode(),
-                        partition=i % self.partitions,
-                        on_delivery=self._delivered,
-                    )
-                    break
-                except BufferError:
-                    self.producer.poll(0.1)
-            self.sent += 1
-
-    def _run(self) -> None:
-        step, sent_at = 0.25, time.monotonic()
-        while not self._stop.wait(step):
-            # by the clock, not by the loop: poll() returns early whenever a delivery report arrives
-            due = round((time.monotonic() - sent_at) * self.rate)
-            if due:
-                self._send(due)
-                sent_at += due / self.rate
-            self.producer.poll(0)
-
-    def start(self) -> Feeder:
-        self._thread.start()
-        return self
-
-    def stop(self, timeout: float = 120) -> None:
-        """Stop sending and wait until every record sent was acknowledged or failed."""
-        self._stop.set()
-        self._thread.join(30)
-        remaining = self.producer.flush(timeout)
-        assert remaining == 0, f"{remaining} records still unacknowledged after {timeout:.0f}s"
-
-    @property
-    def produced(self) -> list[ProducedRecord]:
-        with self._lock:
-            return sorted(self.acked, key=lambda r: (r.partition, r.offset))
-
-    def end_offsets(self) -> dict[int, int]:
-        """Per partition, one past the highest acknowledged offset."""
-        ends: dict[int, int] = {}
-        for r in self.produced:
-            ends[r.partition] = max(ends.get(r.partition, 0), r.offset + 1)
-        return ends
 
 
 class DriverCounter:

@@ -46,8 +46,9 @@ from devstack import topics
 from devstack.broker import LocalBroker
 from tests.airflow.services import AirflowServices
 from tests.airflow.test_operators import write_registry
+from tests.soak.feeder import Feeder
 from tests.soak.figures import Figures, announced, finish
-from tests.soak.harness import DriverCounter, Feeder, TaskKiller
+from tests.soak.harness import DriverCounter, TaskKiller
 from tests.soak.stage import DAG_ID, JOB, MODE_OPS, PARTITIONS, RATE, airflow_env, knobs, soak_dag, start_airflow
 from tests.support.waiting import wait_until
 
