@@ -72,6 +72,9 @@ def airflow_env(base: Path, dags: Path, registry: Path, bootstrap: str, data: st
         "AIRFLOW__TRIGGERER__TRIGGERER_HEALTH_CHECK_THRESHOLD": "10",
         "AIRFLOW__TRIGGERER__JOB_HEARTBEAT_SEC": "2",
         "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": "60",
+        # a killed scheduler's running tasks are reset by the next one's orphan check (default every 300 s:
+        # the first scheduler-kill run waited 5 min for it); its job counts as dead 30 s after its heartbeat
+        "AIRFLOW__SCHEDULER__ORPHANED_TASKS_CHECK_INTERVAL": "15",
     }
 
 

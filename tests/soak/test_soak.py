@@ -12,7 +12,7 @@ inside the DAG runs, SIGKILL of the task runner of chosen operators (Airflow ret
 triggerer while the health gate is deferred (a new triggerer picks the trigger up), and of the
 scheduler's process group while a chosen operator executes (its LocalExecutor workers die with it, as
 in a pod kill; a new scheduler finds the orphaned task by its missed heartbeats, and Airflow retries
-it): once in the first run after the first deploy, then in one run in five; and a broker stop/start
+it): once in the first run after the first deploy, then (a long run) in one run in ten; and a broker stop/start
 while the health gate is deferred (the gate must wait it out, not fail): one run in four. Both are
 drawn from a generator of their own, so that the other events of a seed replay as before.
 
@@ -107,8 +107,9 @@ class Soak:
         targets = set(fresh[:k]) | {o for o in ops if self.rng.random() < 0.25}
         targets = set(self.rng.sample(sorted(targets), min(len(targets), k)))
         kill_trig = not self.triggerer_killed or self.rng.random() < 0.4
-        # the scheduler: once in the first run after the first deploy, then in one run in five
-        kill_sched = self.fig.dag_runs >= 1 and (not self.scheduler_killed or self.scheduler_rng.random() < 0.2)
+        # the scheduler: once in the first run after the first deploy, then (a long run) in one run in ten
+        again = self.fig.events_target >= 100 and self.scheduler_rng.random() < 0.1
+        kill_sched = self.fig.dag_runs >= 1 and (not self.scheduler_killed or again)
         sched_at = self.scheduler_rng.choice(ops) if kill_sched else None
         # the broker stopped and started while the gate waits (the gate must wait it out): one run in four
         bounce_at_gate = self.fig.dag_runs >= 1 and self.scheduler_rng.random() < 0.25
