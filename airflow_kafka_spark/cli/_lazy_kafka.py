@@ -14,6 +14,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import sys
+import threading
 import types
 from typing import Any
 
@@ -33,6 +34,7 @@ def install() -> None:
     pkg.__file__ = spec.origin
     pkg.__package__ = "confluent_kafka"
     origin = spec.origin
+    lock = threading.RLock()
 
     def __getattr__(name: str) -> Any:
         if name.startswith("__"):
@@ -43,9 +45,10 @@ def install() -> None:
                 value = getattr(module, name)
                 setattr(pkg, name, value)
                 return value
-        del pkg.__dict__["__getattr__"]     # the whole package, once: every other name
-        with open(origin, "rb") as source:
-            exec(compile(source.read(), origin, "exec"), pkg.__dict__)
+        with lock:   # the whole package, once (two threads may ask at the same moment)
+            if pkg.__dict__.pop("__getattr__", None) is not None:
+                with open(origin, "rb") as source:
+                    exec(compile(source.read(), origin, "exec"), pkg.__dict__)
         try:
             return pkg.__dict__[name]
         except KeyError:
