@@ -82,10 +82,6 @@ def load_job(job: Any, registry_path: str | None = None) -> tuple[Registry, JobS
     return registry, registry.get(job)
 
 
-def is_dstream(spec: JobSpec) -> bool:
-    return spec.kind is JobKind.DSTREAM
-
-
 def require_structured(spec: JobSpec, what: str) -> JobSpec:
     """Refuse a DStream job in a task that reads Structured Streaming checkpoints (one line, nothing changed)."""
     if spec.kind is not JobKind.STRUCTURED:

@@ -66,7 +66,7 @@ def _backup(args: argparse.Namespace) -> int:
     from airflow_kafka_spark.ops.commands import backup_checkpoint
 
     spec, checkpoint, backup_root = storage.job_and_paths(args)
-    if spec is not None and spec.position_source[0] is None:
+    if spec is not None and spec.is_dstream:
         return _backup_dstream(args, spec)
     try:
         with storage.progress_lines("backup", args) as progress:
@@ -159,7 +159,7 @@ def _backups(args: argparse.Namespace) -> int:
             "backup_retention)"
         )
     spec, _, backup_root = storage.job_and_paths(args, checkpoint=False)
-    if spec is not None and spec.position_source[0] is None:
+    if spec is not None and spec.is_dstream:
         return _dstream_backups(args, spec)
     so = storage.opts(args.backup_storage_option)
     key = storage.seal_key_of(args)

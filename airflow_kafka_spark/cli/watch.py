@@ -216,7 +216,7 @@ def _mirror(args: argparse.Namespace) -> int:
 
     execute = executes(args)
     spec = load_registry(args).get(args.job) if args.job else None
-    if spec is not None and spec.position_source[0] is None:
+    if spec is not None and spec.is_dstream:
         raise UserError(f"job {spec.name} is a DStream job: it commits its position to group {spec.group} "
                         "itself, so Kafka's lag tools already see it; there is nothing to mirror")
     group = args.group or (spec.mirror_group if spec else None) or (default_group(spec.name) if spec else None)

@@ -18,7 +18,7 @@ from typing import Any
 from airflow.sdk.exceptions import AirflowSkipException
 
 from airflow_kafka_spark.airflow_glue import dstream
-from airflow_kafka_spark.airflow_glue.jobs import actor, fail, flag, is_dstream, kafka_config, optional_text
+from airflow_kafka_spark.airflow_glue.jobs import actor, fail, flag, kafka_config, optional_text
 from airflow_kafka_spark.checkpoint.position import resume_position
 from airflow_kafka_spark.checkpoint.reader import read_checkpoint
 from airflow_kafka_spark.errors import UserError
@@ -102,7 +102,7 @@ class ValidateCheckpointOperator(StreamingJobOperator):
         _, spec = self.load()
         override = flag(self.override, name="override")
         dry_run = flag(self.dry_run, name="dry_run")
-        if is_dstream(spec):
+        if spec.is_dstream:
             return dstream.validate_step(spec, context, override=override, dry_run=dry_run, log=self.log)
         config = kafka_config(spec)
         record = LifecycleRecord.load(spec.checkpoint)
@@ -157,7 +157,7 @@ class BackupCheckpointOperator(StreamingJobOperator):
 
     def run(self, context: Any) -> dict[str, Any]:
         _, spec = self.load()
-        if is_dstream(spec):
+        if spec.is_dstream:
             return dstream.backup_step(spec, context, dry_run=flag(self.dry_run, name="dry_run"), log=self.log)
         state = read_checkpoint(spec.checkpoint)
         has_batches = bool(state.offset_batch_ids or state.commit_batch_ids)
@@ -208,7 +208,7 @@ class RestoreCheckpointOperator(StreamingJobOperator):
         if backup_id is None:
             raise AirflowSkipException("no backup to restore in this run")
         _, spec = self.load()
-        if is_dstream(spec):
+        if spec.is_dstream:
             return dstream.restore_step(spec)
         validate_backup_id(backup_id)
         result = restore_checkpoint(
@@ -261,7 +261,7 @@ class ResetCheckpointOperator(StreamingJobOperator):
 
         mode = optional_text(self.mode)
         _, spec = self.load()
-        if is_dstream(spec):   # a new build moves its DStream checkpoint aside even when the mode says keep
+        if spec.is_dstream:   # a new build moves its DStream checkpoint aside even when the mode says keep
             return dstream.reset_step(spec, context, mode=mode, dry_run=flag(self.dry_run, name="dry_run"),
                                       log=self.log)
         if mode is None:

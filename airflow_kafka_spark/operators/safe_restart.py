@@ -39,7 +39,6 @@ from airflow_kafka_spark.airflow_glue.jobs import (
     actor,
     fail,
     flag,
-    is_dstream,
     kafka_config,
     optional_text,
     run_holder,
@@ -227,7 +226,7 @@ class SafeRestartRollbackOperator(StreamingJobOperator):
         backup = _pull(context, BACKUP) or {}
         backup_id = backup.get("backup_id")
         out["restored_backup_id"] = None
-        if is_dstream(spec):  # the position lives in the group (+ the DStream checkpoint): put both back
+        if spec.is_dstream:  # the position lives in the group (+ the DStream checkpoint): put both back
             restored = dstream.rollback_step(spec, context, backup, self.log)
             out.update(restored)
             if restored.get("note"):

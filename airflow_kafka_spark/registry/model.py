@@ -167,13 +167,18 @@ class JobSpec:
         return self.sink.replay_is_idempotent
 
     @property
+    def is_dstream(self) -> bool:
+        """A DStream job (``kind: dstream``): its position is its consumer group, not a checkpoint."""
+        return self.kind is JobKind.DSTREAM
+
+    @property
     def position_source(self) -> tuple[str | None, str | None]:
         """``(checkpoint, group)``, one of them None: where the job keeps its Kafka position.
 
         A Structured Streaming job keeps it in its checkpoint; a DStream job in the consumer group it
         ``commitAsync``s to (its ``checkpoint`` field is only where its lifecycle record lives).
         """
-        return (None, self.group) if self.kind is JobKind.DSTREAM else (self.checkpoint, None)
+        return (None, self.group) if self.is_dstream else (self.checkpoint, None)
 
     @property
     def sink_output(self) -> str | None:

@@ -32,7 +32,6 @@ from airflow_kafka_spark.airflow_glue.jobs import (
     cluster_endpoint,
     fail_health_gate,
     flag,
-    is_dstream,
     kafka_config,
     load_job,
     optional_text,
@@ -156,7 +155,7 @@ class StreamingHealthSensor(BaseSensorOperator):
         if flag(self.dry_run, name="dry_run"):
             return {"job": str(self.job), "dry_run": True, "state": "skipped (dry run: nothing was started)"}
         _, spec = load_job(self.job, self.registry_path)
-        if is_dstream(spec):   # the group's commits, polled on the worker (no trigger for groups yet)
+        if spec.is_dstream:   # the group's commits, polled on the worker (no trigger for groups yet)
             return dstream.health_gate(spec, context, min_batches=self._min_batches(spec),
                                        timeout_s=float(self.gate_timeout_s or spec.health_gate.timeout_s),
                                        poll_s=self.poke_interval, promote=self.promote, log=self.log)

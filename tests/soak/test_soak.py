@@ -263,20 +263,21 @@ class Soak:
         self.fig.note("driver kill", f"SIGKILL pid {pid} {'mid-batch' if mid else 'between batches'}")
         self.job_down = True
 
-    def bounce_during_gate(self) -> str:
-        """The broker stopped for 1-6 s while the health gate is deferred (from the killer's thread)."""
-        started, down = time.monotonic(), self.scheduler_rng.uniform(1, 6)
+    def _stop_start_broker(self, down: float) -> None:
         self.broker.stop()
         time.sleep(down)
         self.broker.start(timeout=120)
+
+    def bounce_during_gate(self) -> str:
+        """The broker stopped for 1-6 s while the health gate is deferred (from the killer's thread)."""
+        started, down = time.monotonic(), self.scheduler_rng.uniform(1, 6)
+        self._stop_start_broker(down)
         return f"down {down:.1f}s, back in {time.monotonic() - started:.0f}s"
 
     def broker_bounce(self) -> None:
         started = time.monotonic()
         down = self.rng.uniform(1, 6)
-        self.broker.stop()
-        time.sleep(down)
-        self.broker.start(timeout=120)
+        self._stop_start_broker(down)
         time.sleep(5)
         if self.job_down:
             after = "the job was down"

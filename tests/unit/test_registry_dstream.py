@@ -77,7 +77,7 @@ def test_dstream_checkpoint_must_not_overlap_the_checkpoint(tmp_path, root, app)
 
 
 def test_structured_only_steps_refuse_a_dstream_job_with_one_line(tmp_path, root, app):
-    from airflow_kafka_spark.airflow_glue.jobs import is_dstream, load_job, require_structured
+    from airflow_kafka_spark.airflow_glue.jobs import load_job, require_structured
     from airflow_kafka_spark.errors import UserError
 
     doc = base_doc(root, app)
@@ -85,6 +85,6 @@ def test_structured_only_steps_refuse_a_dstream_job_with_one_line(tmp_path, root
     path = str(write(tmp_path, doc))
     assert require_structured(load_job("orders", path)[1], "the lag sensor").name == "orders"
     clicks = load_job("clicks", path)[1]  # the safe-restart DAG's steps dispatch it (airflow_glue/dstream.py)
-    assert is_dstream(clicks)
+    assert clicks.is_dstream
     with pytest.raises(UserError, match=r"is a DStream job .*: the lag sensor works on Structured Streaming "):
         require_structured(clicks, "the lag sensor")

@@ -139,15 +139,9 @@ def scan_checkpoint(location: str, *, now_ms: int, storage_options: dict | None 
             "files": len(files), "stale_tmp_files": stale}
 
 
-def _is_dstream(spec: JobSpec) -> bool:
-    from airflow_kafka_spark.registry.model import JobKind  # loaded already: ``spec`` is one
-
-    return spec.kind is JobKind.DSTREAM   # the registry requires its group
-
-
 def _scanned_location(spec: JobSpec) -> str | None:
     """What holds the job's position on storage: its checkpoint, or a DStream job's ``ssc.checkpoint`` (if any)."""
-    return spec.dstream_checkpoint if _is_dstream(spec) else spec.checkpoint
+    return spec.dstream_checkpoint if spec.is_dstream else spec.checkpoint
 
 
 def _checkpoint_verdict(spec: JobSpec, view: KafkaView, storage_options: dict | None) -> dict[str, Any]:
@@ -172,7 +166,7 @@ def _checkpoint_verdict(spec: JobSpec, view: KafkaView, storage_options: dict | 
 def _backup_info(spec: JobSpec, now_ms: int, storage_options: dict | None) -> dict[str, Any]:
     from airflow_kafka_spark.ops.backup.manifest import list_backups
 
-    if _is_dstream(spec):
+    if spec.is_dstream:
         return _dstream_backup_info(spec, now_ms, storage_options)
     catalog = list_backups(spec.backup_root, spec.name, storage_options=storage_options)
     newest = catalog.newest
