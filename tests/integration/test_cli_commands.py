@@ -265,6 +265,10 @@ def test_a_dstream_job_is_backed_up_listed_and_lagged_from_its_group(broker, top
     registry.write_text(DSTREAM_REGISTRY.format(root=tmp_path, group=group, topic=topic_name))
     job = ("--job", "clicks", "--registry", str(registry), "--bootstrap-servers", broker.bootstrap_servers)
 
+    down = aks("backup", "--job", "clicks", "--registry", str(registry), "--bootstrap-servers", "127.0.0.1:1",
+               "--timeout", "2")
+    assert down.returncode != 0 and down.stderr.count("\n") == 1 and "not reachable" in down.stderr, down.stderr
+    assert not (tmp_path / "backups").exists(), "an unreachable broker must leave no backup folder behind"
     taken = aks("backup", *job, "--json")
     assert taken.returncode == 0, taken.stderr
     doc = json.loads(taken.stdout)
