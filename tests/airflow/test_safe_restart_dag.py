@@ -54,6 +54,7 @@ from tests.airflow.test_operators import (
 )
 from tests.support.checkpoint_factory import write_checkpoint
 from tests.support.kafka import end_offsets
+from tests.support.processes import driver_groups
 from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.airflow, pytest.mark.integration]
@@ -139,19 +140,8 @@ class Stack:
         return result
 
     def live_drivers(self) -> list[int]:
-        """spark-submit JVMs (one per driver in local mode) working on this job's checkpoint."""
-        needle = f"--checkpoint\0{self.checkpoint}\0".encode()
-        found = []
-        for proc in Path("/proc").iterdir():
-            if not proc.name.isdigit():
-                continue
-            try:
-                cmd = (proc / "cmdline").read_bytes()
-            except OSError:
-                continue
-            if needle in cmd and b"org.apache.spark.deploy.SparkSubmit" in cmd:
-                found.append(int(proc.name))
-        return sorted(found)
+        """Process groups of the local drivers on this job's checkpoint (one group per driver)."""
+        return sorted(driver_groups(f"--checkpoint {self.checkpoint} "))
 
     def wait_caught_up(self, timeout: float = 180) -> None:
         def done() -> bool:

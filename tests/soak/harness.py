@@ -25,20 +25,7 @@ from pathlib import Path
 
 import httpx
 
-
-def processes(containing: str) -> list[tuple[int, str]]:
-    """(pid, command line) of every process whose command line contains ``containing``."""
-    found = []
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            cmd = Path(entry.path, "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-        if containing in cmd:
-            found.append((int(entry.name), cmd))
-    return found
+from tests.support.processes import driver_groups, processes
 
 
 class DriverCounter:
@@ -54,15 +41,8 @@ class DriverCounter:
         self._thread = threading.Thread(target=self._run, daemon=True, name="soak-drivers")
 
     def drivers(self) -> dict[int, list[str]]:
-        """Drivers by process group (each is started in its own session): one starting driver is several
-        processes (the spark-submit script, spark-class, the launcher JVM, then the driver JVM)."""
-        groups: dict[int, list[str]] = {}
-        for pid, cmd in processes(self.marker):
-            if "org.apache.spark.deploy.SparkSubmit" not in cmd:
-                continue
-            with contextlib.suppress(ProcessLookupError):
-                groups.setdefault(os.getpgid(pid), []).append(f"{pid}: {cmd[:200]}")
-        return groups
+        """Drivers on the marker, by process group (see :func:`tests.support.processes.driver_groups`)."""
+        return driver_groups(self.marker)
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval):
