@@ -52,7 +52,11 @@ def load_json(raw: bytes | str, *, what: str = "JSON document", max_bytes: int =
 
 
 def json_depth(doc: Any, *, limit: int = JSON_MAX_DEPTH) -> int:
-    """Nesting depth of a parsed document without recursion; stops counting past ``limit``."""
+    """Nesting depth of a parsed document without recursion; stops counting past ``limit``.
+
+    A container whose children are all scalars (a manifest's 40,000 file entries) is settled by one
+    C-level scan of their types instead of a Python step per child.
+    """
     deepest = 0
     stack: list[tuple[Any, int]] = [(doc, 1)]
     while stack:
@@ -63,5 +67,10 @@ def json_depth(doc: Any, *, limit: int = JSON_MAX_DEPTH) -> int:
         deepest = max(deepest, depth)
         if deepest > limit:
             return deepest
+        if _CONTAINERS.isdisjoint(map(type, children)):
+            continue
         stack.extend((c, depth + 1) for c in children if isinstance(c, dict | list))
     return deepest
+
+
+_CONTAINERS = frozenset((dict, list))

@@ -209,7 +209,9 @@ def _backup_once(ck: Location, state: CheckpointState, job_loc: Location, job: s
         prev = previous.get(rel)
         if _reusable(prev, size, mtime, ctime, local=ck.local) and index.get(prev.sha256) == size:
             # ``rel`` is the path of an entry of a parsed manifest: ``check_paths`` proved it safe there.
-            entries.append(FileEntry(rel, size, prev.sha256, mtime, ctime))
+            # Same path, size and sha256; same mtime and (local) ctime, else the previous entry's.
+            entries.append(prev if (prev.mtime, prev.ctime) == (mtime, ctime)
+                           else FileEntry(rel, size, prev.sha256, mtime, ctime))
             reused += 1
             continue
         check_relative(rel, what="checkpoint file")   # a name the manifest could not carry safely
