@@ -146,7 +146,7 @@ def _dstream_backups(args: argparse.Namespace, spec: Any) -> int:
 def _backups(args: argparse.Namespace) -> int:
     from airflow_kafka_spark._util.text import parse_duration
     from airflow_kafka_spark.errors import UserError
-    from airflow_kafka_spark.ops.backup.manifest import list_backups
+    from airflow_kafka_spark.ops.backup.catalog import list_backups
     from airflow_kafka_spark.ops.backup.store import verify_backup
     from airflow_kafka_spark.ops.commands import prune_backups
 

@@ -91,7 +91,7 @@ def _render_plan_doc(doc: dict) -> str:
 
 def _restore(args: argparse.Namespace) -> int:
     from airflow_kafka_spark.errors import OperationBlocked, UserError
-    from airflow_kafka_spark.ops.backup.manifest import list_backups
+    from airflow_kafka_spark.ops.backup.catalog import list_backups
     from airflow_kafka_spark.ops.commands import restore_checkpoint
     from airflow_kafka_spark.ops.restore import restore_job_name
 

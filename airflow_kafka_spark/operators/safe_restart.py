@@ -53,7 +53,7 @@ from airflow_kafka_spark.operators._common import StreamingJobOperator
 from airflow_kafka_spark.operators.approval import APPROVAL_KEY, APPROVAL_TIMEOUT
 from airflow_kafka_spark.operators.checkpoint import position
 from airflow_kafka_spark.operators.streaming import driver_alive, stop_job, submit_job
-from airflow_kafka_spark.ops.backup.manifest import load_backup
+from airflow_kafka_spark.ops.backup.catalog import load_backup
 from airflow_kafka_spark.ops.commands import restore_checkpoint
 from airflow_kafka_spark.registry.model import JobSpec
 from airflow_kafka_spark.runtime import probe, safe_restart

@@ -16,7 +16,8 @@ from airflow_kafka_spark._util.lock import LockFile
 from airflow_kafka_spark.lifecycle.record import LifecycleRecord
 from airflow_kafka_spark.names import validate_job_name
 from airflow_kafka_spark.ops import reset, restore, seal
-from airflow_kafka_spark.ops.backup.manifest import LOCK_NAME, job_location, open_backup_root, store_path
+from airflow_kafka_spark.ops.backup.catalog import job_location, open_backup_root, store_path
+from airflow_kafka_spark.ops.backup.manifest import LOCK_NAME
 from airflow_kafka_spark.ops.backup.prune import PruneResult, check_retention, prune_job
 from airflow_kafka_spark.ops.backup.take import BackupResult, take_backup
 from airflow_kafka_spark.ops.guards import operation_lock, refuse_if_interrupted

@@ -36,7 +36,7 @@ from airflow_kafka_spark.lifecycle.events import LifecycleEvent
 from airflow_kafka_spark.lifecycle.journal import Journal, Operation, new_operation_id
 from airflow_kafka_spark.lifecycle.record import LifecycleRecord
 from airflow_kafka_spark.names import default_job_name, validate_job_name
-from airflow_kafka_spark.ops.backup.manifest import open_backup_root
+from airflow_kafka_spark.ops.backup.catalog import open_backup_root
 from airflow_kafka_spark.ops.backup.take import take_backup
 from airflow_kafka_spark.ops.guards import check_locations, journal_path, running_reason
 from airflow_kafka_spark.ops.modes import SinkLogPolicy

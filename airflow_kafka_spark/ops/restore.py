@@ -52,7 +52,8 @@ from airflow_kafka_spark.lifecycle.journal import Journal, Operation, is_operati
 from airflow_kafka_spark.lifecycle.record import LifecycleRecord
 from airflow_kafka_spark.names import default_job_name, validate_job_name
 from airflow_kafka_spark.ops import seal
-from airflow_kafka_spark.ops.backup.manifest import Manifest, load_backup, open_backup_root
+from airflow_kafka_spark.ops.backup.catalog import load_backup, open_backup_root
+from airflow_kafka_spark.ops.backup.manifest import Manifest
 from airflow_kafka_spark.ops.backup.store import materialize
 from airflow_kafka_spark.ops.backup.take import take_backup
 from airflow_kafka_spark.ops.guards import check_locations, journal_path, running_reason

@@ -392,7 +392,7 @@ def test_restore_of_a_named_backup(stack):
     backup_id = stack.notes.get("rollback_backup_id")
     if not backup_id:
         pytest.skip("needs the backup taken by the rollback test")
-    from airflow_kafka_spark.ops.backup.manifest import load_backup
+    from airflow_kafka_spark.ops.backup.catalog import load_backup
 
     manifest = load_backup(str(stack.data / "backups"), JOB, backup_id)
     with stack.feed:

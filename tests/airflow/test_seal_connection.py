@@ -11,7 +11,7 @@ from airflow_kafka_spark.errors import UserError
 
 def test_seal_key_from_a_generic_connection(monkeypatch, tmp_path):
     from airflow_kafka_spark.operators.checkpoint import seal_key_from_connection
-    from airflow_kafka_spark.ops.backup.manifest import list_backups
+    from airflow_kafka_spark.ops.backup.catalog import list_backups
     from airflow_kafka_spark.ops.commands import backup_checkpoint
     from tests.support.checkpoint_factory import write_checkpoint
 

@@ -35,7 +35,7 @@ from airflow_kafka_spark.errors import UserError
 from airflow_kafka_spark.kafka.offsets import TopicPartition, parse_offsets_json
 from airflow_kafka_spark.lifecycle import record as lifecycle
 from airflow_kafka_spark.lifecycle.record import LifecycleRecord
-from airflow_kafka_spark.ops.backup.manifest import list_backups
+from airflow_kafka_spark.ops.backup.catalog import list_backups
 from airflow_kafka_spark.ops.backup.store import verify_backup
 from airflow_kafka_spark.ops.commands import backup_checkpoint, reset_checkpoint, restore_checkpoint
 from airflow_kafka_spark.ops.reset_plan import ResetRequest

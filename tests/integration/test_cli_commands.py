@@ -32,7 +32,7 @@ from airflow_kafka_spark.kafka.view import KafkaView
 from airflow_kafka_spark.lifecycle.events import DriverKind
 from airflow_kafka_spark.lifecycle.model import DriverInfo
 from airflow_kafka_spark.lifecycle.record import LifecycleRecord
-from airflow_kafka_spark.ops.backup.manifest import list_backups
+from airflow_kafka_spark.ops.backup.catalog import list_backups
 from airflow_kafka_spark.registry.loader import load_registry
 from devstack import oracle, spark, topics
 from devstack.produce import produce

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from airflow_kafka_spark.checkpoint.reader import read_checkpoint
-from airflow_kafka_spark.ops.backup.manifest import list_backups
+from airflow_kafka_spark.ops.backup.catalog import list_backups
 from airflow_kafka_spark.ops.backup.store import verify_backup
 from devstack import oracle
 from tests.soak.feeder import Feeder

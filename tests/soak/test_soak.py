@@ -40,7 +40,7 @@ import pytest
 
 from airflow_kafka_spark.checkpoint.reader import read_checkpoint
 from airflow_kafka_spark.lifecycle.record import LifecycleRecord
-from airflow_kafka_spark.ops.backup.manifest import list_backups
+from airflow_kafka_spark.ops.backup.catalog import list_backups
 from airflow_kafka_spark.runtime import drivers
 from devstack import topics
 from devstack.broker import LocalBroker

@@ -23,7 +23,8 @@ import pytest
 from airflow_kafka_spark.errors import OperationBlocked, UserError
 from airflow_kafka_spark.kafka.offsets import TopicPartition
 from airflow_kafka_spark.lifecycle.record import LifecycleRecord
-from airflow_kafka_spark.ops.backup.manifest import Manifest, list_backups, load_backup
+from airflow_kafka_spark.ops.backup.catalog import list_backups, load_backup
+from airflow_kafka_spark.ops.backup.manifest import Manifest
 from airflow_kafka_spark.ops.backup.selection import select_files, state_chain_problems
 from airflow_kafka_spark.ops.backup.store import verify_backup
 from airflow_kafka_spark.ops.commands import backup_checkpoint, prune_backups

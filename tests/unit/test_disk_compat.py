@@ -19,7 +19,7 @@ import pytest
 from airflow_kafka_spark._util.fs import open_location
 from airflow_kafka_spark.lifecycle.journal import Journal
 from airflow_kafka_spark.lifecycle.record import LifecycleRecord
-from airflow_kafka_spark.ops.backup.manifest import list_backups, load_backup
+from airflow_kafka_spark.ops.backup.catalog import list_backups, load_backup
 from airflow_kafka_spark.ops.backup.store import materialize, verify_backup
 from airflow_kafka_spark.ops.commands import prune_backups
 from airflow_kafka_spark.ops.recover import finish_interrupted

@@ -23,7 +23,8 @@ from airflow_kafka_spark._util.fs import open_location, read_bytes
 from airflow_kafka_spark._util.paths import check_relative, safe_child
 from airflow_kafka_spark.errors import UserError
 from airflow_kafka_spark.ops import seal
-from airflow_kafka_spark.ops.backup.manifest import FileEntry, Manifest, list_backups
+from airflow_kafka_spark.ops.backup.catalog import list_backups
+from airflow_kafka_spark.ops.backup.manifest import FileEntry, Manifest
 from airflow_kafka_spark.ops.backup.store import materialize
 from airflow_kafka_spark.ops.commands import backup_checkpoint, prune_backups
 from tests.support.checkpoint_factory import write_checkpoint

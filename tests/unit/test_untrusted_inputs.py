@@ -24,7 +24,7 @@ from airflow_kafka_spark.errors import OperationBlocked, UserError
 from airflow_kafka_spark.lifecycle.journal import Journal
 from airflow_kafka_spark.lifecycle.record import LifecycleRecord
 from airflow_kafka_spark.names import validate_backup_id, validate_job_name
-from airflow_kafka_spark.ops.backup.manifest import list_backups
+from airflow_kafka_spark.ops.backup.catalog import list_backups
 from airflow_kafka_spark.ops.commands import backup_checkpoint
 from airflow_kafka_spark.ops.recover import finish_interrupted
 from airflow_kafka_spark.verdict.evaluate import evaluate

@@ -18,16 +18,8 @@ from airflow_kafka_spark._util import faults
 from airflow_kafka_spark._util.fs import Location, list_files, mtime_of, remove_file
 from airflow_kafka_spark._util.paths import safe_child
 from airflow_kafka_spark.errors import UserError
-from airflow_kafka_spark.ops.backup.manifest import (
-    BACKUPS_DIR,
-    BLOBS_DIR,
-    STAGING_DIR,
-    TMP_DIR,
-    Manifest,
-    read_catalog,
-    read_manifest,
-    store_path,
-)
+from airflow_kafka_spark.ops.backup.catalog import read_catalog, read_manifest, store_path
+from airflow_kafka_spark.ops.backup.manifest import BACKUPS_DIR, BLOBS_DIR, STAGING_DIR, TMP_DIR, Manifest
 
 
 def check_retention(keep_last: int | None, max_age_s: float | None) -> None:

@@ -32,16 +32,8 @@ from airflow_kafka_spark._util.fs import (
 from airflow_kafka_spark._util.localfs import sync_filesystem
 from airflow_kafka_spark._util.paths import Contained
 from airflow_kafka_spark.errors import UserError
-from airflow_kafka_spark.ops.backup.manifest import (
-    BLOBS_DIR,
-    TMP_DIR,
-    Manifest,
-    blob_rel,
-    check_paths,
-    job_location,
-    load_backup,
-    open_backup_root,
-)
+from airflow_kafka_spark.ops.backup.catalog import blob_rel, job_location, load_backup, open_backup_root
+from airflow_kafka_spark.ops.backup.manifest import BLOBS_DIR, TMP_DIR, Manifest, check_paths
 
 _CHUNK = 1 << 20
 #: Threads re-hashing blobs in :func:`check_blobs`.

@@ -50,17 +50,8 @@ from airflow_kafka_spark.kafka.offsets import PartitionOffsets
 from airflow_kafka_spark.lifecycle.record import LifecycleRecord
 from airflow_kafka_spark.names import default_job_name, new_backup_id, validate_job_name
 from airflow_kafka_spark.ops import seal
-from airflow_kafka_spark.ops.backup.manifest import (
-    BACKUPS_DIR,
-    LOCK_NAME,
-    STAGING_DIR,
-    FileEntry,
-    Manifest,
-    job_location,
-    open_backup_root,
-    read_manifest,
-    store_path,
-)
+from airflow_kafka_spark.ops.backup.catalog import job_location, open_backup_root, read_manifest, store_path
+from airflow_kafka_spark.ops.backup.manifest import BACKUPS_DIR, LOCK_NAME, STAGING_DIR, FileEntry, Manifest
 from airflow_kafka_spark.ops.backup.prune import check_retention, prune_job
 from airflow_kafka_spark.ops.backup.selection import log_ids, select_files
 from airflow_kafka_spark.ops.backup.store import BlobWriter, blob_index, check_blobs

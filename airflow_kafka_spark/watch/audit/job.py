@@ -164,7 +164,7 @@ def _checkpoint_verdict(spec: JobSpec, view: KafkaView, storage_options: dict | 
 
 
 def _backup_info(spec: JobSpec, now_ms: int, storage_options: dict | None) -> dict[str, Any]:
-    from airflow_kafka_spark.ops.backup.manifest import list_backups
+    from airflow_kafka_spark.ops.backup.catalog import list_backups
 
     if spec.is_dstream:
         return _dstream_backup_info(spec, now_ms, storage_options)
