@@ -37,7 +37,12 @@ from airflow_kafka_spark.errors import UserError
 from airflow_kafka_spark.kafka.view import KafkaView
 from airflow_kafka_spark.lifecycle.events import LifecycleEvent
 from airflow_kafka_spark.lifecycle.record import LifecycleRecord
-from airflow_kafka_spark.ops.dstream_backup import backup_dstream, load_backup, rollback_dstream
+from airflow_kafka_spark.ops.dstream_backup import (
+    backup_dstream,
+    load_backup,
+    prune_dstream_backups,
+    rollback_dstream,
+)
 from airflow_kafka_spark.registry.model import JobSpec
 from airflow_kafka_spark.runtime import app_versions, start_stop
 from airflow_kafka_spark.runtime.dstream import (
@@ -122,6 +127,24 @@ def validate_step(spec: JobSpec, context: Any, *, override: bool, dry_run: bool,
     return doc
 
 
+def _apply_retention(spec: JobSpec, keep: str, log: Any) -> list[str]:
+    """The registry's ``backup_retention`` over the job's DStream backups, this run's one kept.
+
+    Retention is housekeeping: a store that refuses a delete is logged, and the restart goes on.
+    """
+    retention = spec.backup_retention
+    try:
+        pruned = prune_dstream_backups(spec, keep_last=retention.keep_last, dry_run=False, keep=[keep],
+                                       max_age_s=retention.max_age_days * 86400 if retention.max_age_days else None)
+    except (UserError, OSError) as exc:
+        log.warning("job %s: DStream backups not pruned: %s", spec.name, exc)
+        return []
+    if pruned.removed or pruned.incomplete_removed:
+        log.info("job %s: retention removed DStream backups %s", spec.name,
+                 ", ".join(pruned.removed + pruned.incomplete_removed))
+    return pruned.removed
+
+
 def backup_step(spec: JobSpec, context: Any, *, dry_run: bool, log: Any) -> dict[str, Any]:
     """Back up the group's offsets and the DStream checkpoint; then, on a new build, move the checkpoint aside.
 
@@ -152,12 +175,14 @@ def backup_step(spec: JobSpec, context: Any, *, dry_run: bool, log: Any) -> dict
         backup.location,
     )
     context["ti"].xcom_push(key=BACKUP_KEY, value=backup.location)
+    pruned = _apply_retention(spec, backup.location, log)
     moved = _move_aside(spec, context, plan, "new build", log) if plan.move_checkpoint_aside else {}
     # backup_id stays None: it names Structured Streaming backups (ops/backup), which this is not.
     return {
         "job": spec.name,
         "backup_id": None,
         BACKUP_KEY: backup.location,
+        "pruned": pruned,
         "group_offsets": [[tp.topic, tp.partition, o] for tp, o in sorted(backup.group_offsets.items())],
         "checkpoint_copy": backup.checkpoint_copy,
         "recorded_build": backup.recorded_build,

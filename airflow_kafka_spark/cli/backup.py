@@ -44,20 +44,39 @@ def _backup_dstream(args: argparse.Namespace, spec: Any) -> int:
     ``ssc.checkpoint`` under ``<backup_root>/<job>/dstream-<stamp>/`` (its position is the group)."""
     from airflow_kafka_spark.cli._job import kafka_config_for
     from airflow_kafka_spark.kafka.view import KafkaView
-    from airflow_kafka_spark.ops.dstream_backup import backup_dstream
+    from airflow_kafka_spark.ops.dstream_backup import backup_dstream, prune_dstream_backups
 
+    so = storage.opts(args.backup_storage_option)
+    keep_last, max_age_s = _retention(args, None)
     with KafkaView(kafka_config_for(args, spec), timeout=args.timeout) as view:
-        taken = backup_dstream(spec, kafka=view, storage_options=storage.opts(args.backup_storage_option))
+        taken = backup_dstream(spec, kafka=view, storage_options=so)
     doc = {"job": spec.name, "group": spec.group, "location": taken.location,
            "group_offsets": {str(tp): o for tp, o in sorted(taken.group_offsets.items())},
            "checkpoint_copy": taken.checkpoint_copy}
+    if keep_last is not None or max_age_s is not None:
+        doc["pruned"] = prune_dstream_backups(spec, keep_last=keep_last, max_age_s=max_age_s, dry_run=False,
+                                              keep=[taken.location], storage_options=so).removed
     if args.json:
         report.emit(report.dump_json(doc))
         return ExitCode.OK
     report.emit(f"backup of DStream job {spec.name} written to {taken.location}\n"
                 f"  group {spec.group}: {len(taken.group_offsets)} partition offsets; DStream checkpoint "
-                + (f"copied to {taken.checkpoint_copy}" if taken.checkpoint_copy else "none (the job has none)"))
+                + (f"copied to {taken.checkpoint_copy}" if taken.checkpoint_copy else "none (the job has none)")
+                + (f"\n  pruned: {', '.join(doc['pruned'])}" if doc.get("pruned") else ""))
     return ExitCode.OK
+
+
+def _retention(args: argparse.Namespace, spec: Any) -> tuple[int | None, float | None]:
+    """``--keep-last``/``--max-age``, else (with ``spec``) the registry's ``backup_retention``."""
+    from airflow_kafka_spark._util.text import parse_duration
+
+    keep_last = args.keep_last
+    max_age_s = parse_duration(args.max_age) if args.max_age else None
+    if keep_last is None and max_age_s is None and spec is not None:
+        keep_last = spec.backup_retention.keep_last
+        days = spec.backup_retention.max_age_days
+        max_age_s = None if days is None else days * 86400.0
+    return keep_last, max_age_s
 
 
 def _backup(args: argparse.Namespace) -> int:
@@ -124,27 +143,40 @@ def _backups_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print the machine-readable report (JSON)")
 
 
-def _dstream_backups(args: argparse.Namespace, spec: Any) -> int:
-    """A DStream job's ``dstream-<stamp>/`` backups, newest first (listing only: they are not manifests)."""
+def _dstream_backups(args: argparse.Namespace, spec: Any, execute: bool) -> int:
+    """A DStream job's ``dstream-<stamp>/`` backups, newest first; ``--prune`` applies retention to them."""
     from airflow_kafka_spark.errors import UserError
-    from airflow_kafka_spark.ops.dstream_backup import list_dstream_backups
+    from airflow_kafka_spark.ops.dstream_backup import list_dstream_backups, prune_dstream_backups
 
-    if args.prune or args.verify:
-        raise UserError(f"job {spec.name} is a DStream job: its backups (group offsets and a checkpoint copy) are "
-                        "listed here but not verified or pruned; delete old dstream-<stamp> folders by hand")
-    found = list_dstream_backups(spec, storage.opts(args.backup_storage_option))[::-1]
+    if args.verify:
+        raise UserError(f"job {spec.name} is a DStream job: its backups (group offsets and a checkpoint copy) carry "
+                        "no digests to verify; list them without --verify")
+    so = storage.opts(args.backup_storage_option)
+    pruned = None
+    if args.prune:
+        keep_last, max_age_s = _retention(args, spec)
+        pruned = prune_dstream_backups(spec, keep_last=keep_last, max_age_s=max_age_s, dry_run=not execute,
+                                       storage_options=so)
+    found = list_dstream_backups(spec, so)[::-1]
     if args.json:
         report.emit(report.dump_json({"job": spec.name, "kind": "dstream", "backups": [
-            {"backup_id": b.backup_id, "location": b.location, "created_at_ms": b.created_at_ms} for b in found]}))
+            {"backup_id": b.backup_id, "location": b.location, "created_at_ms": b.created_at_ms} for b in found],
+            **({"prune": pruned.to_dict()} if pruned else {})}))
         return ExitCode.OK
-    lines = [f"backups of DStream job {spec.name} (newest first):"]
+    lines = []
+    if pruned is not None:
+        lines.append(f"{'removed' if execute else 'would remove'} {len(pruned.removed)} backup(s)"
+                     f"{': ' + ', '.join(pruned.removed) if pruned.removed else ''}; "
+                     f"{len(pruned.incomplete_removed)} interrupted backup folder(s)")
+        if not execute:
+            lines.append("plan only: nothing was deleted; pass --execute to prune")
+    lines.append(f"backups of DStream job {spec.name} (newest first):")
     lines += [f"  {b.backup_id}  {b.location}" for b in found] or ["  (none)"]
     report.emit("\n".join(lines))
     return ExitCode.OK
 
 
 def _backups(args: argparse.Namespace) -> int:
-    from airflow_kafka_spark._util.text import parse_duration
     from airflow_kafka_spark.errors import UserError
     from airflow_kafka_spark.ops.backup.catalog import list_backups
     from airflow_kafka_spark.ops.backup.store import verify_backup
@@ -160,17 +192,12 @@ def _backups(args: argparse.Namespace) -> int:
         )
     spec, _, backup_root = storage.job_and_paths(args, checkpoint=False)
     if spec is not None and spec.is_dstream:
-        return _dstream_backups(args, spec)
+        return _dstream_backups(args, spec, execute)
     so = storage.opts(args.backup_storage_option)
     key = storage.seal_key_of(args)
     out: dict[str, Any] = {}
     if args.prune:
-        keep_last = args.keep_last
-        max_age_s = parse_duration(args.max_age) if args.max_age else None
-        if keep_last is None and max_age_s is None and spec is not None:
-            keep_last = spec.backup_retention.keep_last
-            days = spec.backup_retention.max_age_days
-            max_age_s = None if days is None else days * 86400.0
+        keep_last, max_age_s = _retention(args, spec)
         if keep_last is None and max_age_s is None:
             raise UserError("--prune needs a retention rule: --keep-last N and/or --max-age DURATION")
         pr = prune_backups(

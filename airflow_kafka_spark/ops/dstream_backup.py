@@ -1,6 +1,9 @@
 """A DStream job's backups: the group's committed offsets and a copy of its ``ssc.checkpoint``.
 
 Layout: ``<backup_root>/<job>/dstream-<stamp>/`` holding ``group-offsets.json`` and ``checkpoint/``.
+The offsets file is written last: a folder without it is a backup that was interrupted. Retention
+(:func:`prune_dstream_backups`) follows the Structured Streaming backups' rule: beyond the newest
+``keep_last`` or older than ``max_age_s`` goes, the newest always stays.
 Apart from the restart steps in :mod:`airflow_kafka_spark.runtime.dstream`, and in ``ops`` (below
 ``watch``), because the command line (``aks backup``/``aks backups --job``), the audit and the DAG's
 rollback all read or write them.
@@ -8,8 +11,10 @@ rollback all read or write them.
 
 from __future__ import annotations
 
+import calendar
 import json
 import time
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,6 +33,7 @@ from airflow_kafka_spark.errors import UserError
 from airflow_kafka_spark.kafka.offsets import PartitionOffsets, TopicPartition
 from airflow_kafka_spark.kafka.view import KafkaView
 from airflow_kafka_spark.names import DSTREAM_BACKUP_OFFSETS, DSTREAM_BACKUP_PREFIX
+from airflow_kafka_spark.ops.backup.prune import check_retention
 from airflow_kafka_spark.registry.model import JobKind, JobSpec
 from airflow_kafka_spark.verdict.dstream import read_state, set_recorded_build
 
@@ -76,9 +82,81 @@ def list_dstream_backups(spec: JobSpec, storage_options: dict[str, Any] | None =
     out = []
     for backup_id in sorted(found):
         mtime = mtime_of(found[backup_id])
-        created_ms = None if mtime is None else int(mtime * 1000)
+        created_ms = _stamp_ms(backup_id) or (None if mtime is None else int(mtime * 1000))
         out.append(DStreamBackupEntry(backup_id, root.child(backup_id).url, created_ms))
     return out
+
+
+def _stamp_ms(backup_id: str) -> int | None:
+    """The UTC second a ``dstream-<stamp>`` folder names (the writer's clock, not the store's), in ms."""
+    try:
+        parsed = time.strptime(backup_id.removeprefix(DSTREAM_BACKUP_PREFIX), "%Y%m%dT%H%M%SZ")
+    except ValueError:
+        return None
+    return calendar.timegm(parsed) * 1000
+
+
+#: A folder without its offsets file younger than this may be a backup in flight (there is no lock).
+INCOMPLETE_GRACE_S = 3600.0
+
+
+@dataclass(frozen=True)
+class DStreamPrune:
+    """What retention keeps and removes of a DStream job's backups (ids are the folder names)."""
+
+    kept: list[str]
+    removed: list[str]
+    incomplete_removed: list[str]  # interrupted backups (no offsets file) older than the grace period
+    dry_run: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kept": self.kept, "removed": self.removed, "incomplete_removed": self.incomplete_removed,
+                "dry_run": self.dry_run}
+
+
+def prune_dstream_backups(spec: JobSpec, *, keep_last: int | None, max_age_s: float | None, dry_run: bool,
+                          now_ms: int | None = None, keep: Collection[str] = (),
+                          storage_options: dict[str, Any] | None = None) -> DStreamPrune:
+    """Remove the DStream backups beyond the newest ``keep_last`` or older than ``max_age_s``.
+
+    The newest backup always stays, and so does every id or location in ``keep`` (the backup the
+    running safe restart may roll back to). ``dry_run``: the plan only, nothing is deleted.
+    """
+    require_dstream(spec)
+    check_retention(keep_last, max_age_s)
+    now = now_ms if now_ms is not None else int(time.time() * 1000)
+    root = open_location(spec.backup_root, storage_options, what="backup root").child(spec.name)
+    kept: list[str] = []
+    removed: list[DStreamBackupEntry] = []
+    for i, b in enumerate(reversed(list_dstream_backups(spec, storage_options))):   # newest first
+        too_many = keep_last is not None and i >= keep_last
+        too_old = max_age_s is not None and b.created_at_ms is not None and now - b.created_at_ms > max_age_s * 1000
+        if i > 0 and (too_many or too_old) and b.backup_id not in keep and b.location not in keep:
+            removed.append(b)
+        else:
+            kept.append(b.backup_id)
+    incomplete = _incomplete(root, now)
+    if not dry_run:
+        for b in removed:
+            remove_tree(open_location(b.location, storage_options, what="DStream backup"))
+        for backup_id in incomplete:
+            remove_tree(root.child(backup_id))
+    return DStreamPrune(kept, [b.backup_id for b in removed], incomplete, dry_run)
+
+
+def _incomplete(root: Location, now_ms: int) -> list[str]:
+    """``dstream-<stamp>`` folders without their offsets file whose files are all older than the grace period."""
+    newest: dict[str, float] = {}
+    complete: set[str] = set()
+    for rel, info in list_files(root).items():
+        folder = rel.split("/", 1)[0]
+        if not folder.startswith(DSTREAM_BACKUP_PREFIX) or "/" not in rel:
+            continue
+        if rel == f"{folder}/{DSTREAM_BACKUP_OFFSETS}":
+            complete.add(folder)
+        newest[folder] = max(newest.get(folder, 0.0), mtime_of(info) or float("inf"))
+    cutoff = now_ms / 1000 - INCOMPLETE_GRACE_S
+    return sorted(f for f, m in newest.items() if f not in complete and m < cutoff)
 
 
 def backup_dstream(

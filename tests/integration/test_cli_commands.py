@@ -278,10 +278,71 @@ def test_a_dstream_job_is_backed_up_listed_and_lagged_from_its_group(broker, top
     listed = aks("backups", "--job", "clicks", "--registry", str(registry), "--json")
     assert listed.returncode == 0, listed.stderr
     assert [b["location"] for b in json.loads(listed.stdout)["backups"]] == [doc["location"]]
-    refused = aks("backups", "--job", "clicks", "--registry", str(registry), "--prune", "--keep-last", "1")
+    refused = aks("backups", "--job", "clicks", "--registry", str(registry), "--verify", "latest")
     assert refused.returncode == 2 and refused.stderr.count("\n") == 1 and "DStream job" in refused.stderr
     lag = aks("lag", *job, "--json")
     assert lag.returncode == 0, lag.stderr
     observed = json.loads(lag.stdout)
     produced_ends = ends(broker.bootstrap_servers, topic_name)
     assert observed["lag_records"] == sum(produced_ends.values()) - 50 > 0, observed
+
+
+def test_a_dstream_jobs_backups_are_pruned_by_retention_plan_first(broker, topic_name, tmp_path):
+    """`aks backups --prune` over `dstream-<stamp>/` folders: the plan deletes nothing; --execute keeps
+    the newest N (ages from the stamp), removes interrupted folders past the grace period only, and
+    `aks backup --keep-last` prunes right after the backup it took."""
+    from airflow_kafka_spark.ops.dstream_backup import backup_dstream
+
+    topics.create_topic(broker.bootstrap_servers, topic_name, PARTS)
+    group = f"clicks-prune-{os.getpid()}"
+    from confluent_kafka import Consumer
+    from confluent_kafka import TopicPartition as KTP
+
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap_servers, "group.id": group})
+    consumer.commit(offsets=[KTP(topic_name, 0, 0), KTP(topic_name, 1, 0)], asynchronous=False)
+    consumer.close()
+    (tmp_path / "ssc").mkdir()
+    (tmp_path / "ssc" / "checkpoint-1700000000000").write_bytes(b"a DStream checkpoint file")
+    registry = tmp_path / "jobs.yaml"
+    registry.write_text(DSTREAM_REGISTRY.format(root=tmp_path, group=group, topic=topic_name))
+    spec = load_registry(registry).get("clicks")
+    with KafkaView({"bootstrap.servers": broker.bootstrap_servers}) as view:
+        for stamp in ("20200101T000000Z", "20200102T000000Z", "20200103T000000Z"):
+            backup_dstream(spec, kafka=view, stamp=stamp)
+    job_dir = tmp_path / "backups" / "clicks"
+    stale = job_dir / "dstream-20200104T000000Z" / "checkpoint"      # killed before its offsets file
+    stale.mkdir(parents=True)
+    (stale / "checkpoint-1").write_bytes(b"half a copy")
+    os.utime(stale / "checkpoint-1", (time.time() - 7200, time.time() - 7200))
+    fresh = job_dir / "dstream-20200105T000000Z" / "checkpoint"      # may be a backup in flight
+    fresh.mkdir(parents=True)
+    (fresh / "checkpoint-1").write_bytes(b"being copied")
+    before = sorted(p.name for p in job_dir.iterdir())
+    args = ("backups", "--job", "clicks", "--registry", str(registry), "--prune", "--keep-last", "2")
+
+    plan = aks(*args)
+    assert plan.returncode == 0, plan.stderr
+    assert "would remove 1 backup(s): dstream-20200101T000000Z; 1 interrupted" in plan.stdout, plan.stdout
+    assert sorted(p.name for p in job_dir.iterdir()) == before, "a plan deletes nothing"
+
+    done = aks(*args, "--execute", "--json")
+    assert done.returncode == 0, done.stderr
+    doc = json.loads(done.stdout)
+    assert doc["prune"]["removed"] == ["dstream-20200101T000000Z"]
+    assert doc["prune"]["incomplete_removed"] == ["dstream-20200104T000000Z"]
+    assert [b["backup_id"] for b in doc["backups"]] == ["dstream-20200103T000000Z", "dstream-20200102T000000Z"]
+    assert doc["backups"][0]["created_at_ms"] == 1578009600000           # from the stamp, not the mtime
+    assert sorted(p.name for p in job_dir.iterdir()) == [
+        "dstream-20200102T000000Z", "dstream-20200103T000000Z", "dstream-20200105T000000Z"]
+
+    by_age = aks("backups", "--job", "clicks", "--registry", str(registry), "--prune", "--max-age", "1d")
+    assert by_age.returncode == 0, by_age.stderr      # both are years old; the newest always stays
+    assert "would remove 1 backup(s): dstream-20200102T000000Z; 0 interrupted" in by_age.stdout, by_age.stdout
+
+    taken = aks("backup", "--job", "clicks", "--registry", str(registry), "--bootstrap-servers",
+                broker.bootstrap_servers, "--keep-last", "1", "--json")
+    assert taken.returncode == 0, taken.stderr
+    new = json.loads(taken.stdout)
+    assert sorted(new["pruned"]) == ["dstream-20200102T000000Z", "dstream-20200103T000000Z"]
+    left = sorted(p.name for p in job_dir.iterdir())
+    assert left == sorted([Path(new["location"]).name, "dstream-20200105T000000Z"]), left
