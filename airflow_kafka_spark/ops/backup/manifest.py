@@ -49,7 +49,7 @@ class FileEntry(NamedTuple):
     size: int
     sha256: str
     mtime: float | None = None   # of the source file; lets the next backup skip re-hashing it
-    ctime: float | None = None   # local disks: inode change time, which no one can set back (see _reusable)
+    ctime: float | None = None   # local disks: inode change time, which no one can set back (see reuse.reusable)
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {"path": self.path, "size": self.size, "sha256": self.sha256}

@@ -22,7 +22,6 @@ already recovered, call :func:`take_backup` directly.
 
 from __future__ import annotations
 
-import contextlib
 import time
 from collections.abc import Collection
 from concurrent.futures import ThreadPoolExecutor
@@ -32,7 +31,6 @@ from typing import Any
 from airflow_kafka_spark._util import faults
 from airflow_kafka_spark._util.fs import (
     Location,
-    comparable,
     list_files,
     mtime_of,
     open_location,
@@ -50,9 +48,10 @@ from airflow_kafka_spark.kafka.offsets import PartitionOffsets
 from airflow_kafka_spark.lifecycle.record import LifecycleRecord
 from airflow_kafka_spark.names import default_job_name, new_backup_id, validate_job_name
 from airflow_kafka_spark.ops import seal
-from airflow_kafka_spark.ops.backup.catalog import job_location, open_backup_root, read_manifest, store_path
+from airflow_kafka_spark.ops.backup.catalog import job_location, open_backup_root, store_path
 from airflow_kafka_spark.ops.backup.manifest import BACKUPS_DIR, LOCK_NAME, STAGING_DIR, FileEntry, Manifest
 from airflow_kafka_spark.ops.backup.prune import check_retention, prune_job
+from airflow_kafka_spark.ops.backup.reuse import ctime_of, previous_entries, reusable
 from airflow_kafka_spark.ops.backup.selection import log_ids, select_files
 from airflow_kafka_spark.ops.backup.store import BlobWriter, blob_index, check_blobs
 from airflow_kafka_spark.ops.guards import check_locations, running_reason
@@ -177,7 +176,7 @@ def _backup_once(ck: Location, state: CheckpointState, job_loc: Location, job: s
     # release the GIL); the blob store is then listed by name, the blobs the previous (verified)
     # manifest names taking their sizes from it (``blob_index``): 40,000 stats fewer.
     with ThreadPoolExecutor(max_workers=1) as pool:
-        previous_f = pool.submit(_previous_stats, job_loc, job, ck, state.query_id, seal_key)
+        previous_f = pool.submit(previous_entries, job_loc, job, ck, state.query_id, seal_key)
         listing = list_files(ck)
         previous = previous_f.result()
     index = blob_index(job_loc, trusted={f.sha256: f.size for f in previous.values()})
@@ -196,9 +195,9 @@ def _backup_once(ck: Location, state: CheckpointState, job_loc: Location, job: s
         info = sel.files[rel]
         size = int(info.get("size") or 0)
         mtime = mtime_of(info)
-        ctime = _ctime(ck, info)
+        ctime = ctime_of(ck, info)
         prev = previous.get(rel)
-        if _reusable(prev, size, mtime, ctime, local=ck.local) and index.get(prev.sha256) == size:
+        if reusable(prev, size, mtime, ctime, local=ck.local) and index.get(prev.sha256) == size:
             # ``rel`` is the path of an entry of a parsed manifest: ``check_paths`` proved it safe there.
             # Same path, size and sha256; same mtime and (local) ctime, else the previous entry's.
             entries.append(prev if (prev.mtime, prev.ctime) == (mtime, ctime)
@@ -345,28 +344,6 @@ def _offsets_at(ck: Location, state: CheckpointState, batch: int | None) -> Part
         return None
 
 
-def _ctime(ck: Location, info: dict) -> float | None:
-    """A local file's inode change time (fsspec calls it ``created``); None elsewhere."""
-    value = info.get("created") if ck.local else None
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
-
-
-def _reusable(prev: FileEntry | None, size: int, mtime: float | None, ctime: float | None, *, local: bool) -> bool:
-    """May the previous backup's hash stand for this file without reading it?
-
-    Size and mtime alone are not enough: ``touch -d`` / ``os.utime`` puts an old mtime back on new
-    content. On a local disk the inode change time is compared too — every write or utime moves it
-    and nobody can set it back — so an entry without one (older manifests) is re-read once. On
-    object stores the mtime is the server's last-modified time of the object, which clients cannot
-    set.
-    """
-    if prev is None or mtime is None or prev.size != size or prev.mtime != mtime:
-        return False
-    if local:
-        return ctime is not None and prev.ctime == ctime
-    return True
-
-
 def refuse_irregular(ck: Location) -> None:
     """Symbolic links and special files in a checkpoint are refused, before anything reads them.
 
@@ -381,23 +358,3 @@ def refuse_irregular(ck: Location) -> None:
         raise UserError(f"checkpoint {ck.url} contains {rel}, {kind}: Spark writes only regular files there, so "
                         "this one was put there by hand; remove it (or replace it by the real file) and back up "
                         "again — nothing was copied")
-
-
-def _previous_stats(job_loc: Location, job: str, ck: Location, query_id: str | None,
-                    seal_key: bytes | None) -> dict[str, FileEntry]:
-    """Entries of the newest backup of the same checkpoint and query: the stat cache of unchanged files."""
-    target = comparable(ck)
-    # Newest first (backup ids start with their UTC time), parsing one manifest at a time: a job
-    # with 50 backups of 40,000 files each must not parse all of them to find the newest.
-    names = sorted((rel for rel in list_files(store_path(job_loc, BACKUPS_DIR))
-                    if "/" not in rel and rel.endswith(".json") and not rel.startswith(".")), reverse=True)
-    for rel in names:
-        with contextlib.suppress(UserError):
-            raw = read_manifest(job_loc.child(BACKUPS_DIR, rel))
-            if raw is None:
-                continue
-            m = Manifest.from_json(raw, where=f"{job_loc.url}/{BACKUPS_DIR}/{rel}", seal_key=seal_key)
-            if m.job == job and f"{m.backup_id}.json" == rel and m.query_id == query_id and comparable(
-                    open_location(m.checkpoint_location, None)) == target:
-                return {f.path: f for f in m.files}
-    return {}

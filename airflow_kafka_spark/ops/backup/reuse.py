@@ -1,0 +1,58 @@
+"""The previous backup as a stat cache: which checkpoint files a re-backup need not read again.
+
+A file whose path, size, mtime and (on a local disk) inode change time equal an entry of the newest
+verified backup of the same checkpoint and query keeps that entry's sha256 without being read:
+checkpoint files are immutable once Spark renames them into place, so the cost of a backup follows
+the new batches, not the history. Apart from ``take`` so the rule reads in one place.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+from airflow_kafka_spark._util.fs import Location, comparable, list_files, open_location
+from airflow_kafka_spark.errors import UserError
+from airflow_kafka_spark.ops.backup.catalog import read_manifest, store_path
+from airflow_kafka_spark.ops.backup.manifest import BACKUPS_DIR, FileEntry, Manifest
+
+
+def previous_entries(job_loc: Location, job: str, ck: Location, query_id: str | None,
+                     seal_key: bytes | None) -> dict[str, FileEntry]:
+    """Entries of the newest backup of the same checkpoint and query: the stat cache of unchanged files."""
+    target = comparable(ck)
+    # Newest first (backup ids start with their UTC time), parsing one manifest at a time: a job
+    # with 50 backups of 40,000 files each must not parse all of them to find the newest.
+    names = sorted((rel for rel in list_files(store_path(job_loc, BACKUPS_DIR))
+                    if "/" not in rel and rel.endswith(".json") and not rel.startswith(".")), reverse=True)
+    for rel in names:
+        with contextlib.suppress(UserError):
+            raw = read_manifest(job_loc.child(BACKUPS_DIR, rel))
+            if raw is None:
+                continue
+            m = Manifest.from_json(raw, where=f"{job_loc.url}/{BACKUPS_DIR}/{rel}", seal_key=seal_key)
+            if m.job == job and f"{m.backup_id}.json" == rel and m.query_id == query_id and comparable(
+                    open_location(m.checkpoint_location, None)) == target:
+                return {f.path: f for f in m.files}
+    return {}
+
+
+def ctime_of(ck: Location, info: dict) -> float | None:
+    """A local file's inode change time (fsspec calls it ``created``); None elsewhere."""
+    value = info.get("created") if ck.local else None
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def reusable(prev: FileEntry | None, size: int, mtime: float | None, ctime: float | None, *, local: bool) -> bool:
+    """May the previous backup's hash stand for this file without reading it?
+
+    Size and mtime alone are not enough: ``touch -d`` / ``os.utime`` puts an old mtime back on new
+    content. On a local disk the inode change time is compared too — every write or utime moves it
+    and nobody can set it back — so an entry without one (older manifests) is re-read once. On
+    object stores the mtime is the server's last-modified time of the object, which clients cannot
+    set.
+    """
+    if prev is None or mtime is None or prev.size != size or prev.mtime != mtime:
+        return False
+    if local:
+        return ctime is not None and prev.ctime == ctime
+    return True
