@@ -101,7 +101,7 @@ def _probe_in_session(bootstrap: str, topic: str, second: str, variant: str, sin
 def _probe_with_operator(tmp_path: Path, bootstrap: str, new: JobSpec, *, old_args: tuple[str, ...],
                          monkeypatch: pytest.MonkeyPatch) -> probe.ProbeResult:
     """``CompatibilityProbeOperator`` with the new application's arguments given to the operator."""
-    from airflow_kafka_spark.operators.safe_restart import CompatibilityProbeOperator
+    from airflow_kafka_spark.operators.probe import CompatibilityProbeOperator
 
     monkeypatch.setenv("AIRFLOW_CONN_KAFKA_PROBE_TEST", json.dumps({"conn_type": "kafka",
                                                                     "extra": {"bootstrap.servers": bootstrap}}))
