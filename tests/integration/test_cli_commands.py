@@ -248,21 +248,26 @@ jobs:
 """
 
 
-def test_a_dstream_job_is_backed_up_listed_and_lagged_from_its_group(broker, topic_name, tmp_path):
-    """`aks backup/backups/lag --job` of a DStream job act on its consumer group, as the DAG's steps do."""
+def _dstream_job(broker, topic_name: str, root: Path, group: str, committed: dict[int, int]) -> Path:
+    """The topic, the group's commits and a one-file DStream checkpoint of job ``clicks``; its registry."""
     from confluent_kafka import Consumer
     from confluent_kafka import TopicPartition as KTP
 
     topics.create_topic(broker.bootstrap_servers, topic_name, PARTS)
-    produce(broker.bootstrap_servers, topic_name, 100, partitions=PARTS)
-    group = f"clicks-{os.getpid()}"
     consumer = Consumer({"bootstrap.servers": broker.bootstrap_servers, "group.id": group})
-    consumer.commit(offsets=[KTP(topic_name, 0, 20), KTP(topic_name, 1, 30)], asynchronous=False)
+    consumer.commit(offsets=[KTP(topic_name, p, o) for p, o in committed.items()], asynchronous=False)
     consumer.close()
-    (tmp_path / "ssc").mkdir()
-    (tmp_path / "ssc" / "checkpoint-1700000000000").write_bytes(b"a DStream checkpoint file")
-    registry = tmp_path / "jobs.yaml"
-    registry.write_text(DSTREAM_REGISTRY.format(root=tmp_path, group=group, topic=topic_name))
+    (root / "ssc").mkdir()
+    (root / "ssc" / "checkpoint-1700000000000").write_bytes(b"a DStream checkpoint file")
+    registry = root / "jobs.yaml"
+    registry.write_text(DSTREAM_REGISTRY.format(root=root, group=group, topic=topic_name))
+    return registry
+
+
+def test_a_dstream_job_is_backed_up_listed_and_lagged_from_its_group(broker, topic_name, tmp_path):
+    """`aks backup/backups/lag --job` of a DStream job act on its consumer group, as the DAG's steps do."""
+    registry = _dstream_job(broker, topic_name, tmp_path, f"clicks-{os.getpid()}", {0: 20, 1: 30})
+    produce(broker.bootstrap_servers, topic_name, 100, partitions=PARTS)
     job = ("--job", "clicks", "--registry", str(registry), "--bootstrap-servers", broker.bootstrap_servers)
 
     down = aks("backup", "--job", "clicks", "--registry", str(registry), "--bootstrap-servers", "127.0.0.1:1",
@@ -293,18 +298,7 @@ def test_a_dstream_jobs_backups_are_pruned_by_retention_plan_first(broker, topic
     `aks backup --keep-last` prunes right after the backup it took."""
     from airflow_kafka_spark.ops.dstream_backup import backup_dstream
 
-    topics.create_topic(broker.bootstrap_servers, topic_name, PARTS)
-    group = f"clicks-prune-{os.getpid()}"
-    from confluent_kafka import Consumer
-    from confluent_kafka import TopicPartition as KTP
-
-    consumer = Consumer({"bootstrap.servers": broker.bootstrap_servers, "group.id": group})
-    consumer.commit(offsets=[KTP(topic_name, 0, 0), KTP(topic_name, 1, 0)], asynchronous=False)
-    consumer.close()
-    (tmp_path / "ssc").mkdir()
-    (tmp_path / "ssc" / "checkpoint-1700000000000").write_bytes(b"a DStream checkpoint file")
-    registry = tmp_path / "jobs.yaml"
-    registry.write_text(DSTREAM_REGISTRY.format(root=tmp_path, group=group, topic=topic_name))
+    registry = _dstream_job(broker, topic_name, tmp_path, f"clicks-prune-{os.getpid()}", {0: 0, 1: 0})
     spec = load_registry(registry).get("clicks")
     with KafkaView({"bootstrap.servers": broker.bootstrap_servers}) as view:
         for stamp in ("20200101T000000Z", "20200102T000000Z", "20200103T000000Z"):
