@@ -255,6 +255,15 @@ class KafkaClient:
                          "sasl.mechanism, sasl.username and the password in the Kafka connection")
 
     def _unreachable(self, what: str, t0: float, fallback: str = "") -> Unreachable:
+        """The one-line error for a request Kafka did not answer; the AdminClient is dropped with it.
+
+        Why dropped: librdkafka (2.x) aborts the whole process (``rd_kafka_enq_once_del_source_return:
+        Assertion eonce->refcnt > 0``) when an AdminClient with a request abandoned here is used for
+        another one, which every loop over one view did (the DStream health gate, ``aks lag --watch``,
+        the mirror listener inside the Spark driver, a metrics scrape of several jobs) while a broker
+        restarted. A fresh client is made on the next call (``tests/airflow/test_dstream_gate.py``).
+        """
+        self._admin = None
         reason = self._errors.reason(t0) or fallback or "no answer"
         return Unreachable(f"Kafka at {self.bootstrap_servers} is not reachable ({what} got no answer within "
                          f"{self.timeout:g}s: {reason}); {FIX_CONNECTION}")

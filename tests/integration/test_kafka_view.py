@@ -382,3 +382,31 @@ def test_broker_state_is_frozen_contract():
     fields = [f.name for f in dataclasses.fields(BrokerState)]
     assert fields[:8] == ["bootstrap_servers", "cluster_id", "topics", "missing_topics", "earliest", "latest",
                           "sampled_at_ms", "resampled"]
+
+
+def test_one_view_outlives_a_broker_restart_without_crashing_the_process(broker, topic_name):
+    """Every loop over one view (the DStream gate, ``aks lag --watch``, the mirror listener inside the
+    Spark driver, a metrics scrape) keeps calling it while a broker restarts. librdkafka 2.x aborted the
+    whole process (``rd_kafka_enq_once_del_source_return: eonce->refcnt > 0``) on the call after an
+    admin request that was abandoned as unreachable; the view now drops that client."""
+    from tests.support.proxy import LateProxy
+
+    create_topic(broker.bootstrap_servers, topic_name, 2)
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap_servers, "group.id": topic_name})
+    consumer.commit(offsets=[KTP(topic_name, 0, 3), KTP(topic_name, 1, 4)], asynchronous=False)
+    consumer.close()
+    with LateProxy(broker.bootstrap_servers, delay_s=12.0) as proxy, \
+            KafkaView({"bootstrap.servers": f"127.0.0.1:{proxy.port}"}, timeout=2.0) as view:
+        failures = 0
+        started = time.monotonic()
+        while time.monotonic() - started < 60:
+            try:
+                got = view.group_offsets(topic_name, [topic_name])
+                break
+            except UserError as exc:
+                assert "not reachable" in str(exc)
+                failures += 1
+        else:
+            pytest.fail("the broker behind the proxy never answered")
+    assert failures >= 3, failures         # several abandoned requests on the same view, then an answer
+    assert got == {TopicPartition(topic_name, 0): 3, TopicPartition(topic_name, 1): 4}
