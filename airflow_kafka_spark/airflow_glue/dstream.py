@@ -134,8 +134,8 @@ def _apply_retention(spec: JobSpec, keep: str, log: Any) -> list[str]:
     """
     retention = spec.backup_retention
     try:
-        pruned = prune_dstream_backups(spec, keep_last=retention.keep_last, dry_run=False, keep=[keep],
-                                       max_age_s=retention.max_age_days * 86400 if retention.max_age_days else None)
+        pruned = prune_dstream_backups(spec, keep_last=retention.keep_last, max_age_s=retention.max_age_s,
+                                       dry_run=False, keep=[keep])
     except (UserError, OSError) as exc:
         log.warning("job %s: DStream backups not pruned: %s", spec.name, exc)
         return []

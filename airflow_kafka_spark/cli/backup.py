@@ -73,9 +73,7 @@ def _retention(args: argparse.Namespace, spec: Any) -> tuple[int | None, float |
     keep_last = args.keep_last
     max_age_s = parse_duration(args.max_age) if args.max_age else None
     if keep_last is None and max_age_s is None and spec is not None:
-        keep_last = spec.backup_retention.keep_last
-        days = spec.backup_retention.max_age_days
-        max_age_s = None if days is None else days * 86400.0
+        keep_last, max_age_s = spec.backup_retention.keep_last, spec.backup_retention.max_age_s
     return keep_last, max_age_s
 
 

@@ -172,7 +172,7 @@ class BackupCheckpointOperator(StreamingJobOperator):
             spec.checkpoint, spec.backup_root, job=spec.name,
             reason=optional_text(self.reason) or f"backup by {actor(context)}",
             keep_last=retention.keep_last,
-            max_age_s=retention.max_age_days * 86400 if retention.max_age_days else None,
+            max_age_s=retention.max_age_s,
             seal_key=seal_key_from_connection(self.seal_key_conn_id),
             keep_ids=[b for b in [optional_text(self.keep_backup_id)] if b])
         self.log.info("job %s: backup %s of batch %s (%d files, %d new blobs, %.1fs)", spec.name, result.backup_id,

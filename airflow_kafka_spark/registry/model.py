@@ -99,6 +99,11 @@ class BackupRetention:
     keep_last: int = 5
     max_age_days: float | None = 30.0
 
+    @property
+    def max_age_s(self) -> float | None:
+        """``max_age_days`` in seconds, as the pruning functions take it (None: never by age)."""
+        return None if self.max_age_days is None else self.max_age_days * 86400.0
+
 
 @dataclass(frozen=True)
 class HealthGate:
