@@ -33,7 +33,7 @@ from airflow_kafka_spark.errors import UserError
 from airflow_kafka_spark.kafka.offsets import PartitionOffsets, TopicPartition
 from airflow_kafka_spark.kafka.view import KafkaView
 from airflow_kafka_spark.names import DSTREAM_BACKUP_OFFSETS, DSTREAM_BACKUP_PREFIX
-from airflow_kafka_spark.ops.backup.prune import check_retention
+from airflow_kafka_spark.ops.backup.prune import check_retention, expired
 from airflow_kafka_spark.registry.model import JobKind, JobSpec
 from airflow_kafka_spark.verdict.dstream import read_state, set_recorded_build
 
@@ -129,9 +129,8 @@ def prune_dstream_backups(spec: JobSpec, *, keep_last: int | None, max_age_s: fl
     kept: list[str] = []
     removed: list[DStreamBackupEntry] = []
     for i, b in enumerate(reversed(list_dstream_backups(spec, storage_options))):   # newest first
-        too_many = keep_last is not None and i >= keep_last
-        too_old = max_age_s is not None and b.created_at_ms is not None and now - b.created_at_ms > max_age_s * 1000
-        if i > 0 and (too_many or too_old) and b.backup_id not in keep and b.location not in keep:
+        gone = expired(i, b.created_at_ms, keep_last=keep_last, max_age_s=max_age_s, now_ms=now)
+        if gone and b.backup_id not in keep and b.location not in keep:
             removed.append(b)
         else:
             kept.append(b.backup_id)

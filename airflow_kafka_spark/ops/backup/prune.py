@@ -30,6 +30,15 @@ def check_retention(keep_last: int | None, max_age_s: float | None) -> None:
         raise UserError(f"max age must be positive, got {max_age_s}s")
 
 
+def expired(rank: int, created_at_ms: int | None, *, keep_last: int | None, max_age_s: float | None,
+            now_ms: int) -> bool:
+    """The retention rule, for manifests and DStream backups alike: beyond the newest ``keep_last`` or
+    older than ``max_age_s`` goes; ``rank`` 0 (the newest) always stays, and so does an unknown age."""
+    too_many = keep_last is not None and rank >= keep_last
+    too_old = max_age_s is not None and created_at_ms is not None and now_ms - created_at_ms > max_age_s * 1000
+    return rank > 0 and (too_many or too_old)
+
+
 @dataclass
 class PruneResult:
     kept: list[Manifest]
@@ -56,9 +65,8 @@ def prune_job(job_loc: Location, job: str, *, keep_last: int | None, max_age_s: 
     kept: list[Manifest] = []
     removed: list[Manifest] = []
     for i, m in enumerate(catalog.backups):
-        too_many = keep_last is not None and i >= keep_last
-        too_old = max_age_s is not None and now - m.created_at_ms > max_age_s * 1000
-        (removed if i > 0 and (too_many or too_old) and m.backup_id not in keep_ids else kept).append(m)
+        gone = expired(i, m.created_at_ms, keep_last=keep_last, max_age_s=max_age_s, now_ms=now)
+        (removed if gone and m.backup_id not in keep_ids else kept).append(m)
     referenced = {f.sha256 for m in kept for f in m.files}
     if seal_key is not None:
         # Manifests without the keyed seal (written before the key was configured) are not listed,
