@@ -314,6 +314,11 @@ def test_a_dstream_jobs_backups_are_pruned_by_retention_plan_first(broker, topic
     before = sorted(p.name for p in job_dir.iterdir())
     args = ("backups", "--job", "clicks", "--registry", str(registry), "--prune", "--keep-last", "2")
 
+    for bad in (("--max-age", "soon"), ("--keep-last", "0")):    # one line each, nothing deleted
+        refused = aks("backups", "--job", "clicks", "--registry", str(registry), "--prune", *bad, "--execute")
+        assert refused.returncode == 2 and refused.stderr.count("\n") == 1, (bad, refused.stderr)
+    assert sorted(p.name for p in job_dir.iterdir()) == before
+
     plan = aks(*args)
     assert plan.returncode == 0, plan.stderr
     assert "would remove 1 backup(s): dstream-20200101T000000Z; 1 interrupted" in plan.stdout, plan.stdout
