@@ -14,9 +14,11 @@ duplicated drivers on worker restarts. So:
 * Standalone cluster mode: ``spark.standalone.submit.waitAppCompletion=false`` (Spark's default,
   set anyway); the ``driver-<timestamp>-<n>`` id is parsed.
 
-Each cluster submit carries a tag of its own (``spark.yarn.tags``; the driver pod label
-``aks-tag`` on Kubernetes) so the cluster manager can name the driver it started even when
-spark-submit's output is lost or it timed out. Status, final state, log and kill of a cluster
+Each cluster submit carries two tags (``spark.yarn.tags``; the driver pod labels ``aks-tag`` and
+``aks-checkpoint`` on Kubernetes): one of the submitting task, so the cluster manager can name the
+driver it started even when spark-submit's output is lost, it timed out or the task was killed
+while it ran (:mod:`airflow_kafka_spark.runtime.unrecorded` adopts it); one of the checkpoint, so
+any submit sees a driver on it that no record names. Status, final state, log and kill of a cluster
 driver go through the cluster manager's REST API (:func:`airflow_kafka_spark.runtime.drivers.control`),
 from any host, with no ``yarn``/``spark-submit`` binary: the address is resolved at submit
 time (:mod:`airflow_kafka_spark.runtime.clusters`) and recorded with the submit. YARN is exercised
@@ -27,10 +29,10 @@ requests they send (tests/unit/test_runtime_clusters.py): there is no such clust
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import re
 import subprocess
 import time
-import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -92,9 +94,23 @@ def detach_mode(master: str, deploy_mode: str | None) -> str:
     )
 
 
-def submit_tag(spec: JobSpec) -> str:
-    """A tag unique to one submit (lower case, as YARN stores tags): the cluster can name the driver it started."""
-    return f"aks-{spec.name.lower()}-{uuid.uuid4().hex[:12]}"
+def submit_tag(spec: JobSpec, holder: str) -> str:
+    """The tag of the submits one task makes (lower case, as YARN stores tags): the cluster names their driver.
+
+    Derived from ``holder`` (``dag/run/task``), not random: a retry of a task killed while its
+    spark-submit ran asks the cluster for this tag and adopts the driver that orphan started,
+    instead of starting a second one on the same checkpoint.
+    """
+    return f"aks-{spec.name.lower()}-{_digest(holder)[:12]}"
+
+
+def checkpoint_tag(checkpoint: str) -> str:
+    """The tag every cluster submit on ``checkpoint`` carries: any submitter can ask whether a driver runs on it."""
+    return f"aks-ck-{_digest(checkpoint.rstrip('/'))[:16]}"
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 @dataclass(frozen=True)

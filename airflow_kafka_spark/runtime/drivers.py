@@ -86,14 +86,26 @@ def control(driver: DriverInfo, *, endpoint: ClusterEndpoint | Mapping[str, Any]
 
 def find_by_tag(endpoint: ClusterEndpoint, tag: str) -> str | None:
     """The driver a submit tagged ``tag`` started (newest first), if the cluster manager can tell."""
+    found = tagged_drivers(endpoint, tag)
+    return found[0] if found else None
+
+
+def tagged_drivers(endpoint: ClusterEndpoint, tag: str, *, checkpoint: bool = False,
+                   alive_only: bool = False) -> list[str] | None:
+    """Drivers carrying ``tag`` (the submit's, or with ``checkpoint`` the checkpoint's), newest first.
+
+    None when the cluster manager cannot list drivers by tag (a standalone master: spark-submit's
+    output names the driver, and nothing else can).
+    """
     if endpoint.kind == DriverKind.YARN:
-        apps = yarn.ResourceManager(list(endpoint.urls), user=endpoint.user).find(tag=tag)
-        return apps[0].id if apps else None
+        states = [s for s in yarn.AppState if not s.terminal] if alive_only else ()
+        apps = yarn.ResourceManager(list(endpoint.urls), user=endpoint.user).find(tag=tag, states=states)
+        return [a.id for a in apps if a.alive or not alive_only]
     if endpoint.kind == DriverKind.K8S:
-        pods = k8s.KubernetesApi(endpoint.urls[0], namespace=endpoint.namespace or "default",
-                                 token_file=endpoint.token_file, ca_file=endpoint.ca_file).find_driver(tag)
-        return pods[0] if pods else None
-    return None   # a standalone master does not list drivers by tag: spark-submit's output names it
+        return k8s.KubernetesApi(endpoint.urls[0], namespace=endpoint.namespace or "default",
+                                 token_file=endpoint.token_file, ca_file=endpoint.ca_file).find_driver(
+            tag, label=k8s.CHECKPOINT_LABEL if checkpoint else k8s.TAG_LABEL, alive_only=alive_only)
+    return None
 
 
 def _tail_lines(text: str, lines: int = 25) -> str:

@@ -19,7 +19,7 @@ from typing import Any
 from airflow_kafka_spark.errors import UserError
 from airflow_kafka_spark.runtime import rest
 
-TAG_LABEL = "aks-tag"
+TAG_LABEL, CHECKPOINT_LABEL = "aks-tag", "aks-checkpoint"
 ALIVE_PHASES = frozenset({"Pending", "Running", "Unknown"})
 
 
@@ -76,12 +76,14 @@ class KubernetesApi:
         return DriverPod(name=name, namespace=ns, phase=str(status.get("phase") or "Unknown"),
                          reason=str(status.get("reason") or status.get("message") or ""))
 
-    def find_driver(self, tag: str) -> list[str]:
-        """``<namespace>:<pod>`` of the driver pods labelled with ``tag``, newest first."""
+    def find_driver(self, tag: str, *, label: str = TAG_LABEL, alive_only: bool = False) -> list[str]:
+        """``<namespace>:<pod>`` of the driver pods whose ``label`` is ``tag``, newest first."""
         doc = self._call("GET", f"/api/v1/namespaces/{self.namespace}/pods",
-                         query={"labelSelector": f"spark-role=driver,{TAG_LABEL}={tag}"})
+                         query={"labelSelector": f"spark-role=driver,{label}={tag}"})
         items = sorted(doc.get("items") or [], key=lambda p: (p.get("metadata") or {}).get("creationTimestamp", ""),
                        reverse=True)
+        if alive_only:
+            items = [p for p in items if str((p.get("status") or {}).get("phase") or "Unknown") in ALIVE_PHASES]
         return [f"{self.namespace}:{p['metadata']['name']}" for p in items]
 
     def delete(self, driver_id: str) -> None:

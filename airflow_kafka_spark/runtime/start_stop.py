@@ -15,8 +15,6 @@ plain values.
 from __future__ import annotations
 
 import os
-import socket
-import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -29,7 +27,7 @@ from airflow_kafka_spark.lifecycle.events import LifecycleEvent
 from airflow_kafka_spark.lifecycle.model import DriverInfo
 from airflow_kafka_spark.lifecycle.record import LifecycleRecord
 from airflow_kafka_spark.registry.model import JobKind, JobSpec
-from airflow_kafka_spark.runtime import app_versions, clusters, connector, detach, drivers, dstream, submit
+from airflow_kafka_spark.runtime import app_versions, clusters, connector, detach, drivers, dstream, submit, unrecorded
 from airflow_kafka_spark.runtime.clusters import ClusterEndpoint
 from airflow_kafka_spark.runtime.submit import SparkTarget
 
@@ -92,14 +90,15 @@ def submit_job(spec: JobSpec, *, kafka_config: Mapping[str, Any], target: SparkT
     # here rather than the health gate on another host later.
     endpoint = None if mode == detach.DETACH_LOCAL else clusters.resolve_endpoint(
         kind, master=master, spark_conf=run_spec.spark_conf, conn_extra=target.conn_extra)
-    tag = None if mode == detach.DETACH_LOCAL else detach.submit_tag(spec)
+    search = None if endpoint is None else unrecorded.ClusterSearch(spec, endpoint=endpoint, mode=mode, holder=holder,
+                                                                     log=log)
 
     def build(starting_offsets_file: str | None) -> tuple[list[str], dict[str, str]]:
         args = submit.job_arguments(run_spec, bootstrap_servers=bootstrap, starting_offsets_file=starting_offsets_file,
                                     kafka_options=submit.kafka_job_options(kafka_config))
         conn_jars = connector.local_connector(run_spec, master, os.environ)
         kwargs = submit.hook_kwargs(run_spec, args=args, jars=conn_jars.jars, mode=mode, packages=conn_jars.packages,
-                                    tag=tag)
+                                    tag=search and search.tag, checkpoint_tag=search and search.checkpoint_tag)
         command = submit.resolve_binary(target.build_command(kwargs, run_spec.application), os.environ)
         return command, submit.driver_env(command, master)
 
@@ -158,19 +157,25 @@ def submit_job(spec: JobSpec, *, kafka_config: Mapping[str, Any], target: SparkT
         remove_file(open_location(run_spec.stop_marker, None, what="stop marker"))
         shown = scrub(" ".join(command), kafka_config)
         log_path = None
-        if mode == detach.DETACH_LOCAL:
+        # Both kinds of driver carry who started them for which checkpoint: a retry of this task finds what its
+        # killed first try left (adopted), any other submitter is refused (runtime/unrecorded.py).
+        marked = {**env, drivers.CHECKPOINT_ENV: spec.checkpoint, drivers.SUBMITTER_ENV: holder}
+        if search is None:
             log_path = submit.local_log_path(spec)
-            drv = adopt_unrecorded(spec, holder, log)
+            drv = unrecorded.adopt_local(spec, holder, log)
             if drv is None:
-                drv = drivers.start_local(command, log_path=log_path, env={
-                    **env, drivers.CHECKPOINT_ENV: spec.checkpoint, drivers.SUBMITTER_ENV: holder})
+                drv = drivers.start_local(command, log_path=log_path, env=marked)
                 log.info("started %s driver pid %s; log %s", spec.name, drv.id, log_path)
         else:
-            assert endpoint is not None and tag is not None
-            drv = detach.submit_cluster(command, mode, env=env, kafka_config=kafka_config,
-                                        find=lambda: drivers.find_by_tag(endpoint, tag)).driver
-            log.info("submitted %s to %s: driver %s %s (tag %s; status through %s)", spec.name, master, drv.kind,
-                     drv.id, tag, ", ".join(endpoint.urls))
+            assert endpoint is not None
+            drv = search.adopt_before_submit()
+            if drv is None:
+                drv = detach.submit_cluster(command, mode, env=marked, kafka_config=kafka_config,
+                                            find=lambda: drivers.find_by_tag(endpoint, search.tag)).driver
+                log.info("submitted %s to %s: driver %s %s (tag %s; status through %s)", spec.name, master, drv.kind,
+                         drv.id, search.tag, ", ".join(endpoint.urls))
+                started = drv
+                drv = search.check_after_submit(started, drivers.control(started, endpoint=endpoint).kill)
         entry = app_versions.record_submit(
             record, app=app, driver=drv, master=master, deploy_mode=deploy_mode, mode=mode,
             committed_before=state.latest_committed.batch_id if state.latest_committed else None,
@@ -195,27 +200,6 @@ def submit_job(spec: JobSpec, *, kafka_config: Mapping[str, Any], target: SparkT
             "committed_before": entry["committed_before"], "query_id_before": entry["query_id_before"],
             "starting_offsets_file": starting_file, "submitted_at_ms": entry["submitted_at_ms"],
             **({"dstream": dstream_entry} if dstream_entry is not None else {})}
-
-
-def adopt_unrecorded(spec: JobSpec, holder: str, log: Any) -> DriverInfo | None:
-    """A live local driver on the job's checkpoint that no record names: this task's own (adopted), or a refusal.
-
-    Left by a submit killed between spark-submit's fork and the record's save (the soak found a retry then
-    starting a second driver: Spark's CONCURRENT_STREAM_LOG_UPDATE). None when there is none.
-    """
-    found = drivers.local_unrecorded(spec.checkpoint)
-    if not found:
-        return None
-    for group, submitter in found.items():
-        if submitter == holder:
-            log.info("driver pid %s on %s was started by this task (%s) before it was interrupted and never "
-                     "recorded: adopted", group, spec.checkpoint, holder)
-            return DriverInfo(kind=drivers.LOCAL.value, id=str(group), host=socket.gethostname(),
-                              started_at=int(time.time() * 1000))
-    group, submitter = next(iter(found.items()))
-    raise UserError(f"ALREADY_RUNNING: job {spec.name}: process group {group} on this host runs a driver on checkpoint "
-                    f"{spec.checkpoint} that the lifecycle record does not name (started by {submitter or 'unknown'}); "
-                    f"stop it (kill -TERM -{group}) so that two drivers never share the checkpoint")
 
 
 def own_submission(record: LifecycleRecord, holder: str) -> dict[str, Any] | None:

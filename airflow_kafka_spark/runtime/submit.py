@@ -51,8 +51,8 @@ FORWARDED_KAFKA_KEYS = (
 # Environment variables a driver must not inherit from the Airflow worker: connection URIs and
 # variables carry secrets, and Airflow's own settings mean nothing to Spark.
 _ENV_DROP_PREFIXES = ("AIRFLOW_CONN_", "AIRFLOW_VAR_", "AIRFLOW__", "_AIRFLOW")
-# = runtime.k8s.TAG_LABEL, not imported: that would load urllib.request into every import of this module
-K8S_TAG_LABEL = "aks-tag"
+# = runtime.k8s.TAG_LABEL, CHECKPOINT_LABEL; not imported: that would load urllib.request into every import here
+K8S_TAG_LABEL, K8S_CHECKPOINT_LABEL = "aks-tag", "aks-checkpoint"
 
 
 @dataclass(frozen=True)
@@ -143,6 +143,7 @@ def hook_kwargs(
     name: str | None = None,
     packages: str | None = None,
     tag: str | None = None,
+    checkpoint_tag: str | None = None,
 ) -> dict[str, Any]:
     """Keyword arguments for the Spark provider's ``SparkSubmitHook`` (besides ``conn_id``: the job's
     ``spark_conn_id``).
@@ -161,10 +162,12 @@ def hook_kwargs(
         conf[key] = "false"
     if mode == DETACH_LOCAL:
         conf.setdefault("spark.ui.enabled", "false")
-    if tag and mode == DETACH_YARN:
-        conf["spark.yarn.tags"] = ",".join(t for t in (conf.get("spark.yarn.tags", ""), tag) if t)
-    elif tag and mode == DETACH_K8S:
-        conf[f"spark.kubernetes.driver.label.{K8S_TAG_LABEL}"] = tag
+    if mode == DETACH_YARN:
+        conf["spark.yarn.tags"] = ",".join(t for t in (conf.get("spark.yarn.tags", ""), tag, checkpoint_tag) if t)
+    elif mode == DETACH_K8S:
+        for label, value in ((K8S_TAG_LABEL, tag), (K8S_CHECKPOINT_LABEL, checkpoint_tag)):
+            if value:
+                conf[f"spark.kubernetes.driver.label.{label}"] = value
     if packages:
         conf.setdefault("spark.jars.packages", packages)
     kwargs: dict[str, Any] = {"conf": conf, "name": name or f"aks-{spec.name}", "application_args": list(args)}

@@ -531,13 +531,17 @@ def test_cluster_modes_build_detached_commands_and_parse_driver_ids(monkeypatch)
     assert detach.parse_driver_id(detach.DETACH_K8S, k8s_old) == "streaming:orders-3f9a-driver"
     assert detach.parse_driver_id(detach.DETACH_STANDALONE, standalone_out) == "driver-20260131120000-0007"
     assert detach.parse_driver_id(detach.DETACH_YARN, "nothing") is None
-    # each cluster submit is tagged so the cluster manager can name its driver (status/kill: REST, no CLI)
-    tag = detach.submit_tag(spec)
+    # Each cluster submit is tagged so the cluster manager can name its driver (status/kill: REST, no CLI): a tag of
+    # the submitting task (a retry asks for what its killed first try started) and one of the checkpoint.
+    tag, ck_tag = detach.submit_tag(spec, "dag/run_1/submit"), detach.checkpoint_tag(spec.checkpoint)
+    assert tag == detach.submit_tag(spec, "dag/run_1/submit") != detach.submit_tag(spec, "dag/run_2/submit")
+    assert ck_tag == detach.checkpoint_tag(spec.checkpoint + "/") != detach.checkpoint_tag("hdfs://nn/ck/other")
     tagged = submit.hook_kwargs(dataclasses.replace(spec, spark_conf={"spark.yarn.tags": "team-a"}), args=[],
-                                mode=detach.DETACH_YARN, tag=tag)
-    assert tagged["conf"]["spark.yarn.tags"] == f"team-a,{tag}" and tag == tag.lower()
-    k8s = submit.hook_kwargs(spec, args=[], mode=detach.DETACH_K8S, tag=tag)
+                                mode=detach.DETACH_YARN, tag=tag, checkpoint_tag=ck_tag)
+    assert tagged["conf"]["spark.yarn.tags"] == f"team-a,{tag},{ck_tag}" and tag == tag.lower()
+    k8s = submit.hook_kwargs(spec, args=[], mode=detach.DETACH_K8S, tag=tag, checkpoint_tag=ck_tag)
     assert k8s["conf"][f"spark.kubernetes.driver.label.{submit.K8S_TAG_LABEL}"] == tag
+    assert k8s["conf"][f"spark.kubernetes.driver.label.{submit.K8S_CHECKPOINT_LABEL}"] == ck_tag
 
 
 def test_kafka_options_for_the_job_never_carry_secrets():

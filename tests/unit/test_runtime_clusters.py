@@ -76,8 +76,10 @@ def test_kubernetes_driver_status_kill_log_and_tag_lookup_send_the_documented_re
                   ("DELETE", pod): (200, {"kind": "Pod"}),
                   ("GET", pod + "/log"): (200, "line 1\n\nTraceback (most recent call last):\nValueError: boom\n"),
                   ("GET", "/api/v1/namespaces/streaming/pods"): (200, {"items": [
-                      {"metadata": {"name": "old-driver", "creationTimestamp": "2026-01-01T00:00:00Z"}},
-                      {"metadata": {"name": "new-driver", "creationTimestamp": "2026-02-01T00:00:00Z"}}]})})
+                      {"metadata": {"name": "old-driver", "creationTimestamp": "2026-01-01T00:00:00Z"},
+                       "status": {"phase": "Running"}},
+                      {"metadata": {"name": "new-driver", "creationTimestamp": "2026-02-01T00:00:00Z"},
+                       "status": {"phase": "Failed"}}]})})
     token = tmp_path / "token"
     token.write_text("s3cr3t-token\n")
     ep = clusters.k8s_endpoint(f"k8s://{api.url}", spark_conf={"spark.kubernetes.namespace": "streaming"},
@@ -94,6 +96,9 @@ def test_kubernetes_driver_status_kill_log_and_tag_lookup_send_the_documented_re
     assert all(r["auth"] == "Bearer s3cr3t-token" for r in api.seen)
     assert api.seen[1]["query"] == "tailLines=40"
     assert api.seen[3]["query"] == "labelSelector=spark-role%3Ddriver%2Caks-tag%3Daks-orders-1"
+    # a submit asks for the live drivers on its checkpoint (a killed submit's orphan): the checkpoint label, live phases
+    assert drivers.tagged_drivers(ep, "aks-ck-1", checkpoint=True, alive_only=True) == ["streaming:old-driver"]
+    assert api.seen[4]["query"] == "labelSelector=spark-role%3Ddriver%2Caks-checkpoint%3Daks-ck-1"
 
     api.routes[("GET", pod)] = (200, {"status": {"phase": "Failed", "reason": "Error"}})
     assert not ctl.is_alive() and ctl.describe() == "pod streaming/orders-3f9a-driver Failed: Error"
@@ -122,6 +127,7 @@ def test_standalone_driver_status_and_kill_through_the_rest_submission_server(se
                                                                      "message": "Exception in thread main\n..."})
     assert not ctl.is_alive() and ctl.describe() == f"{drv} FAILED: Exception in thread main"
     assert drivers.find_by_tag(ep, "x") is None
+    assert drivers.tagged_drivers(ep, "x", checkpoint=True, alive_only=True) is None   # a master cannot list by tag
 
 
 def test_rm_address_order_registry_then_connection_then_yarn_site(tmp_path):
