@@ -130,7 +130,7 @@ def render_observation(obs: Observation) -> str:
 
 
 def _lag(args: argparse.Namespace) -> int:
-    from airflow_kafka_spark.errors import UserError
+    from airflow_kafka_spark.errors import Unreachable, UserError, is_unreachable
     from airflow_kafka_spark.kafka.view import KafkaView
     from airflow_kafka_spark.watch.observation import keep_recent
     from airflow_kafka_spark.watch.observe import observe
@@ -159,11 +159,26 @@ def _lag(args: argparse.Namespace) -> int:
     with KafkaView(config, timeout=args.timeout) as view:
         try:
             while True:
-                obs = observe(checkpoint=checkpoint, group_id=group,
-                              topics=topics, view=view, thresholds=thresholds, samples=samples,
-                              job=spec.name if spec else None, storage_options=dict(args.storage_option) or None,
-                              basis=args.basis, timeout=args.timeout,
-                              max_offsets_per_trigger=spec.max_offsets_per_trigger if spec else None)
+                try:
+                    obs = observe(checkpoint=checkpoint, group_id=group,
+                                  topics=topics, view=view, thresholds=thresholds, samples=samples,
+                                  job=spec.name if spec else None, storage_options=dict(args.storage_option) or None,
+                                  basis=args.basis, timeout=args.timeout,
+                                  max_offsets_per_trigger=spec.max_offsets_per_trigger if spec else None)
+                except UserError as exc:
+                    # A watch outlives a broker restart or a store briefly away: after a first good refresh, a
+                    # refresh that got no answer is one line (and one JSON object), and the next one tries again.
+                    if not (args.watch and done and (isinstance(exc, Unreachable) or is_unreachable(exc))):
+                        raise
+                    code = ExitCode.UNREACHABLE
+                    stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+                    report.emit(report.dump_json({"error": str(exc), "exit_code": int(code)}, compact=True)
+                                if args.json else f"\n{stamp} {report.error_line(exc)}")
+                    done += 1
+                    if args.count and done >= args.count:
+                        return code
+                    time.sleep(args.watch)
+                    continue
                 samples = keep_recent(samples, obs.sample)
                 alerts = obs.alerts(min_headroom_s=min_headroom)
                 code = ExitCode.OK

@@ -1,9 +1,12 @@
-"""A submit killed while its cluster-mode spark-submit runs: the retry adopts the application it left, no one starts a second.
+"""A submit killed while its cluster-mode spark-submit runs: its retry adopts what it left, no one starts a second.
 
 Found by the YARN soak in CI (twice, seed 1601): the ``submit`` task was SIGKILLed 0.5 s into its
 spark-submit; the orphaned client still got its application accepted, nothing recorded it, and
 Airflow's retry submitted a second application on the same checkpoint (two RUNNING; then Spark's
 ``CONCURRENT_STREAM_LOG_UPDATE`` and a rollback that could not back up a checkpoint still being written).
+
+The second test covers what the checks before a submit cannot see: an orphaned client on another
+host still submitting (a driver accepted while this submit runs), caught by the check after it.
 
 Here the kill is deterministic: a child process runs the product's submit (the Spark provider's
 hook, spark-submit to the real minicluster's YARN) and is SIGKILLed as soon as its spark-submit
@@ -13,6 +16,7 @@ checkpoint carries its tag, so a second submit cannot hide.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -135,3 +139,56 @@ def test_a_retry_adopts_the_application_its_killed_spark_submit_started_and_othe
     assert len(rm.find(tag=detach.checkpoint_tag(spec.checkpoint))) == 2, "one application per killed submit"
     print(f"\n[yarn] orphaned submits adopted: {orphan[0]}, {orphan2[0]}; "
           f"{json.dumps([a.summary() for a in rm.find(tag=detach.checkpoint_tag(spec.checkpoint))])}")
+
+
+def racing_target(spec, *, other_tag: str | None):
+    """The job's Spark target, but spark-submit first runs a second submit of the same job, unmarked and silent.
+
+    That is what an orphaned client on another host looks like from here: an application on the checkpoint
+    accepted while this submit runs, after its checks before the submit. ``other_tag`` replaces this task's tag
+    in the second submit (another task's orphan); None keeps it (this task's own, killed on another host).
+    """
+    from airflow_kafka_spark.airflow_glue.spark import spark_target
+
+    target = spark_target(spec)
+    unset = ["-u", drivers.CHECKPOINT_ENV, "-u", drivers.SUBMITTER_ENV]
+
+    def build(kwargs, application):
+        cmd = target.build_command(kwargs, application)
+        own = detach.submit_tag(spec, HOLDER)
+        other = [c.replace(own, other_tag) for c in cmd] if other_tag else list(cmd)
+        n = len(other)
+        script = f'env {" ".join(unset)} "${{@:1:{n}}}" >/dev/null 2>&1; exec "${{@:{n + 1}}}"'
+        return ["bash", "-c", script, "race", *other, *cmd]
+
+    return dataclasses.replace(target, build_command=build)
+
+
+HOLDER = "soak_dag/run_5/submit"
+
+
+@pytest.mark.parametrize("whose", ["own", "other"])
+def test_a_driver_that_appears_during_the_submit_is_caught_after_it(job, rm, whose):
+    spec = job["spec"]
+    other_tag = None if whose == "own" else "aks-someone-else-0000"
+    target = racing_target(spec, other_tag=other_tag)
+    kwargs = {"kafka_config": {"bootstrap.servers": job["bootstrap"]}, "target": target, "actor": "test",
+              "holder": HOLDER, "run_id": "r", "log": logging.getLogger("test")}
+    ck_tag = detach.checkpoint_tag(spec.checkpoint)
+    if other_tag is None:
+        out = start_stop.submit_job(spec, **kwargs)
+    else:
+        with pytest.raises(UserError, match=f"ALREADY_RUNNING: job {JOB}: application_\\d+_\\d+ runs on checkpoint"):
+            start_stop.submit_job(spec, **kwargs)
+    apps = {a.id: a for a in rm.find(tag=ck_tag)}
+    assert len(apps) == 2, [a.summary() for a in apps.values()]   # the racing one and this submit's
+    wait_until(lambda: sum(rm.app(i).alive for i in apps) == 1, timeout=120, what="one of the two killed")
+    alive = [i for i in apps if rm.app(i).alive]
+    record = LifecycleRecord.load(spec.checkpoint)
+    if other_tag is None:
+        # the two carry this task's tag: the one it had not started itself (the older) is kept and recorded
+        assert out["driver"]["id"] == alive[0] == record.driver.id
+        assert alive[0] == rm.find(tag=detach.submit_tag(spec, HOLDER))[-1].id
+    else:
+        assert [a.id for a in rm.find(tag=other_tag)] == alive   # the other's survives; nothing is recorded
+        assert record is None or record.driver is None
