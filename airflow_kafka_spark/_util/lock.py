@@ -12,7 +12,8 @@ Exactly one of two racing processes wins: local (or POSIX-shared) file systems c
 object stores have no exclusive create through fsspec, so there the lock is **best effort** (write
 the lock object, read it back, back off on a mismatch): it narrows the window, it does not close it.
 A lock left by a killed process is broken when its owner is provably gone (same host, dead pid) or
-older than ``stale_after_s``.
+older than ``stale_after_s``; an *empty* lock file (its token never written: a kill or a storage
+outage between the create and the write) after :data:`EMPTY_STALE_AFTER_S`.
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ from airflow_kafka_spark._util.stores import cat_checked
 from airflow_kafka_spark.errors import UserError
 
 _TOKEN_MAX = 4096   # a token is ~80 bytes; anything longer is not ours
+#: An empty lock file older than this is stale (a racing create writes its token within milliseconds).
+EMPTY_STALE_AFTER_S = 20.0
 
 
 class LockFile:
@@ -136,7 +139,11 @@ class LockFile:
             with contextlib.suppress(OSError):
                 mtime = mtime_of(self.loc.fs.info(self.loc.path))
                 created = None if mtime is None else int(mtime * 1000)
-        if created is not None and time.time() * 1000 - created > self.stale_after_s * 1000:
+        # An empty lock file is a create whose token never landed: a process killed between creating the file and
+        # writing it, or (HDFS) a WebHDFS create cut off by a NameNode or DataNode outage after the NameNode made
+        # the file. No owner can ever be named, so it is stale after a short grace rather than after hours.
+        limit_s = EMPTY_STALE_AFTER_S if not parts else self.stale_after_s
+        if created is not None and time.time() * 1000 - created > limit_s * 1000:
             return token
         return None
 

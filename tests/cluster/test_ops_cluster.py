@@ -98,11 +98,11 @@ def advance(url: str, topic: str, first: int, last: int) -> None:
         loc.fs.pipe_file(loc.child(f"commits/{b}").path, commit_file())
 
 
-def seeded_checkpoint(url: str, broker, topic: str, tmp_path: Path) -> Path:
-    """A stopped query's checkpoint at ``url``: batches 0-3 committed, batch 4 planned, state files."""
+def seeded_checkpoint(url: str, broker, topic: str, tmp_path: Path, batches: int = 4) -> Path:
+    """A stopped query's checkpoint at ``url``: batches 0..batches-1 committed, the next planned, state files."""
     topics.create_topic(broker.bootstrap_servers, topic, 2)
     produce(broker.bootstrap_servers, topic, 200, partitions=2)
-    ck = write_checkpoint(tmp_path / "ck", batches=4, pending=True, sources=({topic: 2},), records_per_batch=10,
+    ck = write_checkpoint(tmp_path / "ck", batches=batches, pending=True, sources=({topic: 2},), records_per_batch=10,
                           state=True, start_timestamp_ms=int(time.time() * 1000))
     upload(ck.root, url)
     LifecycleRecord.create(JOB, url).save()
