@@ -95,13 +95,15 @@ def detach_mode(master: str, deploy_mode: str | None) -> str:
 
 
 def submit_tag(spec: JobSpec, holder: str) -> str:
-    """The tag of the submits one task makes (lower case, as YARN stores tags): the cluster names their driver.
+    """The tag of the submits one task makes for one checkpoint (lower case, as YARN stores tags).
 
-    Derived from ``holder`` (``dag/run/task``), not random: a retry of a task killed while its
-    spark-submit ran asks the cluster for this tag and adopts the driver that orphan started,
-    instead of starting a second one on the same checkpoint.
+    Derived from ``holder`` (``dag/run/task``) and the checkpoint, not random: a retry of a task
+    killed while its spark-submit ran asks the cluster for this tag and adopts the driver that
+    orphan started, instead of starting a second one on the same checkpoint. The checkpoint is in
+    it so that the same DAG and job name in two deployments sharing a cluster never adopt each
+    other's drivers.
     """
-    return f"aks-{spec.name.lower()}-{_digest(holder)[:12]}"
+    return f"aks-{spec.name.lower()}-{_digest(holder + chr(0) + spec.checkpoint.rstrip('/'))[:12]}"
 
 
 def checkpoint_tag(checkpoint: str) -> str:

@@ -535,6 +535,7 @@ def test_cluster_modes_build_detached_commands_and_parse_driver_ids(monkeypatch)
     # the submitting task (a retry asks for what its killed first try started) and one of the checkpoint.
     tag, ck_tag = detach.submit_tag(spec, "dag/run_1/submit"), detach.checkpoint_tag(spec.checkpoint)
     assert tag == detach.submit_tag(spec, "dag/run_1/submit") != detach.submit_tag(spec, "dag/run_2/submit")
+    assert tag != detach.submit_tag(dataclasses.replace(spec, checkpoint="hdfs://nn/ck/other"), "dag/run_1/submit")
     assert ck_tag == detach.checkpoint_tag(spec.checkpoint + "/") != detach.checkpoint_tag("hdfs://nn/ck/other")
     tagged = submit.hook_kwargs(dataclasses.replace(spec, spark_conf={"spark.yarn.tags": "team-a"}), args=[],
                                 mode=detach.DETACH_YARN, tag=tag, checkpoint_tag=ck_tag)

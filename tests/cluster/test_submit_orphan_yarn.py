@@ -20,6 +20,7 @@ import dataclasses
 import json
 import logging
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -29,7 +30,7 @@ import pytest
 from airflow_kafka_spark.errors import UserError
 from airflow_kafka_spark.lifecycle.record import LifecycleRecord
 from airflow_kafka_spark.registry.loader import load_registry
-from airflow_kafka_spark.runtime import detach, drivers, start_stop
+from airflow_kafka_spark.runtime import detach, drivers, start_stop, submit
 from devstack.topics import create_topic
 from tests.airflow.test_operators import write_registry
 from tests.cluster.test_safe_restart_yarn import SPARK_YARN_CONN
@@ -69,13 +70,14 @@ def job(broker, topic_name, hadoop, yarn_submit, rm, tmp_path):
     try:
         yield {"registry": registry, "spec": spec, "bootstrap": broker.bootstrap_servers}
     finally:
-        for app in rm.find(tag=detach.checkpoint_tag(spec.checkpoint)):
-            if app.alive:
-                rm.kill(app.id)
+        left = [app.id for app in rm.find(tag=detach.checkpoint_tag(spec.checkpoint)) if app.alive]
+        for app_id in left:
+            rm.kill(app_id)
+        wait_until(lambda: not any(rm.app(a).alive for a in left), timeout=120, what="the test's applications ended")
         mp.undo()
 
 
-def submit(job: dict, holder: str) -> dict:
+def submit_as(job: dict, holder: str) -> dict:
     """The submit task's body, as a retry of ``holder`` runs it."""
     from airflow_kafka_spark.airflow_glue.spark import spark_target
 
@@ -110,7 +112,7 @@ def test_a_retry_adopts_the_application_its_killed_spark_submit_started_and_othe
 
     # 1. The retry of the killed task waits for its orphaned client, finds the application by its tag, adopts it.
     killed_mid_spark_submit(job, first)
-    out = submit(job, first)
+    out = submit_as(job, first)
     orphan = [a.id for a in rm.find(tag=detach.submit_tag(spec, first))]
     assert len(orphan) == 1 and out["driver"]["id"] == orphan[0], (orphan, out["driver"])
     assert LifecycleRecord.load(spec.checkpoint).driver.id == orphan[0]
@@ -124,16 +126,16 @@ def test_a_retry_adopts_the_application_its_killed_spark_submit_started_and_othe
     #    record names.
     killed_mid_spark_submit(job, second)
     with pytest.raises(UserError, match="ALREADY_RUNNING"):
-        submit(job, stranger)
+        submit_as(job, stranger)
     wait_until(lambda: not drivers.local_unrecorded(spec.checkpoint), timeout=300, what="the orphaned client to end")
     orphan2 = [a.id for a in rm.find(tag=detach.submit_tag(spec, second))]
     assert len(orphan2) == 1
     with pytest.raises(UserError, match=f"ALREADY_RUNNING: job {JOB}: {orphan2[0]} runs on checkpoint"):
-        submit(job, stranger)
+        submit_as(job, stranger)
     assert LifecycleRecord.load(spec.checkpoint).driver.id == orphan[0]   # nothing changed
 
     # 3. The killed task's own retry adopts it.
-    out = submit(job, second)
+    out = submit_as(job, second)
     assert out["driver"]["id"] == orphan2[0]
     assert alive_on_checkpoint(rm, spec) == orphan2
     assert len(rm.find(tag=detach.checkpoint_tag(spec.checkpoint))) == 2, "one application per killed submit"
@@ -154,11 +156,14 @@ def racing_target(spec, *, other_tag: str | None):
     unset = ["-u", drivers.CHECKPOINT_ENV, "-u", drivers.SUBMITTER_ENV]
 
     def build(kwargs, application):
-        cmd = target.build_command(kwargs, application)
+        cmd = submit.resolve_binary(target.build_command(kwargs, application), os.environ)   # as the product runs it
         own = detach.submit_tag(spec, HOLDER)
         other = [c.replace(own, other_tag) for c in cmd] if other_tag else list(cmd)
         n = len(other)
-        script = f'env {" ".join(unset)} "${{@:1:{n}}}" >/dev/null 2>&1; exec "${{@:{n + 1}}}"'
+        # what submit.driver_env gives the wheel's spark-submit when it is the command (here bash is)
+        py = shlex.quote(sys.executable)
+        script = (f"export PYSPARK_PYTHON={py} PYSPARK_DRIVER_PYTHON={py}; unset SPARK_HOME; "
+                  f'env {" ".join(unset)} "${{@:1:{n}}}" >/dev/null 2>&1; exec "${{@:{n + 1}}}"')
         return ["bash", "-c", script, "race", *other, *cmd]
 
     return dataclasses.replace(target, build_command=build)
