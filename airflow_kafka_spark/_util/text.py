@@ -75,3 +75,17 @@ def fmt_duration(seconds: float | None) -> str:
     if abs(s) < 172800:
         return f"{s / 3600:.1f} h"
     return f"{s / 86400:.1f} d"
+
+
+# Query parameters that carry a credential in a storage URL: WebHDFS delegation tokens, S3 presigned
+# signatures and session tokens, Azure SAS signatures, OAuth tokens. Library errors quote the URL they
+# failed on (requests: "Max retries exceeded with url: /webhdfs/v1/...?op=CREATE&delegation=..."), and
+# those errors reach stderr, --json output, task logs and the failure XCom.
+_URL_SECRET = re.compile(
+    r"([?&](?:delegation|token|access_token|x-amz-signature|x-amz-credential|x-amz-security-token|sig|signature)=)"
+    r"[^&\s'\")\]]+", re.IGNORECASE)
+
+
+def redact_url_secrets(text: str) -> str:
+    """``text`` with the value of every credential-bearing URL query parameter replaced by ``***``."""
+    return _URL_SECRET.sub(r"\1***", text)

@@ -27,6 +27,7 @@ from typing import Any
 from airflow.sdk import conf
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSkipException
 
+from airflow_kafka_spark._util.text import redact_url_secrets
 from airflow_kafka_spark.airflow_glue.spark import spark_target
 from airflow_kafka_spark.errors import UserError
 from airflow_kafka_spark.hooks.streaming import StreamingKafkaHook
@@ -135,14 +136,14 @@ def run_reporting_failure(task: Any, context: Any, body: Callable[[], Any]) -> A
     except AirflowSkipException:
         raise
     except UserError as exc:
-        message = str(exc)
+        message = redact_url_secrets(str(exc))
         push_failure(context, message)
         raise AirflowFailException(message) from None
     except AirflowException as exc:
         push_failure(context, str(exc) or type(exc).__name__)
         raise
     except Exception as exc:   # a bug or an unexpected library error: the audit still says what it was
-        push_failure(context, f"{type(exc).__name__}: {exc}")
+        push_failure(context, redact_url_secrets(f"{type(exc).__name__}: {exc}"))
         raise
 
 

@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import IO, TYPE_CHECKING, Any
 
+from airflow_kafka_spark._util.text import redact_url_secrets
 from airflow_kafka_spark.errors import ExitCode, OperationBlocked, Unreachable, UserError, is_unreachable
 
 if TYPE_CHECKING:
@@ -177,9 +178,10 @@ def guarded(run: Callable[[], int], *, json_errors: bool = False) -> int:
             error = UserError(f"no credentials for the object store ({exc}): set AWS_ACCESS_KEY_ID and "
                               "AWS_SECRET_ACCESS_KEY (or AWS_PROFILE, or an instance role) where this runs, or pass "
                               "--storage-option key=... --storage-option secret=...")
+    message = redact_url_secrets(str(error))
     if json_errors:
-        emit(dump_json({"error": str(error), "exit_code": error.exit_code}, compact=True))
-    emit(error_line(str(error)), sys.stderr)
+        emit(dump_json({"error": message, "exit_code": error.exit_code}, compact=True))
+    emit(error_line(message), sys.stderr)
     return error.exit_code
 
 

@@ -9,6 +9,7 @@ tests/integration/test_cli_commands.py.
 from __future__ import annotations
 
 import io
+import json
 import os
 import subprocess
 import sys
@@ -135,6 +136,24 @@ def test_exit_code_of_errors_caused_by_a_connection():
     assert Unreachable("x").exit_code == ExitCode.UNREACHABLE == 4
     assert report.guarded(lambda: (_ for _ in ()).throw(raised_from(TimeoutError("timed out")))) == 4
     assert report.guarded(lambda: (_ for _ in ()).throw(raised_from(PermissionError(13, "denied")))) == 2
+
+
+def test_a_storage_error_quoting_a_url_never_shows_its_token(capsys):
+    """requests quotes the URL it failed on; a WebHDFS delegation token or an S3 presigned signature in its
+    query must not reach stderr or --json (the shape seen when a NameNode restart cut off ``aks backup``)."""
+    import requests
+
+    url = ("/webhdfs/v1/bk/orders/.tmp/x.blob?op=CREATE&delegation=HAAEcm9vdARyb290AIoBk2Secret&overwrite=false&"
+           "X-Amz-Signature=abc123Secret&sig=sasSecret%3D")
+
+    def fail() -> int:
+        raise requests.exceptions.ConnectionError(f"HTTPConnectionPool(host='nn', port=9870): Max retries exceeded "
+                                                  f"with url: {url} (Caused by NewConnectionError('refused'))")
+
+    assert report.guarded(fail, json_errors=True) == 4
+    out, err = capsys.readouterr()
+    assert "Secret" not in out + err and "delegation=***" in err and "op=CREATE" in err
+    assert json.loads(out)["error"].count("***") == 3 and len(err.strip().splitlines()) == 1
 
 
 # --------------------------------------------------------------------------- --job from the registry
