@@ -9,6 +9,7 @@ a 1 s retention check, and immediate segment deletion once retention passes them
 from __future__ import annotations
 
 import base64
+import random
 import socket
 import subprocess
 import sys
@@ -36,10 +37,40 @@ logger.state.level = WARN
 """
 
 
+_HANDED_OUT: set[int] = set()
+
+
 def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+    """A free TCP port on 127.0.0.1, chosen *below* the kernel's ephemeral range.
+
+    An ephemeral port (what binding to port 0 gives) can be taken by any outgoing connection
+    between this call and the server's own bind, which happens seconds later in a JVM: a CI run
+    lost every cluster test to ``BindException: Address already in use`` on a minicluster port that
+    way. Ports below the range are only ever taken by listeners, and each is handed out once per process.
+    """
+    low = _ephemeral_low()
+    rng = random.Random()
+    for _ in range(500):
+        port = rng.randint(max(1025, low - 12000), low - 1)
+        if port in _HANDED_OUT:
+            continue
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _HANDED_OUT.add(port)
+        return port
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:   # a crowded machine: the old way
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def _ephemeral_low() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
 
 
 def kafka_uuid() -> str:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -19,6 +18,8 @@ from pathlib import Path
 
 import httpx
 import pytest
+
+from devstack.broker import free_port
 
 
 def sync_dags_folder(dag_id: str) -> None:
@@ -36,12 +37,6 @@ def sync_dags_folder(dag_id: str) -> None:
     bag = DagBag()
     assert dag_id in bag.dags, bag.import_errors
     sync_bag_to_db(bag, "dags-folder", None)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class AirflowServices:

@@ -6,6 +6,8 @@ import contextlib
 import socket
 import threading
 
+from devstack.broker import free_port
+
 
 class LateProxy:
     """A TCP forwarder to the broker that starts listening only after ``delay_s``: until then the
@@ -14,9 +16,7 @@ class LateProxy:
     def __init__(self, target: str, delay_s: float) -> None:
         self.host, port = target.rsplit(":", 1)
         self.target_port = int(port)
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            self.port = probe.getsockname()[1]
+        self.port = free_port()   # listened on only after delay_s: below the ephemeral range, see free_port
         self.delay_s, self._stop = delay_s, threading.Event()
         self._thread = threading.Thread(target=self._serve, daemon=True)
 
