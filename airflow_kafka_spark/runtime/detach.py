@@ -115,6 +115,11 @@ def _digest(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
+def cluster_driver(mode: str, driver_id: str) -> DriverInfo:
+    """What the record keeps of a cluster driver: its kind and id (no host: any host reaches it through the manager)."""
+    return DriverInfo(kind=DRIVER_KIND[mode], id=driver_id, host=None, started_at=int(time.time() * 1000))
+
+
 @dataclass(frozen=True)
 class ClusterSubmit:
     driver: DriverInfo
@@ -165,9 +170,7 @@ def submit_cluster(
         return None
 
     def accepted(driver_id: str, tail: str) -> ClusterSubmit:
-        return ClusterSubmit(
-            DriverInfo(kind=DRIVER_KIND[mode], id=driver_id, host=None, started_at=int(time.time() * 1000)), tail
-        )
+        return ClusterSubmit(cluster_driver(mode, driver_id), tail)
 
     try:
         proc = subprocess.run(

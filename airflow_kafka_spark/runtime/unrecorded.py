@@ -140,14 +140,11 @@ class ClusterSearch:
         keep, extra = mine[0], mine[1:]
         for driver_id in extra:
             self.log.warning("job %s: %s is a second driver this task started: killing it", self.spec.name, driver_id)
-            drivers.control(self._info(driver_id), endpoint=self.endpoint).kill()
+            drivers.control(detach.cluster_driver(self.mode, driver_id), endpoint=self.endpoint).kill()
         self.log.info("job %s: driver %s was started by this task (%s, tag %s) before it was interrupted and never "
                       "recorded: adopted", self.spec.name, keep, self.holder, self.tag)
-        return self._info(keep)
+        return detach.cluster_driver(self.mode, keep)
 
-    def _info(self, driver_id: str) -> DriverInfo:
-        return DriverInfo(kind=detach.DRIVER_KIND[self.mode], id=driver_id, host=None,
-                          started_at=int(time.time() * 1000))
 
     def _refusal(self, others: list[str]) -> UserError:
         return UserError(f"ALREADY_RUNNING: job {self.spec.name}: {', '.join(others)} runs on checkpoint "
