@@ -160,3 +160,27 @@ def test_a_local_driver_seen_from_another_host_fails_at_once_naming_the_fix():
     with pytest.raises(drivers.WrongHost, match=r"use cluster deploy mode.*or run the Airflow worker and triggerer "
                                                 r"on the submitting host"):
         drivers.control(info).is_alive()
+
+
+def test_a_cluster_submit_that_cannot_ask_the_resource_manager_stops_in_one_line_before_submitting(tmp_path):
+    """The checks before a cluster submit need the manager's answer ("does a driver run on this checkpoint?"); a
+    ResourceManager that does not answer is asked again for a while, then the submit stops with one line, having
+    started nothing. Nothing listens on the address (a real refused connection, no stub)."""
+    import logging
+
+    from airflow_kafka_spark.registry.model import JobSpec
+    from airflow_kafka_spark.runtime import detach, unrecorded
+    from devstack.broker import free_port
+
+    spec = JobSpec(name="orders", application="/apps/job.py", topics=("orders",),
+                   checkpoint=str(tmp_path / "ck"), backup_root=str(tmp_path / "bk"),
+                   stop_marker=str(tmp_path / "ck.stop"), spark_conn_id="spark_yarn", deploy_mode="cluster")
+    ep = ClusterEndpoint(kind=DriverKind.YARN.value, urls=(f"http://127.0.0.1:{free_port()}",))
+    search = unrecorded.ClusterSearch(spec, endpoint=ep, mode=detach.DETACH_YARN, holder="dag/run_1/submit",
+                                      log=logging.getLogger("test"), ask_wait_s=1.0, poll_s=0.1)
+    with pytest.raises(UserError) as info:
+        search.adopt_before_submit()
+    msg = str(info.value)
+    assert "cannot ask the cluster manager whether a driver runs on checkpoint" in msg and "retry" in msg
+    assert "\n" not in msg and "Traceback" not in msg
+    assert not (tmp_path / "ck").exists()
