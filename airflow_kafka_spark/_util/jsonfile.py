@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from itertools import chain
 from typing import Any
 
 from airflow_kafka_spark.errors import UserError
@@ -69,8 +70,22 @@ def json_depth(doc: Any, *, limit: int = JSON_MAX_DEPTH) -> int:
             return deepest
         if _CONTAINERS.isdisjoint(map(type, children)):
             continue
+        if type(node) is list and _flat_dicts(node):   # one level more, settled in one scan
+            deepest = max(deepest, depth + 1)
+            if deepest > limit:
+                return deepest
+            continue
         stack.extend((c, depth + 1) for c in children if isinstance(c, dict | list))
     return deepest
 
 
 _CONTAINERS = frozenset((dict, list))
+
+
+def _flat_dicts(items: list) -> bool:
+    """Every item a dict of scalars (a manifest's 40,000 file entries): C-level scans of all values at once."""
+    return set(map(type, items)) == _JUST_DICT and _CONTAINERS.isdisjoint(
+        map(type, chain.from_iterable(map(dict.values, items))))
+
+
+_JUST_DICT = {dict}

@@ -12,6 +12,7 @@ import os
 import posixpath
 import re
 import stat
+from collections.abc import Sequence
 
 from airflow_kafka_spark._util.fs import Location, file_kind, os_reason
 from airflow_kafka_spark.errors import UserError
@@ -55,6 +56,31 @@ def check_relative(rel: object, *, what: str = "path") -> str:
         if seg in ("", ".", ".."):
             raise bad(f"it has a {seg or 'empty'!r} segment" if seg else "it has an empty segment")
     return rel
+
+
+def all_plain_relative(paths: Sequence[str]) -> bool:
+    """True when every one of ``paths`` takes :func:`check_relative`'s common case, decided for all at once.
+
+    The same tests on the paths joined by newlines (a few C-level scans for a manifest's 40,000
+    paths instead of a call each). False means "ask :func:`check_relative` one by one", which
+    names the bad path; a path that holds a newline itself always goes that way.
+    """
+    if not paths:
+        return True
+    if set(map(type, paths)) != _JUST_STR or max(map(len, paths)) > 4096:
+        return False
+    joined = "\n".join(paths)
+    if joined.count("\n") != len(paths) - 1:
+        return False
+    framed = f"\n{joined}\n"
+    return (_SUSPECT_OR_SEPARATOR.search(joined) is None and ".." not in joined and "//" not in joined
+            and "/./" not in joined and not any(edge in framed for edge in _EDGES))
+
+
+_JUST_STR = {str}
+_SUSPECT_OR_SEPARATOR = re.compile(r"[\x00-\x09\x0b-\x1f\x7f\\*?\[\]:]")   # _SUSPECT but the joining newline
+#: A path that is empty, starts with "/" or "./", ends with "/" or "/.", or is ".", seen between newlines.
+_EDGES = ("\n\n", "\n/", "\n./", "/\n", "/.\n", "\n.\n")
 
 
 def safe_child(root: Location, rel: object, *, what: str = "path") -> Location:
@@ -130,15 +156,14 @@ def irregular_entries(loc: Location, *, limit: int = 5) -> list[tuple[str, str]]
             return []
         except OSError as exc:
             raise UserError(f"cannot list {loc.url}/{rel_dir}: {os_reason(exc)}") from None
-        for entry in sorted(entries, key=lambda e: e.name):
+        # The directory entry's type answers for regular files and folders without a syscall (40,000
+        # ``lstat`` calls per backup of a large state store); regular files are dropped before sorting.
+        others = [e for e in entries if not e.is_file(follow_symlinks=False)]
+        for entry in sorted(others, key=lambda e: e.name):
             rel = f"{rel_dir}/{entry.name}" if rel_dir else entry.name
             try:
-                # The directory entry's type answers for folders and regular files without a syscall
-                # (40,000 ``lstat`` calls per backup of a large state store); others are ``lstat``-ed.
                 if entry.is_dir(follow_symlinks=False):
                     pending.append(rel)
-                    continue
-                if entry.is_file(follow_symlinks=False):
                     continue
                 mode = entry.stat(follow_symlinks=False).st_mode
             except FileNotFoundError:

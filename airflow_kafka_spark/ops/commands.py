@@ -10,21 +10,24 @@ pre-operation backup: they already hold the operation lock and have recovered.
 from __future__ import annotations
 
 from collections.abc import Callable, Collection
+from typing import TYPE_CHECKING
 
 from airflow_kafka_spark._util.fs import open_location
 from airflow_kafka_spark._util.lock import LockFile
 from airflow_kafka_spark.lifecycle.record import LifecycleRecord
 from airflow_kafka_spark.names import validate_job_name
-from airflow_kafka_spark.ops import reset, restore, seal
+from airflow_kafka_spark.ops import seal
 from airflow_kafka_spark.ops.backup.catalog import job_location, open_backup_root, store_path
 from airflow_kafka_spark.ops.backup.manifest import LOCK_NAME
 from airflow_kafka_spark.ops.backup.prune import PruneResult, check_retention, prune_job
 from airflow_kafka_spark.ops.backup.take import BackupResult, take_backup
 from airflow_kafka_spark.ops.guards import operation_lock, refuse_if_interrupted
 from airflow_kafka_spark.ops.recover import finish_interrupted
-from airflow_kafka_spark.ops.reset import ResetResult
-from airflow_kafka_spark.ops.reset_plan import ResetRequest
-from airflow_kafka_spark.ops.restore import RestoreResult
+
+if TYPE_CHECKING:   # reset and restore ask Kafka: imported when run, so a backup or prune starts without a Kafka client
+    from airflow_kafka_spark.ops.reset import ResetResult
+    from airflow_kafka_spark.ops.reset_plan import ResetRequest
+    from airflow_kafka_spark.ops.restore import RestoreResult
 
 #: Hears one short line per step of a long operation ("backing up the checkpoint"); the CLI prints
 #: them once a run takes more than a second, the Airflow layer may log them.
@@ -90,6 +93,8 @@ def reset_checkpoint(checkpoint_location: str, backup_root: str | None, kafka_co
     was changed. An interrupted earlier reset/restore of this location is finished first (a dry
     run shows it as a BLOCK instead).
     """
+    from airflow_kafka_spark.ops import reset
+
     kw = dict(job=job, actor=actor, storage_options=storage_options, backup_storage_options=backup_storage_options,
               kafka_timeout=kafka_timeout, backup_settle_s=backup_settle_s, progress=progress)
     if dry_run:
@@ -117,6 +122,8 @@ def restore_checkpoint(checkpoint_location: str, backup_root: str, backup_id: st
     for bad input (unknown or tampered backup, wrong job, another operation holding the location);
     in both cases nothing was changed.
     """
+    from airflow_kafka_spark.ops import restore
+
     t = restore.open_restore(checkpoint_location, backup_root, backup_id, job=job, storage_options=storage_options,
                              backup_storage_options=backup_storage_options, seal_key=seal_key)
     kw = dict(job=t.job, idempotent_sink=idempotent_sink, sink_output=sink_output, actor=actor,

@@ -12,7 +12,6 @@ from typing import Any
 
 from airflow_kafka_spark._util.fs import open_location
 from airflow_kafka_spark.lifecycle.journal import Journal, Operation
-from airflow_kafka_spark.ops import reset, restore
 from airflow_kafka_spark.ops.guards import refuse_stale_roll_forward
 
 
@@ -27,6 +26,9 @@ def finish_interrupted(checkpoint_location: str, *, storage_options: dict | None
     if journal is None:
         return None
     refuse_stale_roll_forward(journal, ck)
+    # Imported only when a journal is there: both ask Kafka, which a backup or prune never does.
+    from airflow_kafka_spark.ops import reset, restore
+
     if journal.op == Operation.RESET:
         return reset.roll_forward(journal, ck, storage_options=storage_options)
     return restore.roll_forward(journal, ck, storage_options=storage_options)

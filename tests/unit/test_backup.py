@@ -24,7 +24,7 @@ from airflow_kafka_spark.errors import OperationBlocked, UserError
 from airflow_kafka_spark.kafka.offsets import TopicPartition
 from airflow_kafka_spark.lifecycle.record import LifecycleRecord
 from airflow_kafka_spark.ops.backup.catalog import list_backups, load_backup
-from airflow_kafka_spark.ops.backup.manifest import Manifest
+from airflow_kafka_spark.ops.backup.manifest import FileEntry, Manifest
 from airflow_kafka_spark.ops.backup.selection import select_files, state_chain_problems
 from airflow_kafka_spark.ops.backup.store import verify_backup
 from airflow_kafka_spark.ops.commands import backup_checkpoint, prune_backups
@@ -140,6 +140,29 @@ def test_second_backup_copies_only_what_changed(ck, tmp_path):
     assert second.manifest.last_committed_batch == 7
     third = backup_checkpoint(ck.location, root, job=JOB, settle_s=0)
     assert third.files_hashed == 0 and third.blobs_written == 0
+
+
+def test_an_unchanged_rebackup_carries_the_sealed_file_list_and_a_touched_file_does_not(ck, tmp_path, monkeypatch):
+    """Issue 15: nothing changed, so the file list is the previous manifest's bytes, not encoded again;
+    the published manifest verifies and lists the same entries. One file touched (same bytes, new
+    ctime) and the list is encoded anew, that entry with its new times."""
+    root = str(tmp_path / "b")
+    first = backup_checkpoint(ck.location, root, job=JOB, settle_s=0).manifest
+    encoded = []
+    real = FileEntry.to_dict
+    monkeypatch.setattr(FileEntry, "to_dict", lambda self: encoded.append(self.path) or real(self))
+    second = backup_checkpoint(ck.location, root, job=JOB, settle_s=0).manifest
+    assert encoded == [] and second.files == first.files and second.backup_id != first.backup_id
+    assert verify_backup(root, JOB, second.backup_id, deep=True).backup_id == second.backup_id
+    touched = ck.root / "offsets" / "1"
+    time.sleep(0.01)
+    os.utime(touched)
+    third = backup_checkpoint(ck.location, root, job=JOB, settle_s=0).manifest
+    assert len(encoded) == len(third.files)
+    changed = [f for f in third.files if f not in set(first.files)]
+    assert [f.path for f in changed] == ["offsets/1"] and changed[0].sha256 == next(
+        f.sha256 for f in first.files if f.path == "offsets/1")
+    assert verify_backup(root, JOB, third.backup_id, deep=True).backup_id == third.backup_id
 
 
 def test_lifecycle_identity_goes_into_the_manifest(ck, tmp_path):

@@ -6,12 +6,13 @@ to build paths and to trust blobs, so every malformed field must still be refuse
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 
 import pytest
 
-from airflow_kafka_spark._util.paths import check_relative
+from airflow_kafka_spark._util.paths import all_plain_relative, check_relative
 from airflow_kafka_spark.errors import UserError
 from airflow_kafka_spark.ops import seal
 from airflow_kafka_spark.ops.backup.manifest import FileEntry, Manifest, _file_entries
@@ -103,3 +104,56 @@ def test_a_tampered_entry_in_a_sealed_manifest_is_one_line():
     doc["files"][0]["size"] = "10"
     with pytest.raises(UserError, match=r"damaged or was modified.*non-negative integer"):
         Manifest.from_json(json.dumps(doc).encode(), where="t")
+
+
+# ---- a re-backup carries the previous manifest's file list as bytes (issue 15) ---------------------
+
+
+def _odd_files(seed: int, n: int = 300) -> tuple[FileEntry, ...]:
+    files = tuple(f for f in _entries(random.Random(seed), n) if _safe(f.path) and all(
+        t is None or (t == t and abs(t) != float("inf")) for t in (f.mtime, f.ctime)))
+    assert len(files) > 100
+    return files
+
+
+@pytest.mark.parametrize("reason", ["scheduled", "holds the mark \x00files\x00 itself", '"files":[]'])
+def test_a_carried_file_list_seals_to_the_bytes_a_full_encoding_gives(reason):
+    key = b"k" * 32
+    _, raw = _manifest(_odd_files(11)).sealed_json(key)
+    previous = Manifest.from_json(raw, where="t", seal_key=key)
+    assert previous.files_json is not None and previous.files_json.startswith(b"[{")
+    again = dataclasses.replace(previous, backup_id="20261124T000001000Z-b3-fedcba", created_at_ms=2,
+                                reason=reason, stats={"files_from_previous": len(previous.files)})
+    carried, carried_raw = again.sealed_json(key)
+    encoded, encoded_raw = dataclasses.replace(again, files_json=None).sealed_json(key)
+    assert carried_raw == encoded_raw and carried.digest == encoded.digest and carried.hmac == encoded.hmac
+    back = Manifest.from_json(carried_raw, where="t", seal_key=key)
+    assert back.files == previous.files and back.reason == reason
+
+
+def test_a_manifest_not_in_canonical_form_is_read_but_its_bytes_are_not_carried():
+    """A hand-written (re-spaced) manifest with a recomputed digest parses; a re-backup encodes anew."""
+    m = _manifest(_odd_files(12))
+    body = seal.canonical(m.body()).replace(b'{"backup_id"', b'{ "backup_id"', 1)
+    digest = seal.digest_bytes(body)
+    raw = body[:-1] + f',"digest":"{digest}"}}\n'.encode()
+    back = Manifest.from_json(raw, where="t")
+    assert back.files == m.files and back.files_json is None
+    # and one written with its keys in another order (to_json) is read through the slow path
+    other = Manifest.from_json(m.sealed().to_json(), where="t")
+    assert other.files == m.files and other.files_json is None
+
+
+def test_all_plain_relative_never_passes_a_path_check_relative_refuses():
+    rng = random.Random(5)
+    pool = [*ODD_PATHS, "", ".", "..", "a/..", "../a", "/abs", "./a", "a/./b", "a//b", "a/", "a/.", "C:x",
+            "a\nb", "\n", "a\n", "\na", "x" * 4097, "s3://b/k", "a::b", "ok/1.delta", "offsets/7", "a..b"]
+    for path in pool:
+        assert not all_plain_relative([path]) or _safe(path), path
+    good = [f"state/0/{i}/{i}.delta" for i in range(50)]
+    assert all_plain_relative(good) and all_plain_relative([])
+    for _ in range(2000):
+        paths = rng.sample(pool, rng.randrange(1, 4)) + rng.sample(good, 3)
+        rng.shuffle(paths)
+        assert all_plain_relative(paths) == all(_safe(p) and p == p.strip("\n") and "\n" not in p and ".." not in p
+                                                 and ":" not in p for p in paths), paths

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from airflow_kafka_spark._util.fs import open_location, refuse_chained_url
-from airflow_kafka_spark._util.jsonfile import UntrustedJSONError, load_json
+from airflow_kafka_spark._util.jsonfile import UntrustedJSONError, json_depth, load_json
 from airflow_kafka_spark.checkpoint.reader import read_checkpoint
 from airflow_kafka_spark.errors import OperationBlocked, UserError
 from airflow_kafka_spark.lifecycle.journal import Journal
@@ -62,6 +62,23 @@ def test_bounded_loader_refuses_depth_size_and_garbage_with_one_line():
             load_json(raw, what="the thing", max_bytes=1024 if needle == "larger" else 1 << 20)
         assert needle in one_line(info.value) and "the thing" in str(info.value)
         assert isinstance(info.value, UserError) and isinstance(info.value, ValueError)
+
+
+def test_the_depth_count_settles_lists_of_flat_objects_at_once_and_still_counts_what_hides_in_them():
+    """A manifest's 40,000 flat file entries are settled in one scan (issue 15); one entry holding a
+    nested value is counted like any other document (the recursive count is the reference)."""
+    def depth(node):
+        children = node.values() if isinstance(node, dict) else node if isinstance(node, list) else None
+        return 0 if children is None else 1 + max((depth(c) for c in children), default=0)
+
+    flat = [{"path": f"p{i}", "size": i, "mtime": 1.5, "ctime": None} for i in range(100)]
+    nested = [*flat[:50], {"path": "x", "extra": [[[{"a": [1]}]]]}, *flat[50:]]
+    docs = [flat, {"files": flat}, {"files": nested}, [[], {}], [{}, {"a": {}}], {"a": [flat, [nested]]}]
+    for doc in docs:
+        assert json_depth(doc) == depth(doc), doc if len(str(doc)) < 200 else type(doc)
+    deep = {"files": [*flat, {"path": "y", "extra": json.loads("[" * 70 + "]" * 70)}]}
+    with pytest.raises(UntrustedJSONError, match="nested too deeply"):
+        load_json(json.dumps(deep))
 
 
 # --------------------------------------------------------------------------- item 5: nested JSON everywhere

@@ -18,6 +18,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from airflow_kafka_spark.checkpoint.formats import batch_id_from_name
 
@@ -64,17 +65,16 @@ def select_files(listing: Mapping[str, dict], committed: int | None, planned: in
     state_version = committed + 1 if committed is not None else None
     files: dict[str, dict] = {}
     excluded: dict[str, str] = {}
+    stores: dict[str, _Store] = {}    # the versioned state files kept, by store folder
     for rel, info in listing.items():
-        parts = rel.split("/")
-        name = parts[-1]
+        folder, _, name = rel.rpartition("/")
         inner = _inner_name(name) or name
         if _is_temp(name):
             excluded[rel] = "temp file of an interrupted write"
             continue
-        top = parts[0]
-        if top in ("offsets", "commits") and len(parts) == 2:
+        if folder in ("offsets", "commits"):
             batch = batch_id_from_name(inner)
-            bound = log_bound if top == "offsets" else committed
+            bound = log_bound if folder == "offsets" else committed
             if batch is None:
                 excluded[rel] = "not a batch file (Spark ignores it)"
             elif bound is None or batch > bound:
@@ -82,26 +82,30 @@ def select_files(listing: Mapping[str, dict], committed: int | None, planned: in
             else:
                 files[rel] = info
             continue
-        if top == "state":
-            why = _state_exclusion(parts, inner, state_version, committed)
+        if folder.startswith("state/") or folder == "state":
+            versioned = _STATE_VERSION_FILE.match(inner)
+            why = _state_exclusion(rel, inner, versioned, state_version, committed)
             if why:
                 excluded[rel] = why
-            else:
-                files[rel] = info
+                continue
+            files[rel] = info
+            if versioned is not None and inner == name:   # the file itself, not its .crc
+                _add_version(stores, folder, versioned)
             continue
         files[rel] = info
-    problems = state_chain_problems(files, state_version) if state_version is not None else []
+    problems = _chain_problems(stores, state_version) if state_version is not None else []
     return Selection(files=files, excluded=excluded, committed=committed, log_bound=log_bound,
                      state_version=state_version, state_problems=problems)
 
 
-def _state_exclusion(parts: list[str], inner: str, state_version: int | None, committed: int | None) -> str | None:
-    m = _STATE_VERSION_FILE.match(inner)
+def _state_exclusion(rel: str, inner: str, m: re.Match[str] | None, state_version: int | None,
+                     committed: int | None) -> str | None:
     if m:
         version = int(m.group(1))
         if state_version is None or version > state_version:
             return f"state version {version} is after the captured version"
         return None
+    parts = rel.split("/")
     if "_metadata" in parts and "v2" in parts:       # operator metadata v2: state/<op>/_metadata/v2/<batchId>
         batch = batch_id_from_name(inner)
         if batch is not None and (committed is None or batch > committed):
@@ -121,21 +125,35 @@ def state_chain_problems(files: Iterable[str], version: int) -> list[str]:
     steps from version 1) and every step up to ``version``. Directories without versioned files
     (``_metadata``) are not stores.
     """
-    stores: dict[str, dict[str, set[int]]] = {}
+    stores: dict[str, _Store] = {}
     for rel in files:
         parts = rel.split("/")
         if parts[0] != "state":
             continue
         m = _STATE_VERSION_FILE.match(parts[-1])
-        if not m:
-            continue
-        kinds = stores.setdefault("/".join(parts[:-1]), {"base": set(), "step": set()})
-        kinds["base" if m.group(2) in _STATE_BASE_KINDS else "step"].add(int(m.group(1)))
+        if m:
+            _add_version(stores, "/".join(parts[:-1]), m)
+    return _chain_problems(stores, version)
+
+
+class _Store(NamedTuple):
+    bases: set[int]      # snapshot / zip versions
+    steps: set[int]      # delta / changelog versions
+
+
+def _add_version(stores: dict[str, _Store], folder: str, m: re.Match[str]) -> None:
+    store = stores.get(folder)
+    if store is None:
+        store = stores[folder] = _Store(set(), set())
+    (store.bases if m.group(2) in _STATE_BASE_KINDS else store.steps).add(int(m.group(1)))
+
+
+def _chain_problems(stores: Mapping[str, _Store], version: int) -> list[str]:
     problems = []
     for store, kinds in sorted(stores.items()):
-        bases = [v for v in kinds["base"] if v <= version]
+        bases = [v for v in kinds.bases if v <= version]
         start = max(bases) if bases else 0
-        missing = [v for v in range(start + 1, version + 1) if v not in kinds["step"]]
+        missing = [v for v in range(start + 1, version + 1) if v not in kinds.steps]
         if missing:
             first = missing[0]
             problems.append(f"{store}: state version {version} cannot be loaded, {first}.delta/.changelog is "

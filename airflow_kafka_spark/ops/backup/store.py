@@ -62,8 +62,10 @@ def check_blobs(job_loc: Location, m: Manifest, *, deep_shas: set[str],
         if size != f.size:
             raise UserError(f"backup {m.backup_id} is damaged: {blob_rel(f.sha256)} (for {f.path}) has {size} "
                             f"bytes, the manifest says {f.size}; restore from another backup")
-    sizes = {f.sha256: f.size for f in m.files}
     shas = sorted(deep_shas)
+    if not shas:
+        return
+    sizes = {f.sha256: f.size for f in m.files}
 
     def rehash(sha: str) -> str:
         return _hash_file(job_loc.child(blob_rel(sha)), sizes.get(sha, 0))
