@@ -81,7 +81,10 @@ def unchanged(order: Sequence[str], files: Mapping[str, dict], previous: Mapping
     append = out.append
     for rel in order:
         prev, info = get(rel), files[rel]
-        append(prev if prev is not None and prev.ctime is not None and prev.size == info.get("size")
-               and prev.mtime == info.get("mtime") and prev.ctime == info.get("created")
-               and size_of(prev.sha256) == prev.size else None)
+        try:
+            append(prev if prev is not None and prev.ctime is not None and prev.size == info["size"]
+                   and prev.mtime == info["mtime"] and prev.ctime == info["created"]
+                   and size_of(prev.sha256) == prev.size else None)
+        except KeyError:   # not a local listing's entry: the caller's general rule decides
+            append(None)
     return out

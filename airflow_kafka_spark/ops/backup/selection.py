@@ -48,10 +48,6 @@ def _inner_name(name: str) -> str | None:
     return inner
 
 
-def _is_temp(name: str) -> bool:
-    return name.endswith(".tmp") or (name.endswith(".tmp.crc"))
-
-
 def select_files(listing: Mapping[str, dict], committed: int | None, planned: int | None, *,
                  keep_pending: bool) -> Selection:
     """Pick the files of the last committed version out of a checkpoint listing (pure: no I/O).
@@ -68,10 +64,10 @@ def select_files(listing: Mapping[str, dict], committed: int | None, planned: in
     stores: dict[str, _Store] = {}    # the versioned state files kept, by store folder
     for rel, info in listing.items():
         folder, _, name = rel.rpartition("/")
-        inner = _inner_name(name) or name
-        if _is_temp(name):
+        if name.endswith((".tmp", ".tmp.crc")):
             excluded[rel] = "temp file of an interrupted write"
             continue
+        inner = (_inner_name(name) or name) if name.endswith(".crc") else name
         if folder in ("offsets", "commits"):
             batch = batch_id_from_name(inner)
             bound = log_bound if folder == "offsets" else committed
