@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import stat
+from collections.abc import Iterator
 from typing import Any
 
 
@@ -153,20 +154,44 @@ def list_local_detail(path: str) -> dict[str, dict]:
     Symlinks are followed as fsspec does; a dangling one is ``other`` (never opened).
     """
     out: dict[str, dict] = {}
-    with os.scandir(path) as entries:
+    with _folder_entries(path) as (base, entries):
         for entry in entries:
             name = entry.name
             if name.startswith(".") and name.endswith(".crc"):
-                out[name] = {"name": entry.path, "type": "file"}
+                out[name] = {"name": base + name, "type": "file"}
                 continue
             try:
                 st = entry.stat()
             except OSError:
-                out[name] = {"name": entry.path, "type": "other", "size": 0}
+                out[name] = {"name": base + name, "type": "other", "size": 0}
                 continue
             kind = "directory" if stat.S_ISDIR(st.st_mode) else "file" if stat.S_ISREG(st.st_mode) else "other"
-            out[name] = {"name": entry.path, "type": kind, "size": st.st_size}
+            out[name] = {"name": base + name, "type": kind, "size": st.st_size}
     return out
+
+
+@contextlib.contextmanager
+def _folder_entries(folder: str) -> Iterator[tuple[str, list[os.DirEntry]]]:
+    """The entries of ``folder``, and its path ending in "/" to name them by.
+
+    Listed through an open descriptor where the platform allows, so each entry's ``stat()`` is an
+    ``fstatat`` of one name instead of a lookup of the whole path: a quarter less time for the
+    40,000 state files of a large checkpoint, four folders deep (no difference measured for the
+    10,000 files of ``offsets/``). ``FileNotFoundError`` / ``NotADirectoryError`` propagate.
+    """
+    fd = os.open(folder, _FOLDER_FLAGS) if _SCANDIR_FD else None
+    try:
+        with os.scandir(folder if fd is None else fd) as listed:
+            entries = list(listed)
+        yield folder.rstrip("/") + "/", entries
+    finally:
+        if fd is not None:
+            os.close(fd)
+
+
+_SCANDIR_FD = os.scandir in os.supports_fd
+#: A folder opened only to be listed: never a FIFO's blocking open (O_DIRECTORY fails first), not inherited.
+_FOLDER_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
 
 
 def walk_local_tree(root: str) -> dict[str, dict]:
@@ -178,49 +203,30 @@ def walk_local_tree(root: str) -> dict[str, dict]:
     ``islink``); a link to a file is followed as fsspec does, a link to a folder is listed as ``other``
     and not walked (a blob prefix or checkpoint subfolder linked elsewhere must not pass for ours), a
     dangling one is left out like a vanished file. Other OS errors propagate (the caller words them).
-    Each folder is listed through an open descriptor where the platform allows, so each ``stat`` is
-    relative to it (``fstatat``, one name to look up instead of the whole path: a quarter less time).
     """
     out: dict[str, dict] = {}
     pending = [(root, "")]
     while pending:
         folder, prefix = pending.pop()
         try:
-            fd = os.open(folder, _FOLDER_FLAGS) if _SCANDIR_FD else None
+            with _folder_entries(folder) as (base, entries):
+                for entry in entries:
+                    rel = prefix + entry.name
+                    try:
+                        st = entry.stat()
+                    except FileNotFoundError:
+                        continue
+                    if stat.S_ISDIR(st.st_mode):
+                        if entry.is_symlink():   # never walk out of the tree through a linked folder
+                            out[rel] = {"name": base + entry.name, "type": "other", "size": 0,
+                                        "mtime": st.st_mtime, "created": st.st_ctime, "islink": True}
+                        else:
+                            pending.append((base + entry.name, rel + "/"))
+                        continue
+                    out[rel] = {"name": base + entry.name, "type": "file" if stat.S_ISREG(st.st_mode) else "other",
+                                "size": st.st_size, "mtime": st.st_mtime, "created": st.st_ctime,
+                                "islink": entry.is_symlink()}
         except (FileNotFoundError, NotADirectoryError):
             if folder == root:
                 return {}
-            continue
-        try:
-            try:
-                entries = list(os.scandir(folder if fd is None else fd))
-            except (FileNotFoundError, NotADirectoryError):
-                if folder == root:
-                    return {}
-                continue
-            base = folder.rstrip("/") + "/"
-            for entry in entries:
-                rel = prefix + entry.name
-                try:
-                    st = entry.stat()
-                except FileNotFoundError:
-                    continue
-                if stat.S_ISDIR(st.st_mode):
-                    if entry.is_symlink():   # never walk out of the tree through a linked folder
-                        out[rel] = {"name": base + entry.name, "type": "other", "size": 0, "mtime": st.st_mtime,
-                                    "created": st.st_ctime, "islink": True}
-                    else:
-                        pending.append((base + entry.name, rel + "/"))
-                    continue
-                out[rel] = {"name": base + entry.name, "type": "file" if stat.S_ISREG(st.st_mode) else "other",
-                            "size": st.st_size, "mtime": st.st_mtime, "created": st.st_ctime,
-                            "islink": entry.is_symlink()}
-        finally:
-            if fd is not None:
-                os.close(fd)
     return out
-
-
-_SCANDIR_FD = os.scandir in os.supports_fd
-#: A folder opened only to be listed: never a FIFO's blocking open (O_DIRECTORY fails first), not inherited.
-_FOLDER_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)

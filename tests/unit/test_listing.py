@@ -57,3 +57,16 @@ def test_the_walk_of_no_folder_is_empty_and_a_trailing_slash_changes_nothing(tre
     fds = len(os.listdir("/proc/self/fd"))
     walk_local_tree(str(tree))
     assert len(os.listdir("/proc/self/fd")) == fds                        # every folder descriptor closed
+
+
+def test_one_folder_is_listed_in_fsspecs_shape_and_crc_files_by_name_only(tree):
+    from airflow_kafka_spark._util.localfs import list_local_detail
+
+    ours = list_local_detail(str(tree / "offsets"))
+    theirs = {os.path.basename(i["name"]): i for i in fsspec.filesystem("file").ls(str(tree / "offsets"), detail=True)}
+    assert set(ours) == set(theirs) == {"0", ".0.crc", "fifo"}
+    assert ours["0"] == {"name": str(tree / "offsets" / "0"), "type": "file", "size": 2}
+    assert ours[".0.crc"] == {"name": str(tree / "offsets" / ".0.crc"), "type": "file"}
+    assert ours["fifo"]["type"] == "other" and list_local_detail(str(tree) + "/")["offsets"]["type"] == "directory"
+    with pytest.raises(FileNotFoundError):
+        list_local_detail(str(tree / "missing"))
