@@ -25,7 +25,7 @@ from airflow_kafka_spark.kafka.offsets import TopicPartition
 from airflow_kafka_spark.lifecycle.record import LifecycleRecord
 from airflow_kafka_spark.ops.backup.catalog import list_backups, load_backup
 from airflow_kafka_spark.ops.backup.manifest import FileEntry, Manifest
-from airflow_kafka_spark.ops.backup.selection import select_files, state_chain_problems
+from airflow_kafka_spark.ops.backup.selection import select_files
 from airflow_kafka_spark.ops.backup.store import verify_backup
 from airflow_kafka_spark.ops.commands import backup_checkpoint, prune_backups
 from tests.support.checkpoint_factory import commit_file, offsets_file, write_checkpoint
@@ -86,6 +86,12 @@ def test_selection_of_versioned_state_metadata():
                     "state/0/1/4_uid.zip", "state/0/1/5_uid.zip", "state/0/1/SSTs/000012-abc.sst")
     sel = select_files(files, committed=3, planned=3, keep_pending=True)
     assert set(sel.excluded) == {"state/0/_metadata/v2/4", "state/0/_stateSchema/default/4_def", "state/0/1/5_uid.zip"}
+
+
+def state_chain_problems(paths: list[str], version: int) -> list[str]:
+    """The selection's state-chain problems for these state files, capturing ``version`` (batch version - 1)."""
+    return select_files({p: {} for p in paths}, committed=version - 1, planned=version - 1,
+                        keep_pending=True).state_problems
 
 
 def test_state_chain_check():

@@ -38,13 +38,7 @@ def previous_manifest(job_loc: Location, job: str, ck: Location, query_id: str |
 
 
 def stat_of(info: dict, *, local: bool) -> tuple[int, float | None, float | None]:
-    """(size, mtime, ctime) of a listed file, what :func:`reusable` compares; ctime only on a local disk.
-
-    A local listing (``walk_local_tree``) holds them under its own keys with their exact types, read
-    directly (40,000 files a re-backup); other listings go through the drivers' keys.
-    """
-    if local and type(info.get("created")) is float:
-        return info["size"], info["mtime"], info["created"]
+    """(size, mtime, ctime) of a listed file, what :func:`reusable` compares; ctime only on a local disk."""
     value = info.get("created") if local else None
     ctime = float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
     return int(info.get("size") or 0), mtime_of(info), ctime

@@ -16,7 +16,7 @@ file they belong to.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -113,25 +113,6 @@ def _state_exclusion(rel: str, inner: str, m: re.Match[str] | None, state_versio
     return None
 
 
-def state_chain_problems(files: Iterable[str], version: int) -> list[str]:
-    """Store directories whose state ``version`` cannot be loaded from ``files`` alone.
-
-    HDFS-backed stores load the newest ``<v>.snapshot`` ≤ version plus every ``.delta`` after it;
-    RocksDB stores a ``<v>.zip`` plus ``.changelog`` files. A store needs a base ≤ ``version`` (or
-    steps from version 1) and every step up to ``version``. Directories without versioned files
-    (``_metadata``) are not stores.
-    """
-    stores: dict[str, _Store] = {}
-    for rel in files:
-        parts = rel.split("/")
-        if parts[0] != "state":
-            continue
-        m = _STATE_VERSION_FILE.match(parts[-1])
-        if m:
-            _add_version(stores, "/".join(parts[:-1]), m)
-    return _chain_problems(stores, version)
-
-
 class _Store(NamedTuple):
     bases: set[int]      # snapshot / zip versions
     steps: set[int]      # delta / changelog versions
@@ -145,6 +126,13 @@ def _add_version(stores: dict[str, _Store], folder: str, m: re.Match[str]) -> No
 
 
 def _chain_problems(stores: Mapping[str, _Store], version: int) -> list[str]:
+    """Store directories whose state ``version`` cannot be loaded from the files kept.
+
+    HDFS-backed stores load the newest ``<v>.snapshot`` ≤ version plus every ``.delta`` after it;
+    RocksDB stores a ``<v>.zip`` plus ``.changelog`` files. A store needs a base ≤ ``version`` (or
+    steps from version 1) and every step up to ``version``. Directories without versioned files
+    (``_metadata``) are not stores.
+    """
     problems = []
     for store, kinds in sorted(stores.items()):
         bases = [v for v in kinds.bases if v <= version]
