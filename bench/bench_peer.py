@@ -190,20 +190,37 @@ class Bench:
                                 partitions=n, batches=100)
 
     def batches(self) -> None:
+        """Every history length in one round-robin loop per command: this machine's CPU speed drifts
+        by up to half within minutes, so lengths measured one after the other are not comparable."""
         n = 1000
         self.topic(n)
-        for b in self.args.batches:
-            ck, behind = self.checkpoint(n, b), self.checkpoint(n, b, "behind")
-            self.interleave("validate vs history", lambda ck=ck: self.whole("validate", ck), None,
-                            partitions=n, batches=b)
-            self.interleave("lag vs history (2 behind)", lambda b=behind: self.whole("lag", b), None,
-                            partitions=n, batches=b)
-            self.inproc("validate", ck)
-            self.interleave("in-process validate vs history", lambda ck=ck: self.inproc("validate", ck),
-                            None, partitions=n, batches=b)
-            self.interleave("in-process lag vs history", lambda b=behind: self.inproc("lag", b),
-                            None, partitions=n, batches=b)
+        cks = {b: (self.checkpoint(n, b), self.checkpoint(n, b, "behind")) for b in self.args.batches}
+        self.inproc("validate", cks[self.args.batches[0]][0])   # imports paid before the first timed call
+        for what, command, kind, run in (("validate vs history", "validate", 0, self.whole),
+                                         ("lag vs history (2 behind)", "lag", 1, self.whole),
+                                         ("in-process validate vs history", "validate", 0, self.inproc),
+                                         ("in-process lag vs history", "lag", 1, self.inproc)):
+            self.interleave_across(what, {b: (lambda c=command, ck=pair[kind], r=run: r(c, ck))
+                                          for b, pair in cks.items()}, "batches", partitions=n)
         self.interleave("peer at 1,000 partitions", lambda: self.peer("g1000-behind"), None, partitions=n)
+
+    def interleave_across(self, what: str, runs: dict, key: str, **keys) -> None:
+        """One row per ``runs`` entry (``key`` = its label), all run in turn ``repeat`` times, the
+        starting entry rotating so none always runs first."""
+        labels = list(runs)
+        samples: dict = {label: ([], [], [], []) for label in labels}
+        for r in range(self.args.repeat):
+            for label in labels[r % len(labels):] + labels[:r % len(labels)]:
+                ts, ms, cs, loads = samples[label]
+                loads.append(load())
+                t, m, c = runs[label]()
+                ts.append(t)
+                ms.append(m)
+                cs.append(c)
+        for label in labels:
+            ts, ms, cs, loads = samples[label]
+            self.emit({"what": what, **keys, key: label, "ours": stats(ts), "ours_cpu": stats(cs),
+                       "ours_rss_kib": max(ms), "load": stats(loads)})
 
     def memory(self) -> None:
         n, b = 5000, 10_000

@@ -127,6 +127,10 @@ def commit_group(bootstrap: str, group: str, offsets: PartitionOffsets, *, timeo
             for fut in admin.alter_consumer_group_offsets([req]).values():
                 fut.result(60)
             got = {}
+            # Described first, as the product's group_offsets does: librdkafka crashes the process when an
+            # OffsetFetch is answered NOT_COORDINATOR while a fresh broker's coordinator loads (#5040).
+            for fut in admin.describe_consumer_groups([group]).values():
+                fut.result(60)
             for fut in admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)]).values():
                 got = {(k.topic, k.partition): k.offset for k in fut.result(60).topic_partitions if not k.error}
             if got == want:

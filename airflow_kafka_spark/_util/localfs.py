@@ -163,11 +163,26 @@ def list_local_detail(path: str) -> dict[str, dict]:
             try:
                 st = entry.stat()
             except OSError:
-                out[name] = {"name": base + name, "type": "other", "size": 0}
-                continue
-            kind = "directory" if stat.S_ISDIR(st.st_mode) else "file" if stat.S_ISREG(st.st_mode) else "other"
-            out[name] = {"name": base + name, "type": kind, "size": st.st_size}
+                st = None
+            out[name] = _detail(base + name, st)
     return out
+
+
+def stat_local_detail(path: str) -> dict[str, Any]:
+    """One entry of :func:`list_local_detail`, for a name listed without its size (links followed)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        st = None
+    return _detail(path, st)
+
+
+def _detail(path: str, st: os.stat_result | None) -> dict[str, Any]:
+    """fsspec's info keys that the reader uses; a dangling link or a vanished name is ``other`` (never opened)."""
+    if st is None:
+        return {"name": path, "type": "other", "size": 0}
+    kind = "directory" if stat.S_ISDIR(st.st_mode) else "file" if stat.S_ISREG(st.st_mode) else "other"
+    return {"name": path, "type": kind, "size": st.st_size}
 
 
 @contextlib.contextmanager

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Collection
 from operator import itemgetter
-from typing import Any
+from typing import Any, NamedTuple
 
 from airflow_kafka_spark._util.jsonfile import UntrustedJSONError, load_json
 from airflow_kafka_spark._util.text import one_line
@@ -55,6 +56,49 @@ def batch_id_from_name(name: str) -> int | None:
         return None
     value = int(name)
     return value if value <= _MAX_LONG else None
+
+
+class LogNames(NamedTuple):
+    """The names of one log folder (``offsets/``, ``commits/``) sorted by what Spark makes of them."""
+
+    batches: dict[int, str]  # batch id -> file name, by :func:`batch_id_from_name`'s rule
+    checksums: set[int]  # ids of Hadoop ``.N.crc`` side files
+    temps: list[str]  # ``*.tmp`` leftovers of interrupted writes
+
+
+def split_log_names(names: Collection[str]) -> LogNames:
+    """Sort a log folder's names in C-level scans of them joined by newlines: a 10,000-batch log has
+    20,000 names, and a Python loop over them cost more than listing them.
+
+    A name holding a line break (never Spark's) would split into false lines, so then each name is
+    judged alone, by the same rules.
+    """
+    joined = "\n".join(names)
+    if joined.count("\n") != max(len(names) - 1, 0) or "\r" in joined:
+        return _split_each(names)
+    found = _BATCH_NAME.findall(joined)
+    ids = list(map(int, found))
+    if ids and max(ids) > _MAX_LONG:
+        return _split_each(names)
+    temps = _TEMP_NAME.findall(joined) if ".tmp" in joined else []
+    return LogNames(dict(zip(ids, found, strict=True)), set(map(int, _CHECKSUM_NAME.findall(joined))), temps)
+
+
+def _split_each(names: Collection[str]) -> LogNames:
+    batches: dict[int, str] = {}
+    checksums: set[int] = set()
+    for name in names:
+        batch_id = batch_id_from_name(name)
+        if batch_id is not None:
+            batches[batch_id] = name
+        elif name[:1] == "." and name[-4:] == ".crc" and name[1:-4].isascii() and name[1:-4].isdigit():
+            checksums.add(int(name[1:-4]))
+    return LogNames(batches, checksums, [n for n in names if n.endswith(".tmp")])
+
+
+_BATCH_NAME = re.compile(r"^(?:0|[1-9][0-9]*)$", re.MULTILINE)
+_CHECKSUM_NAME = re.compile(r"^\.([0-9]+)\.crc$", re.MULTILINE)
+_TEMP_NAME = re.compile(r"^.*\.tmp$", re.MULTILINE)
 
 
 def parse_offsets_file(batch_id: int, data: bytes, *, what: str | None = None) -> BatchOffsets:

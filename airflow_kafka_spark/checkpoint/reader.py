@@ -24,19 +24,20 @@ repair for a damaged batch file (``repair``).
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from typing import Any
 
 from airflow_kafka_spark.checkpoint.checks import ConsistencyChecks
-from airflow_kafka_spark.checkpoint.files import CheckpointFiles, is_dir, open_fs, os_reason
+from airflow_kafka_spark.checkpoint.files import NOT_STATED, CheckpointFiles, is_dir, open_fs, os_reason
 from airflow_kafka_spark.checkpoint.formats import (
     MAX_LOG_FILE_BYTES,
     METADATA_MAX_BYTES,
     UnsupportedLogVersionError,
-    batch_id_from_name,
     error_detail,
     parse_commit_file,
     parse_metadata,
     parse_offsets_file,
+    split_log_names,
     too_large,
 )
 from airflow_kafka_spark.checkpoint.model import (
@@ -106,8 +107,8 @@ class _Reader(CheckpointFiles, ConsistencyChecks, SourcesAndState):
         self.stray: list[str] = []
         self.offsets: dict[int, BatchOffsets] = {}  # parsed offsets files by batch id
         self.bad_offsets: set[int] = set()  # offsets files already reported as unreadable
-        self.offset_files: dict[int, dict] = {}
-        self.commit_files: dict[int, dict] = {}
+        self.offset_files: dict[int, Mapping[str, Any]] = {}  # batch id -> listing info (maybe NOT_STATED)
+        self.commit_files: dict[int, Mapping[str, Any]] = {}
         self.latest: int | None = None  # L
         self.committed: int | None = None  # C
         self.crc_ids: dict[str, set[int]] = {}  # ".N.crc" Hadoop checksum files per log
@@ -127,7 +128,7 @@ class _Reader(CheckpointFiles, ConsistencyChecks, SourcesAndState):
 
         query_id = self._query_id(root_entries, has_batches=bool(offset_ids or commit_ids))
         self._check_structure(offset_ids, commit_ids)
-        self._check_empty_history()
+        self._check_empty_history(offset_ids, commit_ids)
 
         planned = self._offsets(latest)
         if latest is not None and latest > 0:
@@ -158,7 +159,7 @@ class _Reader(CheckpointFiles, ConsistencyChecks, SourcesAndState):
 
     # ---- listings
 
-    def _log_listing(self, name: str, root_entries: dict[str, dict]) -> dict[int, dict]:
+    def _log_listing(self, name: str, root_entries: dict[str, dict]) -> dict[int, Mapping[str, Any]]:
         """Batch id -> info for ``offsets/`` or ``commits/`` (only names Spark treats as batches)."""
         info = root_entries.get(name)
         if info is None:
@@ -170,17 +171,13 @@ class _Reader(CheckpointFiles, ConsistencyChecks, SourcesAndState):
                 f"{name} is a file where Spark keeps a directory of batch files: restore {name}/ from a backup",
             )
             return {}
-        entries = self._ls(name)
-        self._note_strays(name, entries)
-        self.crc_ids[name] = {
-            int(b[1:-4]) for b in entries if b.startswith(".") and b.endswith(".crc") and b[1:-4].isdigit()
-        }
-        out: dict[int, dict] = {}
-        for base, entry in entries.items():
-            batch_id = batch_id_from_name(base)
-            if batch_id is not None:
-                out[batch_id] = entry
-        return out
+        listed, entries = self._ls_names(name)
+        names = split_log_names(listed)
+        self._note_strays(name, names.temps)
+        self.crc_ids[name] = names.checksums
+        if entries is None:   # local disk: sized on demand (_batch_info)
+            return dict.fromkeys(names.batches, NOT_STATED)
+        return dict(zip(names.batches, map(entries.__getitem__, names.batches.values()), strict=True))
 
     # ---- metadata
 
@@ -220,9 +217,10 @@ class _Reader(CheckpointFiles, ConsistencyChecks, SourcesAndState):
 
     # ---- batch files
 
-    def _batch_bytes(self, kind: str, batch_id: int, info: dict) -> bytes | None:
+    def _batch_bytes(self, kind: str, batch_id: int) -> bytes | None:
         """The bytes of a batch file Spark must read; problems for directories and absurd sizes."""
         rel = f"{kind}/{batch_id}"
+        info = self._batch_info(kind, batch_id)
         size = info.get("size")
         why = self._not_a_file(rel, info)
         if why:
@@ -243,11 +241,19 @@ class _Reader(CheckpointFiles, ConsistencyChecks, SourcesAndState):
             )
         return data
 
+    def _batch_info(self, kind: str, batch_id: int) -> Mapping[str, Any]:
+        """Type and size of one listed batch file; a names-only listing's entry is stat-ed now."""
+        files = self.offset_files if kind == "offsets" else self.commit_files
+        info = files[batch_id]
+        if info is NOT_STATED:
+            info = files[batch_id] = self._stat(f"{kind}/{batch_id}")
+        return info
+
     def _offsets(self, batch_id: int | None) -> BatchOffsets | None:
         if batch_id is None or batch_id not in self.offset_files or batch_id in self.bad_offsets:
             return None
         if batch_id not in self.offsets:
-            data = self._batch_bytes("offsets", batch_id, self.offset_files[batch_id])
+            data = self._batch_bytes("offsets", batch_id)
             if data is None:
                 self.bad_offsets.add(batch_id)
                 return None
@@ -269,7 +275,7 @@ class _Reader(CheckpointFiles, ConsistencyChecks, SourcesAndState):
         if batch_id is None:
             return None
         rel = f"commits/{batch_id}"
-        data = self._batch_bytes("commits", batch_id, self.commit_files[batch_id])
+        data = self._batch_bytes("commits", batch_id)
         if data is None:
             return None
         try:
@@ -299,7 +305,7 @@ class _Reader(CheckpointFiles, ConsistencyChecks, SourcesAndState):
         for batch_id in self._history_ids(limit):
             if batch_id in self.offsets or batch_id in self.bad_offsets:
                 continue
-            info = self.offset_files[batch_id]
+            info = self._batch_info("offsets", batch_id)
             size = info.get("size")
             why = self._not_a_file(f"offsets/{batch_id}", info)
             if why:

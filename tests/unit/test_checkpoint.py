@@ -4,6 +4,7 @@ checkpoints written by real Spark 4.0 (copied under tests/unit/data, plus one wr
 from __future__ import annotations
 
 import dataclasses
+import random
 import shutil
 import time
 from pathlib import Path
@@ -16,6 +17,7 @@ from airflow_kafka_spark.checkpoint.formats import (
     log_lines,
     parse_log_version,
     parse_offsets_file,
+    split_log_names,
 )
 from airflow_kafka_spark.checkpoint.model import (
     CHECKPOINT_CORRUPT,
@@ -259,6 +261,46 @@ def test_only_canonical_numeric_names_are_batches(tmp_path):
     ck.path("offsets/sub").mkdir()
     st = read_checkpoint(ck.location)
     assert st.offset_batch_ids == [0, 1] and st.problems == []
+
+
+def test_bulk_name_split_follows_the_one_name_rule():
+    """split_log_names scans the names joined by newlines; it must sort every name exactly as
+    batch_id_from_name and the .N.crc / .tmp rules do, hostile names included."""
+    rng = random.Random(1515)
+    alphabet = ["0", "1", "9", ".", "crc", "tmp", "\n", "\r", "٣", "-", "+", " ", "a", "99999999999999999999"]
+    fixed = ["0", "00", "007", "9223372036854775807", "9223372036854775808", ".0.crc", ".007.crc", "..1.crc",
+             ".1.crc.tmp", "1\n2", "3\r", "\n", "", ".٣.crc", "x.tmp", ".5.3f2a.tmp", "5.tmp\n6"]
+    for trial in range(300):
+        names = fixed + ["".join(rng.choices(alphabet, k=rng.randint(1, 5))) for _ in range(rng.randint(0, 40))]
+        if trial % 3 == 0:
+            names = [n for n in names if "\n" not in n and "\r" not in n]   # the scanned path, not the fallback
+        rng.shuffle(names)
+        got = split_log_names(names)
+        want = {batch_id_from_name(n): n for n in names if batch_id_from_name(n) is not None}
+        crc = {int(n[1:-4]) for n in names
+               if n.startswith(".") and n.endswith(".crc") and n[1:-4].isascii() and n[1:-4].isdigit()}
+        assert got.batches == want and got.checksums == crc, names
+        assert sorted(got.temps) == sorted(n for n in names if n.endswith(".tmp")), names
+
+
+def test_empty_batch_files_are_looked_for_in_the_newest_100_batches(tmp_path):
+    """Beyond the files a restart reads, zero-byte batch files are damage inside Spark's default
+    retention window (EMPTY_CHECK_BATCHES); older ones are listed by name, never sized, so a long
+    history costs a listing, not a stat per file. Same answer on local disk and through fsspec."""
+    import fsspec
+
+    ck = write_checkpoint(tmp_path / "cp", batches=130)
+    for rel in ("offsets/10", "commits/12", "offsets/40", "commits/75"):
+        ck.write(rel, b"")
+    mem = fsspec.filesystem("memory")
+    mem.put(str(ck.root), "/aks-test-window", recursive=True)
+    try:
+        for location in (ck.location, "memory://aks-test-window"):
+            st = read_checkpoint(location)
+            assert sorted(p.path for p in st.problems) == ["commits/75", "offsets/40"], location
+            assert st.offset_batch_ids == list(range(130))   # the old names are still listed
+    finally:
+        mem.rm("/aks-test-window", recursive=True)
 
 
 def test_stray_tmp_files_are_listed_and_warned(tmp_path):
