@@ -9,7 +9,9 @@ so the verdict can BLOCK with an explanation instead of failing with a traceback
 
 What is read, and why only that (a checkpoint keeps ~100 batches; restart needs two):
 
-* the listings of ``offsets/``, ``commits/``, ``sources/`` and the root (names and sizes only);
+* the listings of ``offsets/``, ``commits/``, ``sources/`` and the root: names and sizes, but the
+  two logs by name only on local disk, where a size is a ``stat`` per file; the newest 100 batches
+  of each log are sized (zero-byte files, S09) and so is every file read;
 * ``metadata`` (query id), ``offsets/L`` (latest planned batch), ``offsets/L-1`` (Spark reads it on
   every restart to find the start of batch L), ``offsets/C`` and ``commits/C`` (C = newest commit),
   and ``sources/<n>/0`` (Kafka's resolved starting offsets);
