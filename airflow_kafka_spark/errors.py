@@ -18,6 +18,7 @@ class ExitCode(IntEnum):
     """What ``aks`` returns; an ``int``, so it goes into JSON output and ``sys.exit`` unchanged."""
 
     OK = 0
+    BUG = 1  # an internal error: its traceback is printed, secrets scrubbed (what Python itself returns)
     USER_ERROR = 2
     BLOCKED = 3
     UNREACHABLE = 4

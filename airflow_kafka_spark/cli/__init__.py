@@ -109,6 +109,7 @@ def entry() -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    report.remember_secrets(report.argv_secrets(argv))
     parser = build_parser()
     wants_json = "--json" in argv
 

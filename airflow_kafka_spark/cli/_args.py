@@ -114,12 +114,14 @@ def kafka_config_from_args(args: argparse.Namespace) -> dict[str, Any]:
     """
     import sys
 
+    from airflow_kafka_spark.cli.output import remember_secrets
     from airflow_kafka_spark.kafka.client_config import (
         env_config,
         read_config_file,
         resolve_references,
         secrets_on_argv,
     )
+    from airflow_kafka_spark.kafka.secrets import secret_values
 
     config: dict[str, Any] = {}
     if args.kafka_config is not None:
@@ -131,6 +133,7 @@ def kafka_config_from_args(args: argparse.Namespace) -> dict[str, Any]:
               f"use --kafka-config FILE, AKS_KAFKA_{key.upper().replace('.', '_')} or -X {key}=@env:NAME",
               file=sys.stderr)
     config = resolve_references(config)
+    remember_secrets(secret_values(config))   # a bug's traceback must not show them (cli.output.bug_report)
     if args.bootstrap_servers:
         config["bootstrap.servers"] = args.bootstrap_servers
     if not config.get("bootstrap.servers"):

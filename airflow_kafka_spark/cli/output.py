@@ -156,7 +156,8 @@ def guarded(run: Callable[[], int], *, json_errors: bool = False) -> int:
     :class:`Unreachable`, or any error caused by a refused/timed-out connection).
 
     With ``json_errors`` the same error is also printed to stdout as one JSON object, so a script
-    reading ``--json`` output always gets JSON. Anything else is a bug and keeps its traceback.
+    reading ``--json`` output always gets JSON. Anything else is a bug: its traceback is printed
+    (it is how a bug gets fixed) with every secret this run knows replaced (:func:`bug_report`), exit 1.
     """
     try:
         return run()
@@ -173,7 +174,11 @@ def guarded(run: Callable[[], int], *, json_errors: bool = False) -> int:
             error = Unreachable(f"storage not reachable: {' '.join(str(exc).split())[:300]}; check the URL, the "
                                 "endpoint (--storage-option endpoint_url=...) and that it answers from this host")
         elif not _missing_credentials(exc):
-            raise
+            emit(bug_report(exc), sys.stderr)
+            if json_errors:
+                emit(dump_json({"error": "internal error (a bug in aks): see the traceback on stderr",
+                                "exit_code": int(ExitCode.BUG)}, compact=True))
+            return ExitCode.BUG
         else:
             error = UserError(f"no credentials for the object store ({exc}): set AWS_ACCESS_KEY_ID and "
                               "AWS_SECRET_ACCESS_KEY (or AWS_PROFILE, or an instance role) where this runs, or pass "
@@ -183,6 +188,50 @@ def guarded(run: Callable[[], int], *, json_errors: bool = False) -> int:
         emit(dump_json({"error": message, "exit_code": error.exit_code}, compact=True))
     emit(error_line(message), sys.stderr)
     return error.exit_code
+
+
+_known_secrets: set[str] = set()
+#: Shorter values are not scrubbed: replacing every "abc" would garble the traceback past reading.
+MIN_SECRET_CHARS = 4
+
+
+def remember_secrets(values: Iterable[str]) -> None:
+    """Secret values this run holds (its Kafka config's, its ``KEY=VALUE`` flags'): a bug's
+    traceback quotes arguments and messages, and nothing may carry them to a terminal or a log."""
+    _known_secrets.update(v for v in values if isinstance(v, str) and len(v) >= MIN_SECRET_CHARS)
+
+
+def argv_secrets(argv: Iterable[str]) -> list[str]:
+    """Values of secret-named ``KEY=VALUE`` arguments (``-X sasl.password=...``,
+    ``--storage-option=secret=...``): the key is whatever precedes an ``=``."""
+    from airflow_kafka_spark.kafka.secrets import is_secret_key
+
+    found = []
+    for arg in argv:
+        rest = str(arg)
+        while "=" in rest:
+            key, rest = rest.split("=", 1)
+            if is_secret_key(key):
+                found.append(rest)
+                break
+    return found
+
+
+def bug_report(exc: BaseException) -> str:
+    """The traceback of an unexpected exception, with every known secret and every secret-named
+    environment variable's value replaced by ``***``, and credential-bearing URL parameters redacted."""
+    import os
+    import traceback
+
+    from airflow_kafka_spark.kafka.secrets import REDACTED, secret_values
+
+    text = "".join(traceback.format_exception(exc))
+    env = {name.lower().replace("_", "."): value for name, value in os.environ.items()}
+    secrets = _known_secrets | {v for v in secret_values(env) if len(v) >= MIN_SECRET_CHARS}
+    for secret in sorted(secrets, key=len, reverse=True):
+        text = text.replace(secret, REDACTED)
+    return (redact_url_secrets(text).rstrip("\n")
+            + "\nerror: internal error (a bug in aks, not in your input): please report it with the traceback above")
 
 
 def _missing_credentials(exc: BaseException) -> bool:

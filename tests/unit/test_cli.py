@@ -279,6 +279,36 @@ def test_user_error_inside_a_command_is_one_line(monkeypatch, capsys):
     assert capsys.readouterr().err == "error: Kafka at k:1 is not reachable (details)\n"
 
 
+@pytest.mark.parametrize("json_flag", [False, True])
+def test_a_bug_keeps_its_traceback_without_a_secret_this_run_knows(monkeypatch, capsys, tmp_path, json_flag):
+    """A bug (any exception not a UserError) prints its traceback, since that is how it gets fixed,
+    but a secret from the command line, the Kafka config file or a secret-named environment
+    variable, and a credential in a URL, come out as ***; exit 1, and --json still gets JSON."""
+    conf = tmp_path / "client.properties"
+    conf.write_text("security.protocol=SASL_SSL\nsasl.mechanism=PLAIN\nsasl.username=svc\n"
+                    "sasl.password=from-the-file-7q2\n")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "env-secret-k9x")
+    shown = ["from-argv-hunter2", "from-the-file-7q2", "env-secret-k9x"]
+
+    def bug(**kwargs):
+        config = kwargs.get("kafka_config") or kwargs.get("config") or {}
+        raise RuntimeError(f"unexpected: {shown} {sorted(config)} https://nn:9870/webhdfs/v1/x?op=OPEN&delegation=tok3n")
+
+    monkeypatch.setattr("airflow_kafka_spark.verdict.validate.validate", bug)
+    argv = ["validate", "--checkpoint", "/c", "--bootstrap-servers", "k:1", "--kafka-config", str(conf),
+            "-X", "sasl.oauthbearer.client.secret=from-argv-hunter2", *(["--json"] if json_flag else [])]
+    assert cli.main(argv) == 1
+    captured = capsys.readouterr()
+    err = captured.err
+    assert "Traceback (most recent call last)" in err and "RuntimeError: unexpected" in err
+    assert err.rstrip().endswith("please report it with the traceback above")
+    for secret in [*shown, "tok3n"]:
+        assert secret not in err and secret not in captured.out
+    assert err.count("***") >= 4
+    if json_flag:
+        assert json.loads(captured.out.splitlines()[-1])["exit_code"] == 1
+
+
 def test_registering_a_subcommand_takes_a_few_lines(monkeypatch, capsys):
     monkeypatch.setattr(cli, "COMMANDS", dict(cli.COMMANDS))
 
@@ -309,6 +339,7 @@ def test_fmt():
     assert report.fmt("a\nb") == "a b"
 
 
-def test_guarded_keeps_tracebacks_for_bugs():
-    with pytest.raises(ZeroDivisionError):
-        report.guarded(lambda: 1 // 0)
+def test_guarded_keeps_tracebacks_for_bugs(capsys):
+    assert report.guarded(lambda: 1 // 0) == 1
+    err = capsys.readouterr().err
+    assert "Traceback (most recent call last)" in err and "ZeroDivisionError" in err
