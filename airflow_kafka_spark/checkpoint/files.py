@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import posixpath
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from types import MappingProxyType
 from typing import Any
 
@@ -43,33 +43,33 @@ class CheckpointFiles:
         only (None: a size costs a ``stat`` per file there, 20,000 in a 10,000-batch log; see
         :meth:`_stat`), while a remote listing returns sizes with the names anyway."""
         if is_local_fs(self.fs):
-            try:
-                return os.listdir(self._path(rel)), None
-            except FileNotFoundError:
-                return [], None
-            except OSError as exc:
-                raise UserError(f"cannot list {self._display(rel)}: {os_reason(exc)}") from None
+            return self._listing(rel, os.listdir, vanished=[]), None
         entries = self._ls(rel)
         return entries.keys(), entries
 
     def _ls(self, rel: str, *, required: bool = False) -> dict[str, Mapping[str, Any]]:
         """Base name -> fsspec info of one directory; {} if it vanished (unless ``required``)."""
-        try:
-            if is_local_fs(self.fs):
-                return list_local_detail(self._path(rel))
-            listing = self.fs.ls(self._path(rel), detail=True)
-        except FileNotFoundError:
-            if required:
-                raise UserError(f"checkpoint location {self.location} disappeared while being read") from None
-            return {}
-        except OSError as exc:
-            raise UserError(f"cannot list {self._display(rel)}: {os_reason(exc)}") from None
+        if is_local_fs(self.fs):
+            return self._listing(rel, list_local_detail, vanished={}, required=required)
+        listing = self._listing(rel, lambda path: self.fs.ls(path, detail=True), vanished=[], required=required)
         out: dict[str, dict] = {}
         for info in listing:
             name = posixpath.basename(str(info.get("name", "")).rstrip("/"))
             if name:
                 out[name] = info
         return out
+
+    def _listing(self, rel: str, lister: Callable[[str], Any], *, vanished: Any, required: bool = False) -> Any:
+        """One listing of ``rel``: ``vanished`` if the folder is gone (an error if ``required``), any
+        other OS error one line naming the folder."""
+        try:
+            return lister(self._path(rel))
+        except FileNotFoundError:
+            if required:
+                raise UserError(f"checkpoint location {self.location} disappeared while being read") from None
+            return vanished
+        except OSError as exc:
+            raise UserError(f"cannot list {self._display(rel)}: {os_reason(exc)}") from None
 
     def _stat(self, rel: str) -> Mapping[str, Any]:
         """The info of one path a names-only listing returned (local disk only)."""
