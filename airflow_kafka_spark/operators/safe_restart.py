@@ -36,6 +36,7 @@ from airflow_kafka_spark.airflow_glue import dstream
 from airflow_kafka_spark.airflow_glue.jobs import (
     FAILURE_KEY,
     actor,
+    cluster_endpoint,
     fail,
     flag,
     kafka_config,
@@ -45,7 +46,7 @@ from airflow_kafka_spark.airflow_glue.jobs import (
 )
 from airflow_kafka_spark.airflow_glue.spark import spark_target
 from airflow_kafka_spark.errors import UserError
-from airflow_kafka_spark.lifecycle.events import LifecycleEvent
+from airflow_kafka_spark.lifecycle.events import DriverKind, LifecycleEvent
 from airflow_kafka_spark.lifecycle.model import RECORD_SUFFIX
 from airflow_kafka_spark.lifecycle.record import LifecycleRecord
 from airflow_kafka_spark.operators._common import StreamingJobOperator
@@ -55,8 +56,9 @@ from airflow_kafka_spark.operators.streaming import driver_alive, stop_job, subm
 from airflow_kafka_spark.ops.backup.catalog import load_backup
 from airflow_kafka_spark.ops.commands import restore_checkpoint
 from airflow_kafka_spark.registry.model import JobSpec
-from airflow_kafka_spark.runtime import probe, safe_restart
+from airflow_kafka_spark.runtime import probe, safe_restart, submit
 from airflow_kafka_spark.runtime.app_versions import last_good_app
+from airflow_kafka_spark.runtime.health import make_control
 
 RUN_LEASE_SUFFIX = ".safe-restart" + RECORD_SUFFIX
 # Task ids of the DAG, shared by the DAG file and these operators.
@@ -290,7 +292,8 @@ class SafeRestartFinishOperator(StreamingJobOperator):
         if spec is not None:
             audit["offsets_after"] = position(spec)["offsets"]
             if states.get(HEALTH_GATE) == "failed" and not failures.get(HEALTH_GATE):
-                failures[HEALTH_GATE] = _gate_failure_from_record(spec, run_holder(context))
+                failures[HEALTH_GATE] = (_gate_failure_from_record(spec, run_holder(context))
+                                         or _gate_failure_from_driver(spec, _pull(context, SUBMIT), self.log))
                 audit["failures"] = {k: v for k, v in failures.items() if v}
             params = context.get("params") or {}
             dry_run = plan.get("dry_run") if plan else flag(params.get("dry_run", False), name="dry_run")
@@ -334,6 +337,26 @@ def _gate_failure_from_record(spec: Any, run: str) -> str | None:
             details = event.get("details") or {}
             return f"health gate {details.get('state')}: {details.get('reason')}"
     return None
+
+
+def _gate_failure_from_driver(spec: Any, submitted: Any, log: Any) -> str | None:
+    """The last resort for a gate that failed without a word in XCom or the record: what its driver shows now.
+
+    Seen on YARN under load: the gate's task failed (by Airflow, around its resume from the triggerer)
+    before any of its own code ran. The submitted driver's final state and log tail still say why.
+    """
+    drv = (submitted or {}).get("driver") if isinstance(submitted, Mapping) else None
+    if not drv or not drv.get("id"):
+        return None
+    try:
+        endpoint = cluster_endpoint(spec, submitted) if drv.get("kind") != DriverKind.LOCAL else None
+        tail = submit.log_tail(submitted.get("log_path")) or make_control(drv, endpoint=endpoint).log_tail()
+    except Exception as exc:   # a fallback for the audit: it must never replace the run's own failure
+        log.warning("the health gate failed without a reason, and its driver could not be asked: %s", exc)
+        return None
+    log.warning("the health gate failed without a reason in XCom or the record; its driver was asked")
+    return f"health gate failed without reporting why (its task ended first); driver {drv['id']} now: {tail}" \
+        if tail else None
 
 
 def _summary(doc: Any) -> dict[str, Any] | None:

@@ -754,6 +754,25 @@ def test_the_audit_names_a_failed_gate_from_the_record_when_its_failure_xcom_nev
     assert _gate_failure_from_record(spec, "streaming_safe_restart/run-2") is None
 
 
+def test_the_audit_asks_the_driver_when_a_failed_gate_left_no_word_at_all(env, tmp_path):
+    """A gate failed by Airflow before its code ran (no XCom, no record entry): the submitted driver's
+    log tail says why; a driver that cannot be asked leaves the reason empty rather than failing the audit."""
+    from airflow_kafka_spark.operators.safe_restart import _gate_failure_from_driver
+    from airflow_kafka_spark.registry.loader import load_registry
+
+    fake_checkpoint(env, "beta", batches=2)
+    spec = load_registry(env.registry).get("beta")
+    log = tmp_path / "driver.log"
+    log.write_text("starting\nreference_job: --fail-at-start given, exiting 1\n")
+    driver = {"kind": "local-pid", "id": str(dead_pid()), "host": socket.gethostname()}
+    found = _gate_failure_from_driver(spec, {"driver": driver, "log_path": str(log)}, logging.getLogger("t"))
+    assert found is not None and found.startswith("health gate failed without reporting why"), found
+    assert "--fail-at-start" in found and driver["id"] in found, found
+    assert _gate_failure_from_driver(spec, {"driver": {**driver, "kind": "no-such-kind"}},
+                                     logging.getLogger("t")) is None
+    assert _gate_failure_from_driver(spec, None, logging.getLogger("t")) is None
+
+
 # --------------------------------------------------------------------------------------------------
 # the safe-restart rules that need no run
 # --------------------------------------------------------------------------------------------------

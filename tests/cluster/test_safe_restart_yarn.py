@@ -126,12 +126,16 @@ def _run(stack: dict, mode: str, what: str) -> tuple[str, str, dict[str, dict]]:
     return run_id, state, tis
 
 
-def _gate_went_through_the_triggerer(stack: dict, run_id: str, ti: dict) -> None:
-    log = stack["client"].get(f"/api/v2/dags/{DAG_ID}/dagRuns/{run_id}/taskInstances/health_gate/logs/"
+def _task_log(stack: dict, run_id: str, ti: dict) -> list[dict]:
+    log = stack["client"].get(f"/api/v2/dags/{DAG_ID}/dagRuns/{run_id}/taskInstances/{ti['task_id']}/logs/"
                               f"{ti['try_number']}", params={"full_content": True})
     assert log.status_code == 200, log.text
-    entries = [e for e in log.json()["content"] if isinstance(e, dict)]
-    assert any(str(e.get("logger", "")).endswith("StreamingHealthTrigger") for e in entries), log.text[-3000:]
+    return [e for e in log.json()["content"] if isinstance(e, dict)]
+
+
+def _gate_went_through_the_triggerer(stack: dict, run_id: str, ti: dict) -> None:
+    entries = _task_log(stack, run_id, ti)
+    assert any(str(e.get("logger", "")).endswith("StreamingHealthTrigger") for e in entries), entries[-20:]
 
 
 def _audit(checkpoint: str) -> dict:
@@ -179,7 +183,8 @@ def test_safe_restart_on_yarn_and_hdfs_with_the_gate_in_a_triggerer_on_another_h
         assert state == "failed" and states["health_gate"] == "failed" and states["rollback"] == "success", states
         audit = _audit(checkpoint)
         assert audit["outcome"] == "ROLLED_BACK", audit
-        gate_failure = audit["failures"]["health_gate"]
+        gate_failure = audit["failures"].get("health_gate")
+        assert gate_failure, (audit, _task_log(stack, run_id, tis["health_gate"]), services.tail("scheduler"))
         assert "FAILED" in gate_failure and "--fail-at-start" in gate_failure, gate_failure  # the AM log tail
         assert audit["rollback"]["restored_backup_id"] and audit["rollback"]["resubmitted"], audit["rollback"]
         rec = LifecycleRecord.load(checkpoint)
