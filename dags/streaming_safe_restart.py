@@ -33,7 +33,9 @@ Procedure::
   change: reset with ``preserve``, the new query starts exactly where the old one committed).
   ``restore`` runs for ``restore`` with the given backup id. Otherwise both skip.
 * ``validate_after`` judges what the new driver will start from; ``submit`` starts it detached;
-  ``health_gate`` waits (in the triggerer) for committed batches and a lag that is not growing.
+  ``health_gate`` waits (in the triggerer) for committed batches and a lag that is not growing. It
+  is the only step with a retry (it only reads): a retry after a failure that gave no verdict looks
+  again, after one that did it repeats the verdict.
 * ``rollback`` (only when a step after the stop failed) stops the new driver, restores this run's
   backup and resubmits the previous application; ``finish`` writes the audit entry into the
   lifecycle record and fails the run with the reason whenever anything failed.
@@ -44,6 +46,7 @@ spark-submit line are shown in the task XComs and logs, and nothing is changed.
 
 from __future__ import annotations
 
+from datetime import timedelta
 from pathlib import Path
 
 from airflow.sdk import DAG, Param, TriggerRule, chain
@@ -86,6 +89,10 @@ DAG_ID = "streaming_safe_restart"
 # How often the health gate looks at the job. Seconds; the default suits production, tests and the
 # demo set a short one.
 HEALTH_POLL_S = settings.float_value("health_gate_poll_s", 15.0)   # [kafka_spark] health_gate_poll_s
+# The one step that is retried (it only reads): Airflow can fail a deferred gate whose trigger fired quickly
+# before any of its code runs (apache/airflow#72716), which would roll back a deploy nobody judged. A retry
+# looks again; a gate that did judge repeats its verdict (StreamingHealthSensor). The soak raises it.
+GATE_RETRIES = 1
 # The shape of a backup id (airflow_kafka_spark.names, checked again before any use): rejecting a
 # malformed id in the form means no run is created for it.
 
@@ -171,7 +178,8 @@ with DAG(
         trigger_rule=TriggerRule.NONE_FAILED)
     submit = SubmitStreamingJobOperator(task_id=SUBMIT, job=JOB, dry_run=dry, reason=REASON)
     health_gate = StreamingHealthSensor(task_id=HEALTH_GATE, job=JOB, dry_run=dry, deferrable=True,
-                                        poke_interval=HEALTH_POLL_S)
+                                        poke_interval=HEALTH_POLL_S, retries=GATE_RETRIES,
+                                        retry_delay=timedelta(seconds=5))
     health_gate.operator_extra_links = (SparkApplicationLink(),)   # sensors may not import operators/links
     rollback = SafeRestartRollbackOperator(task_id=ROLLBACK, job=JOB, reason=REASON,
                                            trigger_rule=TriggerRule.ONE_FAILED)

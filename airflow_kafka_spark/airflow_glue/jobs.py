@@ -31,7 +31,9 @@ from airflow_kafka_spark._util.text import redact_url_secrets
 from airflow_kafka_spark.airflow_glue.spark import spark_target
 from airflow_kafka_spark.errors import UserError
 from airflow_kafka_spark.hooks.streaming import StreamingKafkaHook
+from airflow_kafka_spark.lifecycle.events import LifecycleEvent
 from airflow_kafka_spark.lifecycle.model import DriverInfo
+from airflow_kafka_spark.lifecycle.record import LifecycleRecord
 from airflow_kafka_spark.registry.loader import load_registry
 from airflow_kafka_spark.registry.model import JobKind, JobSpec, Registry
 from airflow_kafka_spark.runtime import start_stop
@@ -168,6 +170,20 @@ def fail_health_gate(context: Any, spec: JobSpec, *, state: str, reason: str, me
     except Exception as exc:
         log.warning("health_gate_failed not written to the lifecycle record of %s: %s", spec.name, exc)
     raise AirflowFailException(message)
+
+
+def recorded_gate_failure(spec: JobSpec, run: str) -> str | None:
+    """Why run ``run``'s health gate failed, from its ``health_gate_failed`` entry in the job's record.
+
+    Read by the run's audit when the gate's ``failure`` XCom never arrived (its worker was killed, or
+    the push failed), and by a retried gate: a verdict the gate already gave is repeated, not judged again.
+    """
+    record = LifecycleRecord.load(spec.checkpoint)
+    for event in reversed(record.history if record else []):
+        if event.get("event") == LifecycleEvent.HEALTH_GATE_FAILED and f"{run}/" in str(event.get("actor")):
+            details = event.get("details") or {}
+            return f"health gate {details.get('state')}: {details.get('reason')}"
+    return None
 
 
 def push_failure(context: Any, message: str) -> None:

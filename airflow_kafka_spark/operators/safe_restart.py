@@ -41,6 +41,7 @@ from airflow_kafka_spark.airflow_glue.jobs import (
     flag,
     kafka_config,
     optional_text,
+    recorded_gate_failure,
     run_holder,
     who,
 )
@@ -292,7 +293,7 @@ class SafeRestartFinishOperator(StreamingJobOperator):
         if spec is not None:
             audit["offsets_after"] = position(spec)["offsets"]
             if states.get(HEALTH_GATE) == "failed" and not failures.get(HEALTH_GATE):
-                failures[HEALTH_GATE] = (_gate_failure_from_record(spec, run_holder(context))
+                failures[HEALTH_GATE] = (recorded_gate_failure(spec, run_holder(context))
                                          or _gate_failure_from_driver(spec, _pull(context, SUBMIT), self.log))
                 audit["failures"] = {k: v for k, v in failures.items() if v}
             params = context.get("params") or {}
@@ -323,20 +324,6 @@ class SafeRestartFinishOperator(StreamingJobOperator):
             tail = "; rolled back: " + "; ".join(p for p in parts if p)
         fail(context, f"safe restart of job {audit['job']} {outcome}: {first}{tail}")
         return audit   # not reached
-
-
-def _gate_failure_from_record(spec: Any, run: str) -> str | None:
-    """Why this run's health gate failed, from its ``health_gate_failed`` record entry.
-
-    The fallback for a gate whose ``failure`` XCom never arrived (its worker was killed, or the
-    push itself failed): the gate writes the entry too, so the audit still names the reason.
-    """
-    record = LifecycleRecord.load(spec.checkpoint)
-    for event in reversed(record.history if record else []):
-        if event.get("event") == LifecycleEvent.HEALTH_GATE_FAILED and f"{run}/" in str(event.get("actor")):
-            details = event.get("details") or {}
-            return f"health gate {details.get('state')}: {details.get('reason')}"
-    return None
 
 
 def _gate_failure_from_driver(spec: Any, submitted: Any, log: Any) -> str | None:

@@ -30,12 +30,15 @@ from airflow_kafka_spark.airflow_glue import dstream
 from airflow_kafka_spark.airflow_glue.jobs import (
     actor,
     cluster_endpoint,
+    fail,
     fail_health_gate,
     flag,
     kafka_config,
     load_job,
     optional_text,
     push_failure,
+    recorded_gate_failure,
+    run_holder,
     run_reporting_failure,
 )
 from airflow_kafka_spark.airflow_glue.stats import gate_outcome
@@ -155,6 +158,7 @@ class StreamingHealthSensor(BaseSensorOperator):
         if flag(self.dry_run, name="dry_run"):
             return {"job": str(self.job), "dry_run": True, "state": "skipped (dry run: nothing was started)"}
         _, spec = load_job(self.job, self.registry_path)
+        self._repeat_an_earlier_verdict(context, spec)
         if spec.is_dstream:   # the group's commits, polled on the worker (no trigger for groups yet)
             return dstream.health_gate(spec, context, min_batches=self._min_batches(spec),
                                        timeout_s=float(self.gate_timeout_s or spec.health_gate.timeout_s),
@@ -171,6 +175,23 @@ class StreamingHealthSensor(BaseSensorOperator):
         # The trigger reports its own timeout with the last reason; the task timeout is only a backstop.
         self.defer(trigger=trigger, method_name="execute_complete",
                    timeout=timedelta(seconds=self.timeout + max(60.0, self.poke_interval * 2)))
+
+    def _repeat_an_earlier_verdict(self, context: Any, spec: JobSpec) -> None:
+        """A retry of a gate that already failed this run repeats that verdict instead of judging again.
+
+        The gate is retried for the failures that leave no verdict: Airflow can fail a deferred task
+        whose trigger fired quickly before any of its code runs (a stale executor event from the
+        deferring worker's exit, apache/airflow#72716), and a worker can be killed. Those retries look
+        again; a gate that did judge (``health_gate_failed`` in the record) must not pass on a second look.
+        """
+        ti = context.get("ti")
+        if ti is None or int(getattr(ti, "try_number", 1) or 1) <= 1:
+            return
+        earlier = recorded_gate_failure(spec, run_holder(context))
+        if earlier:
+            fail(context, f"health gate of job {spec.name} failed in an earlier try of this run: {earlier}")
+        self.log.info("health gate %s: try %s looks again (no earlier try of this run gave a verdict)",
+                      spec.name, ti.try_number)
 
     def poke(self, context: Any) -> bool | PokeReturnValue:
         spec, gate = (self._spec, self._gate) if self._spec and self._gate else self._prepare()

@@ -25,6 +25,7 @@ from airflow_kafka_spark.runtime.health import (
     probe_health,
     probe_or_wait,
 )
+from airflow_kafka_spark.triggers._pace import first_look
 
 
 class StreamingHealthTrigger(BaseTrigger):
@@ -89,6 +90,7 @@ class StreamingHealthTrigger(BaseTrigger):
     async def run(self) -> AsyncIterator[TriggerEvent]:
         samples: list[list[Any]] = []
         started = time.time()
+        await first_look(self.poll_interval_s, self.deadline_epoch_s)   # the worker has just looked
         while True:
             try:   # an unreachable broker is WAITING (probe_or_wait), until the deadline
                 probe = await asyncio.to_thread(probe_or_wait, functools.partial(self._probe, samples), samples)

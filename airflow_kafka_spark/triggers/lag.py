@@ -27,6 +27,7 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
+from airflow_kafka_spark.triggers._pace import first_look
 from airflow_kafka_spark.watch.observation import Observation, Sample, lag_gate
 
 
@@ -96,6 +97,7 @@ class StreamingLagTrigger(BaseTrigger):
         from airflow_kafka_spark.watch.observation import keep_recent
 
         samples: list[Sample] = []
+        await first_look(self.poll_interval)   # the sensor has just looked on the worker
         while True:
             try:
                 obs = await sync_to_async(self._observe)(samples)

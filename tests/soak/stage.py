@@ -30,6 +30,7 @@ def soak_dag(folder: Path) -> Path:
             'default_args={"retries": 0}',
             'default_args={"retries": 3, "retry_delay": __import__("datetime").timedelta(seconds=2)}',
         ),
+        ("GATE_RETRIES = 1", "GATE_RETRIES = 3"),
     ]:
         assert old in text, f"the safe-restart DAG changed; the soak copy cannot set {old!r}"
         text = text.replace(old, new)

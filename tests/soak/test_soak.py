@@ -2,8 +2,8 @@
 
 Everything is real: a broker of its own (stopped and started on the same port and data), Airflow's
 api-server + scheduler (LocalExecutor) + triggerer on SQLite running a copy of the safe-restart DAG
-with retries (the product DAG has none: a retry there is the operator's decision), spark-submit of
-the reference job (idempotent sink) on ``local[2]``, and a producer that never stops.
+with retries (the product DAG retries only its health gate: a retry elsewhere is the operator's
+decision), spark-submit of the reference job (idempotent sink) on ``local[2]``, and a producer that never stops.
 
 Events: safe restart ``keep``; ``auto`` after a checkpoint-breaking change (compatibility_version
 bump: reset ``preserve``); ``restore`` of a backup an earlier run took (same application); SIGKILL of
