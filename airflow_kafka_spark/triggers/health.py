@@ -90,6 +90,7 @@ class StreamingHealthTrigger(BaseTrigger):
     async def run(self) -> AsyncIterator[TriggerEvent]:
         samples: list[list[Any]] = []
         started = time.time()
+        self.log.info("health gate: waiting in the triggerer; first look in %.0f s", self.poll_interval_s)
         await first_look(self.poll_interval_s, self.deadline_epoch_s)   # the worker has just looked
         while True:
             try:   # an unreachable broker is WAITING (probe_or_wait), until the deadline
