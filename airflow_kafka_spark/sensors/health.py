@@ -10,6 +10,11 @@ done without deferring), then :class:`~airflow_kafka_spark.triggers.health.Strea
 waits in the triggerer and no worker slot is held. ``deferrable=False`` gives the classic poke loop
 (``mode="reschedule"`` works too, at the price of forgetting the lag samples between pokes).
 
+Give a deferrable gate ``retries=1``, as the safe-restart DAG does: Airflow 3.3 can fail a deferred
+task around its resume before any of its code runs (apache/airflow#72716). A retry after such a
+failure looks again; a gate that gave a verdict is never judged twice (its failure is final, and a
+retried try that finds this run's ``health_gate_failed`` repeats it).
+
 On success the gate is what makes the submitted application *the last good one*
 (:func:`airflow_kafka_spark.runtime.app_versions.promote_submitted`): the application a later rollback
 resubmits, and the compatibility version the safe-restart DAG's ``auto`` mode compares with. It
