@@ -1,10 +1,11 @@
 """When this provider's triggers take their first look.
 
 Both sensors look once on the worker before they defer, so a trigger's first look comes one poll
-interval later, not at once. That also keeps a trigger from firing at once, which Airflow does not
-survive reliably: an event that lands before the scheduler has seen the deferring worker exit can make
-it fail the resumed task before any of the task's code runs (apache/airflow#72716, open in 3.3), a
-failure with no reason that, for the health gate, would roll back a deploy nobody judged.
+interval later, not at once. That also keeps the event out of a window Airflow does not survive
+reliably: an event that lands before the scheduler has processed the deferring worker's exit can make
+it fail the resumed task before any of the task's code runs (apache/airflow#72716, open in 3.3). Load
+stretches that window (docs/reliability.md measures it), so this narrows the risk and the health
+gate's retry is what closes it.
 """
 
 from __future__ import annotations
