@@ -109,7 +109,7 @@ def _registry_text(topic: str, *, compat: str, args: list[str]) -> str:
         "version": 1,
         "vars": {"data": "${AKS_DATA_DIR}"},
         "allowed_roots": ["${data}", "${AKS_PACKAGE_DIR}/jobs"],
-        "defaults": {"application": "${AKS_PACKAGE_DIR}/jobs/reference_job.py",
+        "defaults": {"application": "${AKS_PACKAGE_DIR}/jobs/reference_job.py", "integration": "reference",
                      "checkpoint": "${data}/checkpoints/{name}", "output": "${data}/sinks/{name}",
                      "backup_root": "${data}/backups", "stop_timeout_s": 120,
                      "spark_conf": {"spark.sql.shuffle.partitions": "2"},

@@ -17,7 +17,7 @@ from typing import Any
 from airflow_kafka_spark._util.jsonfile import load_json
 from airflow_kafka_spark.kafka.secrets import is_secret_key
 from airflow_kafka_spark.registry.context import Context, kind, show
-from airflow_kafka_spark.registry.model import BackupRetention, HealthGate, JobKind
+from airflow_kafka_spark.registry.model import BackupRetention, HealthGate, Integration, JobKind
 
 # Kafka's own rule for topic names (kafka.common.internals.Topic).
 _TOPIC = re.compile(r"[A-Za-z0-9._-]{1,249}")
@@ -85,7 +85,28 @@ def topics(ctx: Context, where: str, value: Any) -> list[str]:
     return names
 
 
-def application_args(ctx: Context, where: str, value: Any) -> tuple[str, ...]:
+#: Values the product knows and a job's own arguments may ask for: ``{checkpoint}`` in
+#: ``application_args`` becomes the registry's checkpoint at submit (``{{`` and ``}}`` are literal braces).
+PLACEHOLDERS = ("name", "checkpoint", "bootstrap_servers", "topics", "output", "stop_marker")
+_PLACEHOLDER = re.compile(r"(?<!\{)\{([a-z_][a-z0-9_]*)\}(?!\})")
+_JAVA_CLASS = re.compile(r"[A-Za-z_$][A-Za-z0-9_$]*(\.[A-Za-z_$][A-Za-z0-9_$]*)*")
+_MAVEN_COORD = re.compile(r"[A-Za-z0-9_.-]+:[A-Za-z0-9_.-]+:[A-Za-z0-9_.+-]+")
+_SPARK_LINE = re.compile(r"[1-9][0-9]*\.[0-9]+(\.[0-9]+)?")
+
+
+def placeholders_in(arg: str) -> list[str]:
+    """The ``{name}`` placeholders of one argument (``{{x}}`` is a literal ``{x}``, not a placeholder)."""
+    return _PLACEHOLDER.findall(arg)
+
+
+def application_args(ctx: Context, where: str, value: Any,
+                     integration: Integration = Integration.REFERENCE) -> tuple[str, ...]:
+    """The job's own arguments, verbatim but for placeholders (:data:`PLACEHOLDERS`).
+
+    Only the reference contract owns flags (``MANAGED_FLAGS``); a user's job may name its own
+    ``--checkpoint`` freely, and usually should write ``{checkpoint}`` so that one value lives in
+    the registry.
+    """
     if value is None:
         return ()
     if not isinstance(value, list):
@@ -96,8 +117,15 @@ def application_args(ctx: Context, where: str, value: Any) -> tuple[str, ...]:
             ctx.fail(where, f"{show(item)} is {kind(item)}, not a string", "quote it")
         args.append(str(item))
     for arg in args:
+        for name in placeholders_in(arg):
+            if name not in PLACEHOLDERS:
+                close = difflib.get_close_matches(name, PLACEHOLDERS, n=1)
+                ctx.fail(where, f"{arg!r} has the unknown placeholder {{{name}}}",
+                         (f"did you mean {{{close[0]}}}? " if close else "")
+                         + f"known: {', '.join('{' + p + '}' for p in PLACEHOLDERS)}; "
+                         "write {{ }} for a literal brace")
         flag = arg.split("=", 1)[0]
-        if flag in MANAGED_FLAGS:
+        if integration is Integration.REFERENCE and flag in MANAGED_FLAGS:
             ctx.fail(where, f"sets {flag}, which comes from {MANAGED_FLAGS[flag]}",
                      "remove it from application_args; the operator passes it")
         key = flag.lstrip("-")
@@ -105,6 +133,38 @@ def application_args(ctx: Context, where: str, value: Any) -> tuple[str, ...]:
             ctx.fail(where, f"{flag!r} looks like a secret", "secrets belong in the Airflow connection, "
                      "not in the registry (it holds connection ids only)")
     return tuple(args)
+
+
+def main_class(ctx: Context, where: str, value: Any, application: str) -> str | None:
+    """A JAR's entry point, as ``spark-submit --class`` takes it; only a JAR has one."""
+    if value in (None, ""):
+        return None
+    if not isinstance(value, str) or not _JAVA_CLASS.fullmatch(value):
+        ctx.fail(where, f"{show(value)} is not a Java class name",
+                 "write the fully qualified name, e.g. com.example.Main")
+    if not application.lower().endswith(".jar"):
+        ctx.fail(where, "applies only to a .jar application", "remove it (a Python application has no main class)")
+    return value
+
+
+def packages(ctx: Context, where: str, value: Any) -> tuple[str, ...]:
+    """Maven coordinates for ``--packages`` (``group:artifact:version``)."""
+    coords = str_list(ctx, where, value) if value is not None else []
+    for c in coords:
+        if not _MAVEN_COORD.fullmatch(c):
+            ctx.fail(where, f"{c!r} is not a Maven coordinate", "write group:artifact:version")
+    return tuple(coords)
+
+
+def spark_line(ctx: Context, where: str, value: Any) -> str | None:
+    """The Spark release line the job runs on (``"3.5"``, ``"4.2"``); it picks the agent's build."""
+    if value in (None, ""):
+        return None
+    if isinstance(value, float):
+        ctx.fail(where, f"{value!r} was read as a number", 'quote it: "3.5"')
+    if not isinstance(value, str) or not _SPARK_LINE.fullmatch(value):
+        ctx.fail(where, f"{show(value)} is not a Spark version", 'write "3.5" or "4.2"')
+    return value
 
 
 def spark_conf(ctx: Context, where: str, value: Any) -> dict[str, str]:
@@ -281,3 +341,21 @@ def job_kind(ctx: Context, job: str, v: dict[str, Any]) -> tuple[JobKind, str | 
             if v.get(key) not in (None, ""):
                 ctx.fail(f"{job}.{key}", "applies only to kind: dstream", "remove it or set kind: dstream")
     return kind_, group_id
+
+
+def integration(ctx: Context, job: str, v: dict[str, Any], kind_: JobKind) -> Integration:
+    """How the product reaches the job (:class:`Integration`); a DStream job has no agent yet.
+
+    The default is the agent, the contract-free way, for Structured Streaming; a DStream job
+    defaults to the reference contract, the only stop it has today besides a kill.
+    """
+    default = Integration.REFERENCE if kind_ is JobKind.DSTREAM else Integration.AGENT
+    chosen = Integration(choice(ctx, f"{job}.integration", v.get("integration", default.value),
+                                tuple(i.value for i in Integration)))
+    if kind_ is JobKind.DSTREAM and chosen is Integration.AGENT:
+        ctx.fail(f"{job}.integration", "agent does not stop DStream jobs yet",
+                 "use integration: reference (the DStream job contract) or none (stop = kill)")
+    if chosen is not Integration.REFERENCE and v.get("compatibility_probe") in (True, "true"):
+        ctx.fail(f"{job}.compatibility_probe", f"needs the reference contract's --aks-probe, not integration {chosen}",
+                 "remove compatibility_probe (auto then follows compatibility_version) or use integration: reference")
+    return chosen

@@ -22,6 +22,13 @@ JOB_KEYS = (
     "name",
     "application",
     "application_args",
+    "main_class",
+    "integration",
+    "jars",
+    "packages",
+    "py_files",
+    "files",
+    "spark_version",
     "spark_conn_id",
     "spark_conf",
     "deploy_mode",
@@ -154,6 +161,8 @@ def parse_job(ctx: Context, index: int, raw: Any, defaults: dict, roots: list[Lo
 
     topics = fields.topics(ctx, f"{job}.topics", v["topics"])
     kind_, group = fields.job_kind(ctx, job, v)
+    integration = fields.integration(ctx, job, v, kind_)
+    shipped = {key: tuple(_shipped(ctx, f"{job}.{key}", v.get(key), roots)) for key in ("jars", "py_files", "files")}
     dstream_ck = loc("dstream_checkpoint") if v.get("dstream_checkpoint") not in (None, "") else None
     if dstream_ck is not None and (dstream_ck.overlaps(checkpoint) or dstream_ck.overlaps(backup_root)):
         ctx.fail(
@@ -169,7 +178,13 @@ def parse_job(ctx: Context, index: int, raw: Any, defaults: dict, roots: list[Lo
     return JobSpec(
         name=name,
         application=application.text,
-        application_args=fields.application_args(ctx, f"{job}.application_args", v.get("application_args")),
+        application_args=fields.application_args(ctx, f"{job}.application_args", v.get("application_args"),
+                                                 integration),
+        main_class=fields.main_class(ctx, f"{job}.main_class", v.get("main_class"), application.text),
+        integration=integration,
+        packages=fields.packages(ctx, f"{job}.packages", v.get("packages")),
+        spark_version=fields.spark_line(ctx, f"{job}.spark_version", v.get("spark_version")),
+        **shipped,
         spark_conn_id=fields.conn_id(ctx, f"{job}.spark_conn_id", v.get("spark_conn_id", "spark_default")),
         spark_conf=fields.spark_conf(ctx, f"{job}.spark_conf", v.get("spark_conf")),
         deploy_mode=None
@@ -205,6 +220,22 @@ def parse_job(ctx: Context, index: int, raw: Any, defaults: dict, roots: list[Lo
         group=group,
         dstream_checkpoint=dstream_ck.text if dstream_ck else None,
     )
+
+
+def _shipped(ctx: Context, where: str, value: Any, roots: list[Location]) -> list[str]:
+    """Files the job ships with it (``--jars``, ``--py-files``, ``--files``): code it runs, so under
+    ``allowed_roots`` like ``application``; ``local:`` (already on every node) is Spark's and passes."""
+    out = []
+    for i, item in enumerate(fields.str_list(ctx, where, value) if value is not None else []):
+        if item.startswith("local:"):
+            out.append(item)
+            continue
+        found = locations.location(ctx, f"{where}[{i}]", item)
+        if not any(found.within(r) for r in roots):
+            ctx.fail(f"{where}[{i}]", f"{found.text!r} is outside allowed_roots ({', '.join(r.text for r in roots)})",
+                     "move it under one of the roots, add a root for it, or write local:/path for a node-local file")
+        out.append(found.text)
+    return out
 
 
 def check_cross_job(ctx: Context, specs: list[JobSpec]) -> None:

@@ -87,6 +87,30 @@ class JobKind(StrEnum):
     DSTREAM = "dstream"
 
 
+class Integration(StrEnum):
+    """What the product adds to the user's application at submit, and so how it stops and starts it.
+
+    The application is the user's and is passed as spark-submit names it (``application``,
+    ``main_class``, its own arguments verbatim); an integration only adds what Spark itself reads.
+    One implementation each in :mod:`airflow_kafka_spark.runtime.integrations`:
+
+    * ``agent`` (the default): the product's JVM agent is loaded by configuration alone
+      (``spark.plugins``, a checkpoint file manager, a query listener; docs/your-jobs.md). It stops
+      every query on a batch boundary when the stop marker appears and reports what it saw beside
+      the checkpoint. The job's own code and arguments are untouched.
+    * ``reference``: the bundled reference job's command-line contract (``--topics``,
+      ``--checkpoint``, ``--stop-marker``, ``--starting-offsets-file`` ...; ``MANAGED_FLAGS``), put
+      before the job's own arguments; the DStream reference job's contract for ``kind: dstream``.
+    * ``none``: nothing is added. The product cannot ask such a job to stop, so a stop kills the
+      driver at once and says which batch will replay; a reset's start is still exact (Spark reads
+      it from the new checkpoint) and checked by the health gate.
+    """
+
+    AGENT = "agent"
+    REFERENCE = "reference"
+    NONE = "none"
+
+
 #: What ``aks validate|restore --sink`` accepts: a registry sink, or ``non-idempotent`` (= ``append``).
 SINK_CHOICES = ("idempotent", "non-idempotent", *(s.value for s in Sink if s is not Sink.IDEMPOTENT))
 
@@ -132,6 +156,13 @@ class JobSpec:
     backup_root: str                          # shared is fine: backup.py keeps <backup_root>/<job>/
     stop_marker: str
     application_args: tuple[str, ...] = ()
+    main_class: str | None = None             # a JAR's entry point (spark-submit --class)
+    integration: Integration = Integration.AGENT
+    jars: tuple[str, ...] = ()                # the job's own --jars / --packages / --py-files / --files
+    packages: tuple[str, ...] = ()
+    py_files: tuple[str, ...] = ()
+    files: tuple[str, ...] = ()
+    spark_version: str | None = None          # the Spark line the job runs on ("3.5", "4.2"); None: asked
     spark_conn_id: str = "spark_default"
     spark_conf: dict[str, str] = field(default_factory=dict)
     deploy_mode: str | None = None            # None: whatever the Spark connection says
@@ -161,9 +192,11 @@ class JobSpec:
         """A JSON-able dict (for XCom or logs); it holds no secret by construction."""
         out = asdict(self)
         out["topics"] = list(self.topics)
-        out["application_args"] = list(self.application_args)
+        for key in ("application_args", "jars", "packages", "py_files", "files"):
+            out[key] = list(getattr(self, key))
         out["sink"] = self.sink.value
         out["kind"] = self.kind.value
+        out["integration"] = self.integration.value
         return out
 
     @property

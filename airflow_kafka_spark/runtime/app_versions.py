@@ -21,13 +21,15 @@ from typing import Any
 from airflow_kafka_spark.lifecycle.events import LifecycleEvent
 from airflow_kafka_spark.lifecycle.model import DriverInfo
 from airflow_kafka_spark.lifecycle.record import LifecycleRecord
-from airflow_kafka_spark.registry.model import JobSpec, Sink
+from airflow_kafka_spark.registry.model import Integration, JobSpec, Sink
 
 SUBMITTED_KEY = "submitted_app"
 LAST_GOOD_KEY = "last_good_app"
-APP_FIELDS = ("application", "application_args", "topics", "output", "sink", "spark_conf", "deploy_mode",
+APP_FIELDS = ("application", "application_args", "main_class", "integration", "jars", "packages", "py_files",
+              "files", "spark_version", "topics", "output", "sink", "spark_conf", "deploy_mode",
               "fail_on_data_loss", "max_offsets_per_trigger", "starting_offsets_default",
               "compatibility_version")
+_TUPLE_FIELDS = ("application_args", "topics", "jars", "packages", "py_files", "files")
 
 
 def app_version(spec: JobSpec) -> dict[str, Any]:
@@ -44,12 +46,14 @@ def spec_for_app(spec: JobSpec, app: Mapping[str, Any]) -> JobSpec:
         if key not in app:
             continue
         value = app[key]
-        if key in ("application_args", "topics"):
+        if key in _TUPLE_FIELDS:
             value = tuple(str(v) for v in value or ())
         elif key == "spark_conf":
             value = {str(k): str(v) for k, v in (value or {}).items()}
         elif key == "sink":
             value = Sink(value)   # stored as its string value; JobSpec holds the enum (to_dict needs .value)
+        elif key == "integration":
+            value = Integration(value)
         values[key] = value
     return dataclasses.replace(spec, **values)
 

@@ -25,7 +25,8 @@ CONNECTOR_PACKAGE = "org.apache.spark:spark-sql-kafka-0-10_2.13"
 def needs_local_connector_jars(spec: JobSpec, master: str) -> bool:
     """The Kafka connector is not part of Spark. On a ``local`` master :func:`local_connector` adds it;
     a cluster job names it in spark_conf (``spark.jars``/``spark.jars.packages``) or has it installed."""
-    declared = any(k in spec.spark_conf for k in ("spark.jars", "spark.jars.packages"))
+    declared = any(k in spec.spark_conf for k in ("spark.jars", "spark.jars.packages")) or any(
+        "spark-sql-kafka" in item for item in (*spec.jars, *spec.packages))
     return master.strip().lower().startswith("local") and not declared
 
 

@@ -257,7 +257,7 @@ def kill_local(driver: DriverInfo, *, grace_s: float = 10.0) -> None:
 
 @dataclass(frozen=True)
 class StopResult:
-    outcome: str                  # STOPPED | STOPPED_MID_BATCH | NOT_RUNNING
+    outcome: str                  # STOPPED | STOPPED_MID_BATCH | KILLED (between batches) | NOT_RUNNING
     graceful: bool                # exited on its own after the marker
     killed: bool
     waited_s: float
@@ -308,12 +308,20 @@ def _result(checkpoint: str, storage_options: dict | None, *, graceful: bool, ki
     committed = st.latest_committed.batch_id if st.latest_committed else None
     pending = st.pending_batch
     waited = time.monotonic() - t0
+    how = f"killed after {waited:.0f}s (it did not stop by itself)" if killed else f"exited after {waited:.0f}s"
     if pending is not None:
         outcome = "STOPPED_MID_BATCH" if running else "NOT_RUNNING"
         msg = (f"batch {pending.batch_id} was planned (offsets/{pending.batch_id}) but not committed: Spark will "
                f"replay exactly its recorded range on the next start")
+        if running:
+            msg = f"{how}; {msg}"
     elif not running:
         outcome, msg = "NOT_RUNNING", "no driver was running; the checkpoint ends on a batch boundary"
+    elif killed:
+        # A kill between batches leaves a checkpoint that ends on a boundary, but nobody stopped on it: say both.
+        outcome = "KILLED"
+        msg = (f"{how}; the checkpoint ends on a batch boundary (last batch {committed} committed), so nothing "
+               "will replay")
     else:
         outcome = "STOPPED"
         msg = f"stopped on a batch boundary (last batch {committed} committed) after {waited:.0f}s"

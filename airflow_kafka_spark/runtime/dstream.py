@@ -182,8 +182,10 @@ def checkpoint_for_start(spec: JobSpec, *, previous: bool, storage_options: dict
     )
 
 
-def job_arguments(spec: JobSpec, *, bootstrap_servers: str, kafka_options: Sequence[str] = ()) -> list[str]:
-    """The DStream job contract's flags (the reference job's), then the job's own ``application_args``.
+def job_arguments(spec: JobSpec, *, bootstrap_servers: str, kafka_options: Sequence[str] = (),
+                  own: Sequence[str] | None = None) -> list[str]:
+    """The DStream job contract's flags (the reference job's), then the job's own arguments
+    (``own``, placeholders filled; ``application_args`` as written when not given).
 
     The position is the group (and the job's own ``ssc.checkpoint``), never a Structured Streaming
     checkpoint or starting-offsets file: the new build starts where the group's commits are.
@@ -203,7 +205,7 @@ def job_arguments(spec: JobSpec, *, bootstrap_servers: str, kafka_options: Seque
         args += ["--auto-offset-reset", spec.starting_offsets_default]
     if spec.dstream_checkpoint:
         args += ["--checkpoint", spec.dstream_checkpoint]
-    return [*args, *spec.application_args]
+    return [*args, *(spec.application_args if own is None else own)]
 
 
 def record_submit(

@@ -27,8 +27,19 @@ from airflow_kafka_spark.lifecycle.events import LifecycleEvent
 from airflow_kafka_spark.lifecycle.model import DriverInfo
 from airflow_kafka_spark.lifecycle.record import LifecycleRecord
 from airflow_kafka_spark.registry.model import JobKind, JobSpec
-from airflow_kafka_spark.runtime import app_versions, clusters, connector, detach, drivers, dstream, submit, unrecorded
+from airflow_kafka_spark.runtime import (
+    app_versions,
+    clusters,
+    connector,
+    detach,
+    drivers,
+    dstream,
+    integrations,
+    submit,
+    unrecorded,
+)
 from airflow_kafka_spark.runtime.clusters import ClusterEndpoint
+from airflow_kafka_spark.runtime.integrations.reference import kafka_job_options
 from airflow_kafka_spark.runtime.submit import SparkTarget
 
 DEFAULT_LEASE_TTL_S = 600.0
@@ -94,11 +105,15 @@ def submit_job(spec: JobSpec, *, kafka_config: Mapping[str, Any], target: SparkT
                                                                      log=log)
 
     def build(starting_offsets_file: str | None) -> tuple[list[str], dict[str, str]]:
-        args = submit.job_arguments(run_spec, bootstrap_servers=bootstrap, starting_offsets_file=starting_offsets_file,
-                                    kafka_options=submit.kafka_job_options(kafka_config))
+        facts = integrations.LaunchFacts(
+            bootstrap_servers=bootstrap, kafka_options=tuple(kafka_job_options(kafka_config)),
+            starting_offsets_file=starting_offsets_file,
+            spark_version=lambda: submit.spark_version(submit.resolve_binary([target.spark_binary], os.environ)[0]))
+        launch = integrations.integration_for(run_spec).launch(run_spec, facts)
         conn_jars = connector.local_connector(run_spec, master, os.environ)
-        kwargs = submit.hook_kwargs(run_spec, args=args, jars=conn_jars.jars, mode=mode, packages=conn_jars.packages,
-                                    tag=search and search.tag, checkpoint_tag=search and search.checkpoint_tag)
+        kwargs = submit.hook_kwargs(run_spec, args=launch.args, jars=[*conn_jars.jars, *launch.jars], mode=mode,
+                                    packages=conn_jars.packages, tag=search and search.tag,
+                                    checkpoint_tag=search and search.checkpoint_tag, extra_conf=launch.conf)
         command = submit.resolve_binary(target.build_command(kwargs, run_spec.application), os.environ)
         return command, submit.driver_env(command, master)
 
@@ -227,6 +242,10 @@ def stop_job(spec: JobSpec, *, target: Callable[[], SparkTarget], actor: str, lo
     if drv is not None:
         ctl = driver_control(drv, target, app_versions.submitted_app(record))
     timeout = float(timeout_s if timeout_s is not None else spec.stop_timeout_s)
+    if not integrations.integration_for(spec).stops_on_marker:
+        log.info("job %s (integration %s) does not watch a stop marker: its driver is killed at once", spec.name,
+                 spec.integration)
+        timeout = 0.0
     result = drivers.stop(spec.checkpoint, spec.stop_marker, is_alive=ctl.is_alive, kill=ctl.kill, timeout_s=timeout,
                           poll_s=poll_s, progress=log.info)
     log.info("job %s: %s — %s", spec.name, result.outcome, result.message)

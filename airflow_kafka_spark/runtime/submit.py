@@ -21,8 +21,11 @@ that passed the health gate) is :mod:`airflow_kafka_spark.runtime.app_versions`.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
+import re
 import shutil
+import subprocess
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -32,22 +35,16 @@ from typing import Any
 
 from airflow_kafka_spark._util.fs import open_location, remove_file, write_atomic
 from airflow_kafka_spark.errors import UserError
-from airflow_kafka_spark.kafka.secrets import is_secret_key, scrub
-from airflow_kafka_spark.registry.model import JobKind, JobSpec
-from airflow_kafka_spark.runtime import dstream
+from airflow_kafka_spark.kafka.secrets import scrub
+from airflow_kafka_spark.registry.model import JobSpec
 from airflow_kafka_spark.runtime.detach import DETACH_K8S, DETACH_LOCAL, DETACH_YARN, WAIT_APP_COMPLETION_CONF
-
-# Kafka connection keys forwarded to the job as ``--kafka-option kafka.<key>=<value>``: the ones
-# the Java client names the same way and that are never secret. Credentials are never put on a
-# command line (``ps`` shows it to every user of the host and Spark logs it); a job that needs
-# SASL credentials gets them from the cluster (a JAAS file shipped with spark.files and
-# ``-Djava.security.auth.login.config`` in spark_conf).
-FORWARDED_KAFKA_KEYS = (
-    "security.protocol",
-    "sasl.mechanism",
-    "ssl.endpoint.identification.algorithm",
-    "client.dns.lookup",
+from airflow_kafka_spark.runtime.integrations import merged_list
+from airflow_kafka_spark.runtime.integrations.reference import (  # noqa: F401  (their old import path)
+    FORWARDED_KAFKA_KEYS,
+    job_arguments,
+    kafka_job_options,
 )
+
 # Environment variables a driver must not inherit from the Airflow worker: connection URIs and
 # variables carry secrets, and Airflow's own settings mean nothing to Spark.
 _ENV_DROP_PREFIXES = ("AIRFLOW_CONN_", "AIRFLOW_VAR_", "AIRFLOW__", "_AIRFLOW")
@@ -75,65 +72,6 @@ class SparkTarget:
 # --------------------------------------------------------------------------------------------------
 
 
-def kafka_job_options(kafka_config: Mapping[str, Any]) -> list[str]:
-    """``kafka.<key>=<value>`` options for the job, from the non-secret keys of the connection."""
-    out = []
-    for key in FORWARDED_KAFKA_KEYS:
-        value = kafka_config.get(key)
-        if value in (None, "") or is_secret_key(key):
-            continue
-        if key == "security.protocol" and str(value).upper() == "PLAINTEXT":
-            continue
-        out.append(f"kafka.{key}={value}")
-    return out
-
-
-def job_arguments(
-    spec: JobSpec,
-    *,
-    bootstrap_servers: str,
-    starting_offsets_file: str | None = None,
-    kafka_options: Sequence[str] = (),
-) -> list[str]:
-    """The reference job's flags derived from the registry (``MANAGED_FLAGS``), then its own args.
-
-    ``--starting-offsets-file`` replaces ``--starting-offsets`` when a reset left offsets for the
-    next start; the job reads them only when its checkpoint is new (Spark ignores
-    startingOffsets otherwise), which is exactly the state a reset leaves.
-    """
-    if not bootstrap_servers:
-        raise UserError(f"job {spec.name}: the Kafka connection {spec.kafka_conn_id!r} has no bootstrap.servers")
-    if spec.kind is JobKind.DSTREAM:  # another contract: the position is the consumer group
-        return dstream.job_arguments(spec, bootstrap_servers=bootstrap_servers, kafka_options=kafka_options)
-    args = [
-        "--topics",
-        ",".join(spec.topics),
-        "--bootstrap-servers",
-        bootstrap_servers,
-        "--checkpoint",
-        spec.checkpoint,
-    ]
-    if spec.output:
-        args += ["--output", spec.output]
-    args += [
-        "--sink",
-        spec.sink,
-        "--stop-marker",
-        spec.stop_marker,
-        "--fail-on-data-loss",
-        "true" if spec.fail_on_data_loss else "false",
-    ]
-    if starting_offsets_file:
-        args += ["--starting-offsets-file", starting_offsets_file]
-    else:
-        args += ["--starting-offsets", spec.starting_offsets_default]
-    if spec.max_offsets_per_trigger:
-        args += ["--max-offsets-per-trigger", str(spec.max_offsets_per_trigger)]
-    for option in kafka_options:
-        args += ["--kafka-option", option]
-    return [*args, *spec.application_args]
-
-
 def hook_kwargs(
     spec: JobSpec,
     *,
@@ -144,14 +82,20 @@ def hook_kwargs(
     packages: str | None = None,
     tag: str | None = None,
     checkpoint_tag: str | None = None,
+    extra_conf: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """Keyword arguments for the Spark provider's ``SparkSubmitHook`` (besides ``conn_id``: the job's
     ``spark_conn_id``).
 
+    The application is named as spark-submit names it: ``main_class`` is ``--class``, the job's own
+    ``jars``/``packages``/``py_files``/``files`` come first in their lists and what the product adds
+    (``jars``: the local Kafka connector, an integration's jar; ``extra_conf``: an integration's
+    settings, already merged with the job's own by the integration) is appended, never replacing them.
+
     The UI is disabled on local drivers: every job on a worker would otherwise race for port 4040
     (and answer on all interfaces).
     """
-    conf = dict(spec.spark_conf)
+    conf = {**spec.spark_conf, **(extra_conf or {})}
     if mode in WAIT_APP_COMPLETION_CONF:
         key = WAIT_APP_COMPLETION_CONF[mode]
         if str(conf.get(key, "false")).lower() != "false":
@@ -168,11 +112,20 @@ def hook_kwargs(
         for label, value in ((K8S_TAG_LABEL, tag), (K8S_CHECKPOINT_LABEL, checkpoint_tag)):
             if value:
                 conf[f"spark.kubernetes.driver.label.{label}"] = value
-    if packages:
-        conf.setdefault("spark.jars.packages", packages)
     kwargs: dict[str, Any] = {"conf": conf, "name": name or f"aks-{spec.name}", "application_args": list(args)}
-    if jars:
-        kwargs["jars"] = ",".join(str(j) for j in jars)
+    if spec.packages:   # --packages wins over spark.jars.packages in spark-submit: one merged list
+        kwargs["packages"] = merged_list(spec.packages, conf.pop("spark.jars.packages", None), packages)
+    elif packages:
+        conf.setdefault("spark.jars.packages", packages)
+    all_jars = merged_list(spec.jars, [str(j) for j in jars])
+    if all_jars:
+        kwargs["jars"] = all_jars
+    if spec.main_class:
+        kwargs["java_class"] = spec.main_class
+    if spec.py_files:
+        kwargs["py_files"] = ",".join(spec.py_files)
+    if spec.files:
+        kwargs["files"] = ",".join(spec.files)
     if spec.deploy_mode:
         kwargs["deploy_mode"] = spec.deploy_mode
     return kwargs
@@ -196,6 +149,29 @@ def resolve_binary(command: list[str], env: Mapping[str, str]) -> list[str]:
         f"{first} is not on PATH ({env.get('PATH', '')[:200]}); install Spark on the worker or set the "
         "Spark connection's spark-binary extra"
     )
+
+
+_VERSION_LINE = re.compile(rb"version (\d+\.\d+\.\d+)")
+
+
+@functools.lru_cache(maxsize=8)
+def spark_version(binary: str) -> str:
+    """The Spark version ``binary`` (a ``spark-submit``) submits with, from its ``--version`` banner.
+
+    Asked only when a job needs it and its registry entry does not say (``spark_version``): which
+    build of the agent to ship depends on the Spark line (Scala 2.12 or 2.13). Once per binary and
+    process: it starts a JVM (~2 s).
+    """
+    try:
+        proc = subprocess.run([binary, "--version"], capture_output=True, timeout=120,
+                              env=driver_env([binary], "local"))
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise UserError(f"could not ask {binary} for its Spark version ({exc}); set spark_version in the job's "
+                        "registry entry (e.g. \"3.5\")") from None
+    found = _VERSION_LINE.search(proc.stdout + proc.stderr)
+    if not found:
+        raise UserError(f"{binary} --version printed no Spark version; set spark_version in the job's registry entry")
+    return found.group(1).decode()
 
 
 def driver_env(command: Sequence[str], master: str, base: Mapping[str, str] | None = None) -> dict[str, str]:

@@ -40,6 +40,7 @@ version: 1
 allowed_roots: ["{root}", "${{AKS_PACKAGE_DIR}}/jobs"]
 defaults:
   application: ${{AKS_PACKAGE_DIR}}/jobs/reference_job.py
+  integration: reference   # the bundled job: its command-line contract
   checkpoint: {root}/checkpoints/{{name}}
   output: {root}/sinks/{{name}}
   backup_root: {root}/backups

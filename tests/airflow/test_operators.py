@@ -59,6 +59,7 @@ def write_registry(path: Path, jobs: list[dict[str, Any]], **defaults: Any) -> P
         "allowed_roots": ["${data}", "${AKS_PACKAGE_DIR}/jobs"],
         "defaults": {
             "application": "${AKS_PACKAGE_DIR}/jobs/reference_job.py",
+            "integration": "reference",   # the bundled job's flags (registry.model.Integration)
             "checkpoint": "${data}/checkpoints/{name}",
             "output": "${data}/sinks/{name}",
             "backup_root": "${data}/backups",

@@ -72,3 +72,33 @@ def test_the_core_never_imports_the_dev_stack():
             "print([m for m in sys.modules if m.split('.')[0] == 'devstack'])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_a_users_jar_is_submitted_as_spark_submit_names_it(monkeypatch):
+    """The user's application, main class and own arguments reach spark-submit verbatim (placeholders filled),
+    with nothing of the reference contract before them; the user's jars and packages come first and the
+    product's additions are appended."""
+    from airflow_kafka_spark.airflow_glue.spark import spark_target
+    from airflow_kafka_spark.registry.model import Integration
+    from airflow_kafka_spark.runtime import integrations
+
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_ADAPTER", json.dumps({"conn_type": "spark", "host": "local[2]"}))
+    spec = _spec(application="/apps/orders-stream.jar", main_class="com.example.orders.OrdersStream",
+                 integration=Integration.NONE, application_args=("/apps/app.properties", "--ck={checkpoint}",
+                                                                  "{{literal}}", "{topics}"),
+                 jars=("/apps/lib/a.jar",), packages=("org.example:lib:1.0",), files=("/apps/app.properties",),
+                 spark_conf={"spark.jars.packages": "org.example:other:2.0"})
+    launch = integrations.integration_for(spec).launch(spec, integrations.LaunchFacts(bootstrap_servers="b:9092"))
+    assert launch.args == ("/apps/app.properties", "--ck=/data/ck/orders", "{literal}", "orders")
+    kwargs = submit.hook_kwargs(spec, args=launch.args, jars=["/cache/kafka.jar"], mode=detach.DETACH_LOCAL,
+                                packages="org.apache.spark:spark-sql-kafka-0-10_2.13:4.2.0")
+    argv = spark_target(spec).build_command(kwargs, spec.application)
+    i = argv.index("/apps/orders-stream.jar")
+    assert argv[i + 1:] == ["/apps/app.properties", "--ck=/data/ck/orders", "{literal}", "orders"]
+    assert argv[argv.index("--class") + 1] == "com.example.orders.OrdersStream"
+    assert argv[argv.index("--jars") + 1] == "/apps/lib/a.jar,/cache/kafka.jar"
+    assert argv[argv.index("--files") + 1] == "/apps/app.properties"
+    assert argv[argv.index("--packages") + 1] == (
+        "org.example:lib:1.0,org.example:other:2.0,org.apache.spark:spark-sql-kafka-0-10_2.13:4.2.0")
+    assert not any(a.startswith("--topics") or a.startswith("--stop-marker") for a in argv)
+    assert "spark.jars.packages" not in " ".join(argv)   # folded into --packages, which spark-submit prefers

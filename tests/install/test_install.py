@@ -117,7 +117,7 @@ def venv_env(venv: Path, tmp: Path, **extra: str) -> dict[str, str]:
 
 def write_registry(path: Path, data: Path, topic: str) -> Path:
     doc = {"version": 1, "allowed_roots": [str(data), "${AKS_PACKAGE_DIR}/jobs"],
-           "defaults": {"application": "${AKS_PACKAGE_DIR}/jobs/reference_job.py",
+           "defaults": {"application": "${AKS_PACKAGE_DIR}/jobs/reference_job.py", "integration": "reference",
                         "checkpoint": f"{data}/checkpoints/{{name}}", "output": f"{data}/sinks/{{name}}",
                         "backup_root": f"{data}/backups"},
            "jobs": [{"name": "orders", "topics": [topic]}]}

@@ -49,6 +49,7 @@ allowed_roots: [{root}, "${{AKS_PACKAGE_DIR}}/jobs"]
 jobs:
   - name: {job}
     application: ${{AKS_PACKAGE_DIR}}/jobs/reference_job.py
+    integration: reference   # the bundled job: its command-line contract
     topics: [{topic}]
     checkpoint: {root}/ck
     output: {root}/out
@@ -240,6 +241,7 @@ jobs:
     kind: dstream
     group: {group}
     application: ${{AKS_PACKAGE_DIR}}/jobs/reference_job.py
+    integration: reference   # the bundled job: its command-line contract
     topics: [{topic}]
     checkpoint: {root}/ck
     dstream_checkpoint: {root}/ssc

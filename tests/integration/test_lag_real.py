@@ -312,6 +312,7 @@ allowed_roots: ["{sc.root}", "${{AKS_PACKAGE_DIR}}/jobs"]
 jobs:
   - name: lag-real
     application: ${{AKS_PACKAGE_DIR}}/jobs/reference_job.py
+    integration: reference   # the bundled job: its command-line contract
     topics: [{sc.topic}]
     checkpoint: {sc.checkpoint}
     backup_root: {sc.root}/backups

@@ -108,7 +108,8 @@ def _probe_with_operator(tmp_path: Path, bootstrap: str, new: JobSpec, *, old_ar
     entry = {"name": new.name, "application": new.application, "topics": list(new.topics),
              "checkpoint": new.checkpoint, "output": new.output, "sink": new.sink.value,
              "backup_root": new.backup_root, "spark_conn_id": new.spark_conn_id, "kafka_conn_id": "kafka_probe_test",
-             "compatibility_probe": True, "spark_conf": new.spark_conf, "application_args": list(old_args)}
+             "compatibility_probe": True, "integration": "reference", "spark_conf": new.spark_conf,
+             "application_args": list(old_args)}
     registry = tmp_path / "streaming_jobs.yaml"
     registry.write_text(json.dumps({"version": 1, "allowed_roots": [str(tmp_path), str(VARIANT_JOB.parent)],
                                     "jobs": [entry]}))

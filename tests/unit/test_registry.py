@@ -327,11 +327,38 @@ CASES = {
             application_args=["--kafka-option", "kafka.sasl.jaas.config=secret"]),
         ["job 'orders'.application_args", "looks like a secret"]),
     "bootstrap servers in application_args": (
-        lambda d, r: d["jobs"][0].update(application_args=["--bootstrap-servers", "h:9092"]),
+        lambda d, r: d["jobs"][0].update(integration="reference", application_args=["--bootstrap-servers", "h:9092"]),
         ["job 'orders'.application_args", "--bootstrap-servers", "Kafka connection"]),
     "managed flag in application_args": (
-        lambda d, r: d["jobs"][0].update(application_args=["--checkpoint=/tmp/x"]),
+        lambda d, r: d["jobs"][0].update(integration="reference", application_args=["--checkpoint=/tmp/x"]),
         ["sets --checkpoint, which comes from checkpoint"]),
+    "unknown placeholder in application_args": (
+        lambda d, r: d["jobs"][0].update(application_args=["--ck", "{checkpiont}"]),
+        ["job 'orders'.application_args", "unknown placeholder {checkpiont}", "did you mean {checkpoint}"]),
+    "main class of a Python application": (
+        lambda d, r: d["jobs"][0].update(main_class="com.example.Main"),
+        ["job 'orders'.main_class", "applies only to a .jar application"]),
+    "main class that is no class name": (
+        lambda d, r: d["jobs"][0].update(main_class="com.example.Main; rm -rf /"),
+        ["job 'orders'.main_class", "is not a Java class name"]),
+    "unknown integration": (
+        lambda d, r: d["jobs"][0].update(integration="agnet"),
+        ["job 'orders'.integration", "is not one of agent, reference, none"]),
+    "probe contract without the reference integration": (
+        lambda d, r: d["jobs"][0].update(compatibility_probe=True),
+        ["job 'orders'.compatibility_probe", "--aks-probe", "integration: reference"]),
+    "a DStream job with the agent": (
+        lambda d, r: d["jobs"][0].update(kind="dstream", group="g", integration="agent"),
+        ["job 'orders'.integration", "does not stop DStream jobs yet"]),
+    "a shipped jar outside the allowed roots": (
+        lambda d, r: d["jobs"][0].update(jars=["/opt/elsewhere/dep.jar"]),
+        ["job 'orders'.jars[0]", "outside allowed_roots", "local:/path"]),
+    "a package that is no Maven coordinate": (
+        lambda d, r: d["jobs"][0].update(packages=["spark-sql-kafka"]),
+        ["job 'orders'.packages", "is not a Maven coordinate"]),
+    "a Spark version read as a number": (
+        lambda d, r: d["jobs"][0].update(spark_version=3.5),
+        ["job 'orders'.spark_version", "read as a number", '"3.5"']),
     "connection URI instead of id": (
         lambda d, r: d["jobs"][0].update(kafka_conn_id="kafka://user:pw@host:9092"),
         ["job 'orders'.kafka_conn_id", "is not an Airflow connection id"]),

@@ -1,0 +1,37 @@
+"""Integration ``agent`` (the default): the user's job unchanged, the product's JVM agent loaded by configuration.
+
+The agent (``jvm/agent/``, shipped in :mod:`airflow_kafka_spark.agent`; docs/agent.md) is a Spark
+plugin, a checkpoint file manager and a query listener. Spark loads all three from ``spark.*``
+settings and one jar, so the job's code, arguments and build stay the user's: it watches the stop
+marker through Hadoop's FileSystem wherever the driver runs and stops every query between two
+batches, and it writes what it saw (application id, Spark version, queries, the first batch's start
+offsets, how the stop ended) beside the checkpoint. Which jar depends on the job's Spark line
+(Scala 2.12 for 3.5, 2.13 for 4.x): the registry's ``spark_version``, else what the submitting
+``spark-submit --version`` says.
+"""
+
+from __future__ import annotations
+
+from airflow_kafka_spark import agent
+from airflow_kafka_spark.registry.model import JobSpec
+from airflow_kafka_spark.runtime.integrations import Launch, LaunchFacts, own_arguments
+
+
+def report_path(spec: JobSpec) -> str:
+    """Where the agent writes its report: beside the checkpoint, on the checkpoint's file system."""
+    return spec.checkpoint.rstrip("/") + agent.REPORT_SUFFIX
+
+
+class AgentIntegration:
+    """See the module doc."""
+
+    stops_on_marker = True
+
+    def launch(self, spec: JobSpec, facts: LaunchFacts) -> Launch:
+        version = spec.spark_version or facts.spark_version()
+        conf = agent.agent_conf(stop_marker=spec.stop_marker, checkpoint=spec.checkpoint,
+                                report_path=report_path(spec), spark_version=version, user_conf=spec.spark_conf)
+        return Launch(args=tuple(own_arguments(spec, facts)), conf=conf)
+
+
+INTEGRATION = AgentIntegration()
