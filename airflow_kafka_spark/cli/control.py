@@ -194,10 +194,7 @@ def _stop(args: argparse.Namespace) -> int:
     if args.json:
         report.emit(report.dump_json(out))
     else:
-        line = f"job {spec.name}: {out['outcome']} — {out['message']}"
-        if out["outcome"] == "STOPPED_MID_BATCH":
-            line += f" (killed after {wait:.0f}s; Spark replays batch {out.get('replay_batch')} on the next start)"
-        report.emit(line)
+        report.emit(f"job {spec.name}: {out['outcome']} — {out['message']}")   # the message says how it ended
     return ExitCode.OK
 
 

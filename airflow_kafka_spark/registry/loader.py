@@ -20,8 +20,13 @@ File format (``dags/streaming_jobs.yaml`` by default, ``[kafka_spark] job_regist
         ...
 
 Job keys (required: name, application, topics, checkpoint, backup_root; the rest have defaults):
-name, application (.py/.jar), application_args (extra args after the flags the operator derives
-from the fields below; see ``MANAGED_FLAGS``), spark_conn_id (spark_default), spark_conf
+name, application (.py/.jar), main_class (a JAR's --class), application_args (the job's own
+arguments, verbatim but for the placeholders ``{checkpoint}``, ``{bootstrap_servers}``,
+``{topics}``, ``{output}``, ``{stop_marker}``, ``{name}``; with ``integration: reference`` they
+follow the flags the operator derives from the fields below, ``MANAGED_FLAGS``), integration
+(agent|reference|none, see ``registry.model.Integration`` and docs/your-jobs.md), jars, packages,
+py_files, files (shipped with the job), spark_version ("3.5", "4.2": the agent's build),
+spark_conn_id (spark_default), spark_conf
 (spark.* only), deploy_mode (client|cluster|unset = the connection's), kafka_conn_id
 (kafka_default), topics, checkpoint, output, sink (idempotent|append|parquet), backup_root (may
 be shared: backups live in ``<backup_root>/<job>/``), backup_retention {keep_last: 5,
