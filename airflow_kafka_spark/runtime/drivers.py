@@ -221,6 +221,36 @@ def start_local(command: list[str], *, env: dict[str, str] | None = None, log_pa
                       started_at=int(time.time() * 1000))
 
 
+#: What a local driver's log says once Spark itself runs (SparkContext's first INFO line, before any
+#: job code can change the log level): past it, a failure is the application's, for the health gate.
+SPARK_STARTED = b"Running Spark version"
+
+
+def wait_started_local(driver: DriverInfo, log_path: str | Path, *, timeout_s: float = 30.0,
+                       poll_s: float = 0.2) -> bool:
+    """Wait until a just-started local driver has started Spark; a driver that exits first fails the submit.
+
+    Why: a job that dies before Spark starts (a wrong ``main_class``, arguments its own parser refuses,
+    a missing jar) is a failed submit, and saying so with the driver's last lines beats a health gate
+    that reports "driver exited" minutes later. Returns True when Spark started, False on timeout (a
+    job with its own quiet logging: the gate judges it then); raises :class:`UserError` when it exited.
+    """
+    deadline = time.monotonic() + timeout_s
+    log = Path(log_path)
+    while True:
+        try:
+            if SPARK_STARTED in log.read_bytes():
+                return True
+        except OSError:
+            pass
+        if not local_alive(driver):
+            raise UserError(f"the driver (pid {driver.id}) exited before Spark started; its log ({log}) ends:\n"
+                            f"{_tail_lines(log.read_text(errors='replace') if log.exists() else '', 15)}")
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(poll_s)
+
+
 def local_alive(driver: DriverInfo) -> bool:
     """True while the recorded local driver process exists (and is not a zombie or a reused pid)."""
     if driver.kind != DriverKind.LOCAL:

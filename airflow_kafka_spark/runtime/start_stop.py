@@ -181,6 +181,10 @@ def submit_job(spec: JobSpec, *, kafka_config: Mapping[str, Any], target: SparkT
             if drv is None:
                 drv = drivers.start_local(command, log_path=log_path, env=marked)
                 log.info("started %s driver pid %s; log %s", spec.name, drv.id, log_path)
+                try:
+                    drivers.wait_started_local(drv, log_path)
+                except UserError as exc:
+                    raise UserError(f"job {spec.name}: submit failed: {scrub(str(exc), kafka_config)}") from None
         else:
             assert endpoint is not None
             drv = search.adopt_before_submit()
