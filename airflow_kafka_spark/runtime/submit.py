@@ -117,7 +117,8 @@ def hook_kwargs(
         kwargs["packages"] = merged_list(spec.packages, conf.pop("spark.jars.packages", None), packages)
     elif packages:
         conf.setdefault("spark.jars.packages", packages)
-    all_jars = merged_list(spec.jars, [str(j) for j in jars])
+    # --jars wins over spark.jars in spark-submit: a spark.jars the job (or an integration) sets joins the one list.
+    all_jars = merged_list(conf.pop("spark.jars", None), spec.jars, [str(j) for j in jars])
     if all_jars:
         kwargs["jars"] = all_jars
     if spec.main_class:
