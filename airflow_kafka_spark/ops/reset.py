@@ -29,7 +29,7 @@ from typing import Any
 from airflow_kafka_spark._util import faults
 from airflow_kafka_spark._util.fs import Location, exists, open_location
 from airflow_kafka_spark._util.trees import move_dir
-from airflow_kafka_spark.checkpoint.initial_offsets import write_initial_offsets
+from airflow_kafka_spark.checkpoint.initial_offsets import initial_offsets_bytes, source_file, write_initial_offsets
 from airflow_kafka_spark.checkpoint.model import CheckpointState
 from airflow_kafka_spark.checkpoint.reader import read_checkpoint
 from airflow_kafka_spark.checkpoint.sink_log import read_sink_log
@@ -200,6 +200,9 @@ def roll_forward(journal: Journal, ck: Location, *, storage_options: dict | None
                                    storage_options)
     try:
         source_files = files_from_payload(pl.get("source_files"))
+        for sid, offsets in source_files.items():   # a bad id or offset fails here, before any step
+            source_file(ck, sid)
+            initial_offsets_bytes(offsets)
     except (ValueError, UserError) as exc:
         raise UserError(f"operation journal {journal.location.url} has unreadable source_files ({exc}): it was "
                         "edited; nothing was moved — inspect it, then move it away") from None
