@@ -93,10 +93,13 @@ def add_start_notes(plan: Plan, state: CheckpointState) -> None:
     plan.details[SOURCE_FILES] = {sid: to_offsets_json(offs) for sid, offs in files.items()}
     if files:
         where = ", ".join(f"sources/{sid}/0" for sid in sorted(files))
+        left = [sid for sid in kafka_source_ids(state) if sid not in files]
+        rest = (f"; the old query's Kafka source(s) {', '.join(left)} read none of the planned topics and get no "
+                "file: they start where the application's startingOffsets say" if left else "")
         plan.add("EXACT_START", INFO,
                  f"Spark will start at {plan.starting_offsets_json}, whatever startingOffsets the application sets: "
                  f"the reset writes {where} into the new checkpoint, which Spark's Kafka source reads before "
-                 "startingOffsets", "", source_files=len(files))
+                 f"startingOffsets{rest}", "", source_files=len(files))
     else:
         plan.add("EXACT_START_UNAVAILABLE", WARN,
                  f"no sources/<id>/0 is written ({why}): only a job that passes the recorded startingOffsets "

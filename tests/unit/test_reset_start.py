@@ -82,3 +82,11 @@ def test_verdict_when_the_folder_holds_other_offsets_than_the_reset_planned():
     codes = {f.code for f in v.findings}
     assert {"NEW_QUERY_START", "STARTING_OFFSETS_IGNORED"} <= codes
 
+
+
+def test_a_source_whose_topics_left_the_plan_gets_no_file_and_the_plan_says_so():
+    plan = build_reset_plan(two_sources(), broker({("a", 0): (0, 50), ("a", 1): (0, 50), ("b", 0): (0, 50)}), None,
+                            ResetRequest(mode="preserve", topics=("a",)))
+    assert files_from_payload(plan.details[SOURCE_FILES]) == {"0": {A0: 10, A1: 20}}
+    start = next(f for f in plan.findings if f.code == "EXACT_START")
+    assert "source(s) 1 read none of the planned topics" in start.message
