@@ -265,6 +265,11 @@ def _reset(args: argparse.Namespace) -> int:
                 *([f"  sink log moved to {result.sink_aside_location}"] if result.sink_aside_location else []),
                 f"  next run starts at (lifecycle record next_starting_offsets): {result.starting_offsets}",
             ]
+            files = sorted(result.plan.details.get("source_files") or {})
+            if files:
+                written = ", ".join(f"sources/{sid}/0" for sid in files)
+                lines.append(f"  Spark will start at {result.starting_offsets}, whatever startingOffsets the "
+                             f"application sets ({written} written into the new checkpoint)")
         report.emit("\n".join(lines))
     return ExitCode.BLOCKED if result.dry_run and result.plan.blocked else ExitCode.OK
 

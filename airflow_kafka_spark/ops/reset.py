@@ -6,7 +6,9 @@ lifecycle history), takes a verified backup, writes the journal (commit point), 
 ``startingOffsets`` JSON as the lifecycle record's ``next_starting_offsets`` (written *before* the
 checkpoint moves: if the process dies in between, the old checkpoint is still in place and Spark
 ignores startingOffsets), moves a file sink's ``_spark_metadata`` aside if asked (S20), and moves
-the old checkpoint aside — never deletes it — leaving the location fresh. :func:`roll_forward`
+the old checkpoint aside — never deletes it — and leaves in the fresh location one ``sources/<id>/0``
+per Kafka source at the planned offsets (``ops.reset_start``: Spark reads it before any
+``startingOffsets``, so a user's own job starts there too). :func:`roll_forward`
 finishes a journaled reset (also after a crash). The entry point is ``ops.commands.reset_checkpoint``
 (operation lock, then an interrupted operation is finished, then :func:`run_reset`).
 
@@ -27,6 +29,7 @@ from typing import Any
 from airflow_kafka_spark._util import faults
 from airflow_kafka_spark._util.fs import Location, exists, open_location
 from airflow_kafka_spark._util.trees import move_dir
+from airflow_kafka_spark.checkpoint.initial_offsets import initial_offsets_bytes, source_file, write_initial_offsets
 from airflow_kafka_spark.checkpoint.model import CheckpointState
 from airflow_kafka_spark.checkpoint.reader import read_checkpoint
 from airflow_kafka_spark.checkpoint.sink_log import read_sink_log
@@ -42,6 +45,7 @@ from airflow_kafka_spark.ops.guards import check_locations, journal_path, runnin
 from airflow_kafka_spark.ops.modes import SinkLogPolicy
 from airflow_kafka_spark.ops.plan import PartitionMove, Plan
 from airflow_kafka_spark.ops.reset_plan import SINK_LOG_DIR, ResetRequest, SinkInfo, build_reset_plan, old_positions
+from airflow_kafka_spark.ops.reset_start import SOURCE_FILES, files_from_payload
 from airflow_kafka_spark.verdict.findings import Finding, Severity
 from airflow_kafka_spark.verdict.interrupted import interrupted_finding
 
@@ -135,6 +139,11 @@ def run_reset(checkpoint_location: str, backup_root: str | None, kafka_config: d
         plan.actions.append(f"move {request.sink_output}/{SINK_LOG_DIR} to {sink_aside.url}")
     plan.actions.append(f"move {checkpoint_location} to {aside.url} (kept, never deleted); the location is left "
                         "empty for the new run")
+    source_files = plan.details.get(SOURCE_FILES) or {}
+    if source_files:
+        plan.actions.append("write " + ", ".join(f"sources/{sid}/0" for sid in sorted(source_files))
+                            + f" into {checkpoint_location}: Spark starts there whatever startingOffsets the "
+                            "application sets")
     result = ResetResult(plan=plan, dry_run=dry_run, starting_offsets=plan.starting_offsets_json,
                          aside_location=aside.url, sink_aside_location=sink_aside.url if sink_aside else None)
     if dry_run:
@@ -163,7 +172,7 @@ def run_reset(checkpoint_location: str, backup_root: str | None, kafka_config: d
         "backup_id": bk.backup_id, "aside": aside.url, "sink_output": request.sink_output,
         "sink_aside": sink_aside.url if sink_aside else None, "starting_offsets": plan.starting_offsets_json,
         "old_query_id": state.query_id, "skipped": plan.skipped, "replayed": plan.replayed,
-        "pending_replay": plan.pending_replay, "plan": plan.to_dict(),
+        "pending_replay": plan.pending_replay, "plan": plan.to_dict(), "source_files": source_files,
     }
     step("moving the old checkpoint aside and recording the new position")
     journal = Journal.begin(ck, Operation.RESET, op_id, payload)
@@ -189,6 +198,14 @@ def roll_forward(journal: Journal, ck: Location, *, storage_options: dict | None
         sink_aside = journal_path(journal, "sink_aside",
                                    open_location(out, storage_options).child(f"{SINK_LOG_DIR}.reset-{op_id}"),
                                    storage_options)
+    try:
+        source_files = files_from_payload(pl.get("source_files"))
+        for sid, offsets in source_files.items():   # a bad id or offset fails here, before any step
+            source_file(ck, sid)
+            initial_offsets_bytes(offsets)
+    except (ValueError, UserError) as exc:
+        raise UserError(f"operation journal {journal.location.url} has unreadable source_files ({exc}): it was "
+                        "edited; nothing was moved — inspect it, then move it away") from None
     if not journal.is_done("record"):
         record = LifecycleRecord.load(ck.url)
         if record is None:
@@ -220,6 +237,13 @@ def roll_forward(journal: Journal, ck: Location, *, storage_options: dict | None
         _move_aside(ck, aside, "something wrote to the location")
         journal.mark("aside")
         faults.crash_point("reset.moved")
+    if source_files and not journal.is_done("sources"):
+        # After the move: the fresh location gets Spark's own start files (idempotent, so a resumed
+        # reset writes them again; other offsets already there are refused, never overwritten).
+        for sid, offsets in sorted(source_files.items()):
+            write_initial_offsets(ck, sid, offsets)
+        journal.mark("sources")
+        faults.crash_point("reset.sources_written")
     journal.finish()
     return {"op": "reset", "operation_id": op_id, "payload": pl}
 

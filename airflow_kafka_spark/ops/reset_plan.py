@@ -50,6 +50,7 @@ from airflow_kafka_spark.kafka.offsets import EARLIEST, LATEST, PartitionOffsets
 from airflow_kafka_spark.lifecycle.record import LifecycleRecord
 from airflow_kafka_spark.ops.modes import ResetMode, SinkLogPolicy
 from airflow_kafka_spark.ops.plan import PartitionMove, Plan
+from airflow_kafka_spark.ops.reset_start import add_start_notes
 from airflow_kafka_spark.verdict.findings import BLOCK, INFO, WARN
 
 SINK_LOG_DIR = "_spark_metadata"
@@ -225,6 +226,7 @@ def build_reset_plan(state: CheckpointState, broker: BrokerState, record: Lifecy
     _data_loss(plan, request)
     _pending(plan, pending)
     _sink(plan, request, sink)
+    add_start_notes(plan, state)
     if not plan.blocked:
         plan.add("OK", INFO if plan.moves else WARN,
                  f"new run starts {len(plan.moves)} partition(s) at the planned offsets: {plan.backlog:,} records to "

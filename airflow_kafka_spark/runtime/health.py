@@ -7,7 +7,9 @@ committed *after* the submit (counted from the batch committed before it; after 
 query's batches), and a lag that is not growing (:func:`~airflow_kafka_spark.watch.status.evaluate_status`
 over the checkpoint's offsets history and the broker samples taken while waiting). It fails at once
 when the driver is gone (local pid dead, cluster application ended) or when the job rewinds, and
-on timeout.
+on timeout. After a reset it also fails when the new query's first batch did not start where the
+reset planned (:mod:`~airflow_kafka_spark.runtime.start_check`): the job would run fine and silently
+replay or skip.
 
 A quiet topic: a job that gets no new records commits no batches (Spark plans no batch without
 new data), so counting batches alone would time out and roll back a good deploy. With
@@ -38,6 +40,7 @@ from airflow_kafka_spark.lifecycle.events import LifecycleEvent
 from airflow_kafka_spark.lifecycle.model import DriverInfo
 from airflow_kafka_spark.lifecycle.record import LifecycleRecord
 from airflow_kafka_spark.runtime import drivers
+from airflow_kafka_spark.runtime.start_check import first_batch_mismatch, planned_start
 from airflow_kafka_spark.watch.status import Status, StatusThresholds, evaluate_status
 
 
@@ -127,6 +130,9 @@ def probe_health(*, checkpoint: str, topics: Sequence[str], kafka_config: Callab
         tail = log_tail() if log_tail else ""
         return HealthProbe(FAILED, f"the driver exited after {new} new committed batch(es)"
                            + (f"; last driver output:\n{tail}" if tail else ""), **base)
+    wrong = None if same_query or not state.offset_batch_ids else first_batch_mismatch(state, planned_start(checkpoint))
+    if wrong:
+        return HealthProbe(FAILED, wrong, **base)
     if new < min_batches:
         waiting = f"{new} of {min_batches} new batches committed"
         alive_s = ((now_ms or int(time.time() * 1000)) - submitted_at_ms) / 1000 if submitted_at_ms else None

@@ -92,6 +92,8 @@ CODES: dict[str, tuple[Severity, str]] = {
                                            "partitions"),
     "FAIL_ON_DATA_LOSS_DISABLED": (WARN, "failOnDataLoss=false turns data loss into silent skips (S31)"),
     "BACKLOG": (INFO, "records waiting to be read; WARN when one unlimited first batch would be huge (S28)"),
+    "NEW_QUERY_START": (INFO, "the checkpoint holds only sources/<id>/0 (a reset wrote it): Spark starts a new "
+                              "query there, whatever startingOffsets the application sets"),
     "NO_CHECKPOINT": (INFO, "a new query: startingOffsets (or a reset's carried-over offsets) apply (S21); "
                             "WARN when the deploy did not say it expects a new checkpoint"),
     "NEW_CHECKPOINT_FOR_KNOWN_QUERY": (BLOCK, "a new empty checkpoint next to a recent one of the same job: "

@@ -1,5 +1,7 @@
 """The verdict for a new query (no checkpoint, or one without batches): where startingOffsets, or a
 reset's carried-over offsets, make it start, and what that reads or skips (S21, S22, S28).
+
+A folder holding only ``sources/<id>/0`` (what a reset leaves) is judged in ``verdict.sources_only``.
 """
 
 from __future__ import annotations
@@ -118,3 +120,4 @@ def new_query_findings(cp: CheckpointState, broker: BrokerState, record: Lifecyc
         fix="" if expected else ("if this query ran before, point the deploy at its checkpoint (or reset "
                                  "with offset carry-over); otherwise mark the deploy as a new query")))
     return out
+

@@ -19,6 +19,7 @@ from airflow_kafka_spark.verdict.findings import (
     total_counts,
 )
 from airflow_kafka_spark.verdict.options import DeployOptions
+from airflow_kafka_spark.verdict.sources_only import sources_only_finding, started_by_reset
 
 if TYPE_CHECKING:  # types only: the verdict stays free of Kafka client and fsspec imports
     from airflow_kafka_spark.checkpoint.model import CheckpointState
@@ -130,7 +131,10 @@ def existing_checkpoint_option_findings(cp: CheckpointState, pos: ResumePosition
                                          options: DeployOptions) -> list[Finding]:
     out: list[Finding] = []
     has_batches = bool(cp.offset_batch_ids)
-    if options.expect_new_checkpoint:
+    by_reset = started_by_reset(cp, record)   # the new query's start is the reset's: nothing is ignored
+    if not has_batches and cp.initial_offsets:
+        out.append(sources_only_finding(cp, pos, record))
+    if options.expect_new_checkpoint and not by_reset:
         what = (f"batches up to {cp.offset_batch_ids[-1]}" if has_batches
                 else "resolved starting offsets in sources/")
         out.append(Finding(
@@ -138,7 +142,7 @@ def existing_checkpoint_option_findings(cp: CheckpointState, pos: ResumePosition
             message=(f"the deploy expects a new query but {cp.location} already holds {what}: Spark resumes "
                      f"from {pos.label} and ignores startingOffsets"),
             fix="point the deploy at an empty checkpoint location, or move this checkpoint aside (reset)"))
-    if options.starting_offsets is not None:
+    if options.starting_offsets is not None and not by_reset:
         numbers: dict[str, Number] = {}
         explicit = options.explicit_starting_offsets
         if explicit is not None and pos.known:
@@ -149,7 +153,7 @@ def existing_checkpoint_option_findings(cp: CheckpointState, pos: ResumePosition
                      f"checkpoint resumes from {pos.label}"),
             fix="drop the option from the deploy, or reset the checkpoint with the position you want"))
     nso = getattr(record, "next_starting_offsets", None)
-    if nso:
+    if nso and not by_reset:
         out.append(Finding(
             "STARTING_OFFSETS_IGNORED", WARN,
             message=(f"the lifecycle record carries next_starting_offsets {short(nso)} (set by a reset) but "

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from airflow_kafka_spark.checkpoint.initial_offsets import read_initial_offsets
 from airflow_kafka_spark.checkpoint.reader import read_checkpoint
 from airflow_kafka_spark.errors import OperationBlocked, UserError
 from airflow_kafka_spark.kafka.offsets import TopicPartition, parse_offsets_json
@@ -196,7 +197,7 @@ def aks(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
 
 
 RESET_CRASH_POINTS = ["backup.blob#3", "backup.published", "reset.backed_up", "reset.journaled", "reset.recorded",
-                      "reset.sink_moved", "reset.moved"]
+                      "reset.sink_moved", "reset.moved", "reset.sources_written"]
 
 
 @pytest.fixture
@@ -226,9 +227,9 @@ def test_a_killed_reset_never_loses_the_checkpoint_and_a_rerun_converges(broker,
     # The original checkpoint is at its location or at the journal's aside path, intact.
     journal = ck.root.parent / "ck.operation.json"
     asides = sorted(ck.root.parent.glob("ck.reset-*"))
-    if ck.root.exists():
+    if not asides:
         assert tree(ck.root) == original
-    else:
+    else:   # moved; the fresh location may already hold the new sources/0/0 (killed at reset.sources_written)
         assert journal.exists() and len(asides) == 1 and tree(asides[0]) == original
     catalog = list_backups(str(root), JOB)
     assert not catalog.invalid
@@ -238,7 +239,10 @@ def test_a_killed_reset_never_loses_the_checkpoint_and_a_rerun_converges(broker,
     again = aks(*args)
     assert again.returncode == 0, again.stdout + again.stderr
     doc = json.loads(again.stdout)
-    assert not ck.root.exists() and not journal.exists()
+    assert not journal.exists()
+    # The fresh location holds only Spark's start file at the planned offsets (ops/reset_start.py).
+    assert sorted(str(p.relative_to(ck.root)) for p in ck.root.rglob("*") if p.is_file()) == ["sources/0/0"]
+    assert read_initial_offsets(ck.location, "0") == {TopicPartition(topic, 0): 40, TopicPartition(topic, 1): 40}
     asides = sorted(ck.root.parent.glob("ck.reset-*"))
     assert len(asides) == 1 and tree(asides[0]) == original
     sink_asides = sorted(out.glob("_spark_metadata.reset-*"))

@@ -351,3 +351,33 @@ def test_a_reset_journal_whose_aside_leaves_the_checkpoint_is_refused_and_nothin
     with pytest.raises(UserError, match=r"names aside .* it was edited; nothing was moved"):
         finish_interrupted(ck.location)
     assert ck.root.exists() and not (tmp_path / "outside").exists()
+
+
+@pytest.mark.parametrize("files", [{"../x": '{"orders":{"0":50}}'}, {"0": '{"orders":{"0":-2}}'}, ["0"]])
+def test_a_reset_journal_with_edited_source_files_is_refused_and_nothing_moves(tmp_path, files):
+    ck, _ = _journaled_reset(tmp_path)
+    path = tmp_path / "ck.operation.json"
+    doc = json.loads(path.read_text())
+    doc["payload"]["source_files"] = files
+    path.write_text(json.dumps(doc))
+    before = (tmp_path / "ck.lifecycle.json").read_text()
+    with pytest.raises(UserError, match=r"unreadable source_files .* it was edited; nothing was moved"):
+        finish_interrupted(ck.location)
+    assert ck.root.exists() and not (tmp_path / "x").exists()
+    assert (tmp_path / "ck.lifecycle.json").read_text() == before
+
+
+def test_a_reset_killed_after_the_move_writes_the_start_files_when_finished(tmp_path):
+    ck, loc = _journaled_reset(tmp_path)
+    path = tmp_path / "ck.operation.json"
+    doc = json.loads(path.read_text())
+    doc["payload"]["source_files"] = {"0": '{"orders":{"0":50,"1":50}}'}
+    path.write_text(json.dumps(doc))
+    journal = Journal.load(loc)
+    for step in ("record", "sink"):
+        journal.mark(step)
+    os.rename(ck.root, ck.location + ".reset-20260101T000000Z-abcdef")
+    journal.mark("aside")                                   # killed at reset.moved
+    assert finish_interrupted(ck.location)["op"] == "reset"
+    assert (ck.root / "sources/0/0").read_bytes() == b'\x00v1\n{"orders":{"0":50,"1":50}}'
+    assert not (tmp_path / "ck.operation.json").exists()
