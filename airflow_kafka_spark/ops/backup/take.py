@@ -52,7 +52,7 @@ from airflow_kafka_spark.ops.backup.catalog import job_location, open_backup_roo
 from airflow_kafka_spark.ops.backup.manifest import BACKUPS_DIR, LOCK_NAME, STAGING_DIR, FileEntry, Manifest
 from airflow_kafka_spark.ops.backup.prune import check_retention, prune_job
 from airflow_kafka_spark.ops.backup.reuse import previous_manifest, reusable, stat_of, unchanged
-from airflow_kafka_spark.ops.backup.selection import log_ids, select_files
+from airflow_kafka_spark.ops.backup.selection import Selection, layout_misfit, log_ids, select_files
 from airflow_kafka_spark.ops.backup.store import BlobWriter, blob_index, check_blobs
 from airflow_kafka_spark.ops.guards import check_locations, running_reason
 
@@ -76,6 +76,7 @@ class BackupResult:
     verify_seconds: float
     excluded: dict[str, str] = field(default_factory=dict)
     pruned: list[str] = field(default_factory=list)
+    selection: Selection | None = None
 
     @property
     def backup_id(self) -> str:
@@ -87,7 +88,8 @@ class BackupResult:
                 "bytes_hashed": self.bytes_hashed, "blobs_written": self.blobs_written,
                 "bytes_written": self.bytes_written, "files_from_previous": self.files_from_previous,
                 "verify_seconds": round(self.verify_seconds, 3),
-                "excluded": len(self.excluded), "pruned": self.pruned}
+                "excluded": len(self.excluded), "pruned": self.pruned,
+                **({"selection": self.selection.record()} if self.selection is not None else {})}
 
 
 def open_checkpoint(checkpoint_location: str, storage_options: dict | None) -> tuple[Location, CheckpointState]:
@@ -185,7 +187,12 @@ def _backup_once(ck: Location, state: CheckpointState, job_loc: Location, job: s
     newest_before = _newest_log_files(listing, before)
     committed = max(before[1]) if before[1] else None
     planned = max(before[0]) if before[0] else None
-    sel = select_files(listing, committed, planned, keep_pending=not (force and running))
+    misfit = layout_misfit(listing, [(p.code, p.path) for p in state.problems])
+    if misfit and force and running:
+        raise OperationBlocked(f"cannot capture one consistent version of running job {job}: {misfit}, so no file "
+                               "can be proven garbage while Spark writes; stop it on a batch boundary and back up "
+                               "again (the whole folder is copied then)", code="QUERY_RUNNING")
+    sel = select_files(listing, committed, planned, keep_pending=not (force and running), whole=misfit)
     faults.crash_point("backup.listed")
 
     writer = BlobWriter(job_loc, index)
@@ -250,6 +257,7 @@ def _backup_once(ck: Location, state: CheckpointState, job_loc: Location, job: s
         forced=force, running=bool(running),
         state={"has_state": state.has_state, "version": sel.state_version if state.has_state else None,
                "complete": not sel.state_problems},
+        selection=sel.record(),
         problems=[*sel.state_problems, *(f"{p.code} {p.path}: {p.message}" for p in state.problems)],
         files=tuple(entries),
         # Every entry the previous manifest's own, in its order: its sealed file list is this one.
@@ -284,7 +292,7 @@ def _backup_once(ck: Location, state: CheckpointState, job_loc: Location, job: s
         manifest=staged, seconds=time.monotonic() - t0, files=len(entries), bytes=staged.total_bytes,
         files_hashed=writer.files_hashed, bytes_hashed=writer.bytes_hashed, blobs_written=len(writer.written),
         bytes_written=writer.bytes_written, files_from_previous=reused, verify_seconds=verify_seconds,
-        excluded=sel.excluded)
+        excluded=sel.excluded, selection=sel)
 
 
 def _log_listing(ck: Location) -> dict[str, dict]:
