@@ -101,6 +101,8 @@ class CheckpointState:
     problems: list[CheckpointProblem] = field(default_factory=list)
     history: list[BatchOffsets] = field(default_factory=list)  # filled only when asked (read_history=True)
     latest_commit: BatchCommit | None = None      # commits/C itself (version, watermark)
+    before_latest: BatchOffsets | None = None     # offsets/L-1, which Spark reads on every restart
+    legacy_escaped: str | None = None             # Spark 2.x's doubly-escaped folder of this location, if found
 
     @property
     def pending_batch(self) -> BatchOffsets | None:

@@ -96,13 +96,15 @@ def resume_position(cp: CheckpointState) -> ResumePosition | None:
     if committed is not None and committed.batch_id == last - 1:
         return ResumePosition(start=committed.kafka_offsets, label=f"committed offsets/{last - 1}", known=True,
                               **pend, **ref)
-    previous = next((b for b in cp.history if b.batch_id == last - 1), None)
+    previous = cp.before_latest if cp.before_latest is not None and cp.before_latest.batch_id == last - 1 \
+        else next((b for b in cp.history if b.batch_id == last - 1), None)
     if previous is not None:
         return ResumePosition(start=previous.kafka_offsets, label=f"offsets/{last - 1}", known=True, **pend, **ref)
     if last == 0:
         return ResumePosition(start=initial, label="sources/<n>/0, the start of batch 0", known=bool(initial),
                               **pend, **ref)
-    return ResumePosition(start={}, label=f"unreadable offsets/{last - 1}", known=False, **pend, **ref)
+    why = "unreadable" if last - 1 in cp.offset_batch_ids else "missing"
+    return ResumePosition(start={}, label=f"{why} offsets/{last - 1}", known=False, **pend, **ref)
 
 
 def resume_offsets(cp: CheckpointState) -> PartitionOffsets:

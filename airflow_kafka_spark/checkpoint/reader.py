@@ -126,6 +126,7 @@ class _Reader(CheckpointFiles, ConsistencyChecks, SourcesAndState):
         self.latest = offset_ids[-1] if offset_ids else None
         self._note_orphan_checksums(offset_ids, root_entries)
         self.committed = commit_ids[-1] if commit_ids else None
+        self.commit_log_absent = "commits" not in root_entries   # Spark 2.1 wrote no commit log
         latest, committed = self.latest, self.committed
 
         query_id = self._query_id(root_entries, has_batches=bool(offset_ids or commit_ids))
@@ -133,8 +134,9 @@ class _Reader(CheckpointFiles, ConsistencyChecks, SourcesAndState):
         self._check_empty_history(offset_ids, commit_ids)
 
         planned = self._offsets(latest)
+        before_latest = None
         if latest is not None and latest > 0:
-            self._offsets(latest - 1)  # Spark reads it on every restart to find where batch L starts
+            before_latest = self._offsets(latest - 1)  # Spark reads it on every restart: where batch L starts
         committed_offsets = self._offsets(committed)
         commit = self._commit(committed)
         if read_history:
@@ -157,6 +159,7 @@ class _Reader(CheckpointFiles, ConsistencyChecks, SourcesAndState):
             problems=self.problems,
             history=self._history(history_batches) if read_history else [],
             latest_commit=commit,
+            before_latest=before_latest,
         )
 
     # ---- listings
