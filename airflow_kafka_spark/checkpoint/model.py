@@ -24,6 +24,9 @@ LOG_GAP = "LOG_GAP"
 INITIAL_OFFSETS_UNREADABLE = "INITIAL_OFFSETS_UNREADABLE"
 """``sources/<n>/0`` is damaged but Spark will not read it again (a batch was already committed)."""
 
+LEGACY_ESCAPED_PATH = "LEGACY_ESCAPED_PATH"
+"""Spark 2.x's doubly-escaped folder of this checkpoint path exists: Spark 3+ refuses to start (SPARK-26824)."""
+
 WARN_CODES = frozenset({STRAY_TEMP_FILE, LOG_GAP, INITIAL_OFFSETS_UNREADABLE})
 
 

@@ -27,9 +27,11 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from airflow_kafka_spark.checkpoint.checks import ConsistencyChecks
+from airflow_kafka_spark.checkpoint.escaped import find_legacy_folder, legacy_message
 from airflow_kafka_spark.checkpoint.files import NOT_STATED, CheckpointFiles, is_dir, open_fs, os_reason
 from airflow_kafka_spark.checkpoint.formats import (
     MAX_LOG_FILE_BYTES,
@@ -44,6 +46,7 @@ from airflow_kafka_spark.checkpoint.formats import (
 )
 from airflow_kafka_spark.checkpoint.model import (
     CHECKPOINT_CORRUPT,
+    LEGACY_ESCAPED_PATH,
     MISSING_QUERY_ID,
     UNSUPPORTED_LOG_VERSION,
     BatchCommit,
@@ -76,6 +79,8 @@ def read_checkpoint(
     if isinstance(location, os.PathLike):
         location = os.fspath(location)
     fs, root = open_fs(location, storage_options)
+    legacy = find_legacy_folder(fs, root)
+    legacy_problems = [CheckpointProblem(LEGACY_ESCAPED_PATH, "", legacy_message(root, legacy))] if legacy else []
     try:
         info = fs.info(root)
     except FileNotFoundError:
@@ -89,6 +94,8 @@ def read_checkpoint(
             latest_committed=None,
             initial_offsets={},
             has_state=False,
+            problems=legacy_problems,
+            legacy_escaped=legacy,
         )
     except OSError as exc:
         raise UserError(f"cannot access checkpoint location {location}: {os_reason(exc)}") from None
@@ -97,7 +104,11 @@ def read_checkpoint(
             f"checkpoint location {location} is not a directory: pass the checkpoint folder "
             f"(the one holding offsets/, commits/ and metadata)"
         )
-    return _Reader(fs, root, location).read(read_history, history_batches)
+    state = _Reader(fs, root, location).read(read_history, history_batches)
+    if legacy:
+        state.problems[:0] = legacy_problems
+        state = replace(state, legacy_escaped=legacy)
+    return state
 
 
 class _Reader(CheckpointFiles, ConsistencyChecks, SourcesAndState):

@@ -97,6 +97,9 @@ def open_checkpoint(checkpoint_location: str, storage_options: dict | None) -> t
     loc = open_location(checkpoint_location, storage_options, what="checkpoint location")
     state = read_checkpoint(checkpoint_location, storage_options=storage_options)
     if not state.exists:
+        if state.legacy_escaped:
+            raise UserError(f"checkpoint location {checkpoint_location} does not exist, but "
+                            f"{state.problems[0].message}; back up {state.legacy_escaped} itself, or move it first")
         raise UserError(f"checkpoint location {checkpoint_location} does not exist; pass the folder that holds "
                         "offsets/, commits/ and metadata")
     if not state.offset_batch_ids and not state.commit_batch_ids and state.query_id is None \
