@@ -125,3 +125,13 @@ def test_a_manifest_without_selection_keeps_its_seal(tmp_path):
     assert b'"selection"' not in raw
     parsed = Manifest.from_json(raw, where="old.json")
     assert parsed.selection == {} and parsed.files == m.files
+
+
+def test_commits_ahead_of_offsets_are_copied_whole_without_a_pending_batch(tmp_path):
+    ck = write_checkpoint(tmp_path / "ck", batches=3).root
+    for rel in ("offsets/2", "offsets/.2.crc"):
+        (ck / rel).unlink(missing_ok=True)
+    m = backup_checkpoint(str(ck), str(tmp_path / "bk"), job=JOB, settle_s=0).manifest
+    assert m.selection["mode"] == "whole" and "commits/2 is newer" in m.selection["why"]
+    assert m.last_committed_batch == 2 and m.pending_batch is None
+    assert {f.path for f in m.files} == set(files_below(ck))

@@ -243,7 +243,10 @@ def _backup_once(ck: Location, state: CheckpointState, job_loc: Location, job: s
     created = now_ms if now_ms is not None else int(time.time() * 1000)
     backup_id = new_backup_id(created, committed)
     committed_offsets = _offsets_at(ck, state, committed)
-    pending_offsets = _offsets_at(ck, state, sel.log_bound) if sel.log_bound != committed else None
+    # A batch planned after the last commit (a whole copy may also hold commits ahead of offsets/: no pending then)
+    pending = sel.log_bound if sel.log_bound is not None and (committed is None or sel.log_bound > committed) \
+        else None
+    pending_offsets = _offsets_at(ck, state, pending)
     initial: PartitionOffsets = {}
     for offs in state.initial_offsets.values():
         initial.update(offs)
@@ -251,7 +254,7 @@ def _backup_once(ck: Location, state: CheckpointState, job_loc: Location, job: s
         backup_id=backup_id, job=job, created_at_ms=created, reason=reason,
         checkpoint_location=ck.url, query_id=state.query_id, last_committed_batch=committed,
         committed_offsets=committed_offsets,
-        pending_batch=sel.log_bound if sel.log_bound != committed else None,
+        pending_batch=pending,
         pending_offsets=pending_offsets, initial_offsets=initial or None,
         spark_version=spark_version or (record.spark_version if record else None),
         kafka_cluster_id=record.kafka_cluster_id if record else None,
