@@ -24,6 +24,9 @@ from airflow_kafka_spark.kafka.offsets import PartitionOffsets, offsets_from_doc
 OFFSETS_MAX_VERSION = 2
 COMMITS_MAX_VERSION = 2
 SOURCES_MAX_VERSION = 1
+#: The newest Spark whose checkpoint formats were produced by that Spark and read here
+#: (tests/integration/test_spark42_formats.py, test_spark_corpus.py); a newer version line is refused.
+NEWEST_SPARK_KNOWN = "4.2.0"
 
 _MAX_LONG = 2**63 - 1
 _MIN_LONG = -(2**63)
@@ -235,7 +238,8 @@ def parse_log_version(line: str, max_version: int, what: str) -> int:
         raise CheckpointFormatError(f"{what} has a malformed version line {_show(line)} (expected e.g. 'v1')")
     if version > max_version:
         raise UnsupportedLogVersionError(
-            f"{what} uses log format v{version}; this tool reads up to v{max_version}")
+            f"{what} uses log format v{version}; this tool reads up to v{max_version}, the newest that Spark "
+            f"{NEWEST_SPARK_KNOWN} writes")
     return version
 
 

@@ -83,3 +83,12 @@ def test_a_hole_in_offsets_is_a_gap_not_batches_planned_without_commit(tmp_path)
     assert "planned without being committed" not in messages
     assert "asyncProgressTrackingEnabled" in messages
     assert resume_position(state).label == "missing offsets/3"
+
+
+def test_a_newer_log_version_is_refused_in_one_line_naming_the_newest_spark_known(tmp_path):
+    ck = write_checkpoint(tmp_path / "ck", batches=2, crc=False)
+    (ck.root / "commits" / "1").write_bytes(b'v3\n{"nextBatchWatermarkMs":0}')
+    problems = [p for p in read_checkpoint(str(ck.root)).problems if p.code == UNSUPPORTED_LOG_VERSION]
+    assert [p.path for p in problems] == ["commits/1"]
+    assert "log format v3" in problems[0].message and "Spark 4.2.0" in problems[0].message
+    assert "\n" not in problems[0].message
