@@ -190,7 +190,7 @@ def _backup_once(ck: Location, state: CheckpointState, job_loc: Location, job: s
     newest_before = _newest_log_files(listing, before)
     committed = max(before[1]) if before[1] else None
     planned = max(before[0]) if before[0] else None
-    misfit = layout_misfit(listing, [(p.code, p.path) for p in state.problems])
+    misfit = layout_misfit(listing, [(p.code, p.path) for p in state.problems], ids=before)
     if misfit and force and running:
         raise OperationBlocked(f"cannot capture one consistent version of running job {job}: {misfit}, so no file "
                                "can be proven garbage while Spark writes; stop it on a batch boundary and back up "
