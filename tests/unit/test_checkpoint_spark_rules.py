@@ -92,3 +92,15 @@ def test_a_newer_log_version_is_refused_in_one_line_naming_the_newest_spark_know
     assert [p.path for p in problems] == ["commits/1"]
     assert "log format v3" in problems[0].message and "Spark 4.2.0" in problems[0].message
     assert "\n" not in problems[0].message
+
+
+def test_spark_210_initial_offsets_under_a_pending_first_batch_are_the_replay_start(tmp_path):
+    # Before: "does not start with the 0x00 byte Kafka writes", a BLOCK with the wrong reason.
+    ck = write_checkpoint(tmp_path / "ck", batches=0, pending=True, crc=False)
+    body = json.dumps({"orders": {"0": 0, "1": 0}}, separators=(",", ":")).encode()
+    (ck.root / "sources" / "0" / "0").write_bytes(bytes([len(body)]) + body)
+    state = read_checkpoint(str(ck.root))
+    assert not state.problems, state.problems
+    pos = resume_position(state)
+    assert pos.known and pos.pending_batch == 0
+    assert pos.start == {TopicPartition("orders", 0): 0, TopicPartition("orders", 1): 0}
