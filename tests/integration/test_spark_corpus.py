@@ -233,7 +233,7 @@ def _produce_to(bootstrap: str, topic: str, partition: int, timestamps: list[int
     assert p.flush(30) == 0
 
 
-def test_legacy_escaped_path_is_named_as_spark_refuses_it(tmp_path):
+def test_legacy_escaped_path_is_named_as_spark_refuses_it(broker, tmp_path):
     base = extract("4.2.0", tmp_path / "x") / "structured-streaming" / ESCAPED
     correct = base / "chk %@#chk"
     state = read_checkpoint(str(correct))
@@ -241,8 +241,10 @@ def test_legacy_escaped_path_is_named_as_spark_refuses_it(tmp_path):
     message = state.problems[0].message
     assert "spark.sql.streaming.checkpoint.escapedPathCheck.enabled" in message
     assert str(base / "chk%252520%252525@%252523chk") in message
-    verdict = evaluate(state, no_kafka(), None, DeployOptions())
-    assert "LEGACY_ESCAPED_PATH" in {f.code for f in verdict.findings} and verdict.severity.value == "BLOCK"
+    for options in (DeployOptions(), DeployOptions(expect_new_checkpoint=True)):   # Spark refuses both
+        verdict = validate(str(correct), kafka_config={"bootstrap.servers": broker.bootstrap_servers},
+                           options=options, record_identity=False)
+        assert [f.code for f in verdict.findings if f.severity.value == "BLOCK"] == ["LEGACY_ESCAPED_PATH"]
 
     # The oracle: Spark 4.2 refuses to start a query on that path, and names the same conf.
     from tests.support import spark_session
