@@ -20,7 +20,7 @@ import pytest
 from airflow_kafka_spark.ops.commands import backup_checkpoint, restore_checkpoint
 from devstack import oracle
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.spark35]
 
 
 def ends(checkpoint, batch: int) -> int:
