@@ -106,6 +106,7 @@ class CheckpointState:
     latest_commit: BatchCommit | None = None      # commits/C itself (version, watermark)
     before_latest: BatchOffsets | None = None     # offsets/L-1, which Spark reads on every restart
     legacy_escaped: str | None = None             # Spark 2.x's doubly-escaped folder of this location, if found
+    commit_log_absent: bool = False               # no commits/ folder: Spark 2.1's layout (it wrote none)
 
     @property
     def pending_batch(self) -> BatchOffsets | None:

@@ -73,8 +73,13 @@ def resume_position(cp: CheckpointState) -> ResumePosition | None:
         return None
     initial = _merged(cp.initial_offsets)
     committed = cp.latest_committed
-    done = {"committed": dict(committed.kafka_offsets) if committed is not None else initial,
-            "committed_batch": committed.batch_id if committed is not None else None}
+    processed = committed
+    if committed is None and cp.commit_log_absent and cp.before_latest is not None:
+        # Spark 2.1 wrote no commit log and planned batch L only after finishing L-1: its restart
+        # re-runs L from offsets/L-1, so that is what was processed up to (not sources/<n>/0).
+        processed = cp.before_latest
+    done = {"committed": dict(processed.kafka_offsets) if processed is not None else initial,
+            "committed_batch": processed.batch_id if processed is not None else None}
     if not cp.offset_batch_ids:
         if initial:  # sources/<n>/0 without batches: Spark's initialOffset reads it, not startingOffsets
             return ResumePosition(start=initial, label="sources/<n>/0, the resolved starting offsets", known=True,

@@ -171,6 +171,7 @@ class _Reader(CheckpointFiles, ConsistencyChecks, SourcesAndState):
             history=self._history(history_batches) if read_history else [],
             latest_commit=commit,
             before_latest=before_latest,
+            commit_log_absent=self.commit_log_absent and bool(offset_ids),
         )
 
     # ---- listings

@@ -104,3 +104,15 @@ def test_spark_210_initial_offsets_under_a_pending_first_batch_are_the_replay_st
     pos = resume_position(state)
     assert pos.known and pos.pending_batch == 0
     assert pos.start == {TopicPartition("orders", 0): 0, TopicPartition("orders", 1): 0}
+
+
+def test_without_commit_log_the_batch_before_the_newest_counts_as_processed(tmp_path):
+    # Spark 2.1 planned batch L only after finishing L-1; lag and reset preserve count from there,
+    # not from sources/<n>/0 (which would replay the whole history).
+    ck = write_checkpoint(tmp_path / "ck", batches=3)
+    shutil.rmtree(ck.root / "commits")
+    state = read_checkpoint(str(ck.root))
+    pos = resume_position(state)
+    assert state.commit_log_absent and pos.committed_batch == 1
+    assert pos.committed == state.before_latest.kafka_offsets != state.initial_offsets["0"]
+    assert pos.pending_batch == 2 and pos.committed_label == "offsets/1 (last committed)"
