@@ -135,3 +135,18 @@ def test_commits_ahead_of_offsets_are_copied_whole_without_a_pending_batch(tmp_p
     assert m.selection["mode"] == "whole" and "commits/2 is newer" in m.selection["why"]
     assert m.last_committed_batch == 2 and m.pending_batch is None
     assert {f.path for f in m.files} == set(files_below(ck))
+
+
+def test_the_command_line_says_what_was_copied_whole_and_what_was_left_out(tmp_path, capsys):
+    from airflow_kafka_spark import cli
+
+    ck = legacy_checkpoint(tmp_path / "ck")
+    (ck / "offsets" / ".2.5c1d.tmp").write_bytes(b"partial")
+    (ck / "rtm").mkdir()
+    (ck / "rtm" / "0").write_bytes(b"a folder this tool does not know")
+    code = cli.main(["backup", "--checkpoint", str(ck), "--backup-root", str(tmp_path / "bk"), "--settle", "0"])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "copied whole (every file but temp files): no commit log" in out
+    assert "copied as found (outside Spark's known folders): rtm/" in out
+    assert "left out offsets/.2.5c1d.tmp: temp file of an interrupted write" in out
