@@ -23,7 +23,9 @@ ESCAPED_PATH_CONF = "spark.sql.streaming.checkpoint.escapedPathCheck.enabled"
 
 
 def _escaped(path: str) -> str:
-    return quote(path, safe=_URI_PATH_SAFE)
+    """What ``new Path(p).toUri.toString`` makes of ``p``: ASCII characters a URI path may not hold are
+    %-escaped (``%`` itself too); other characters stay as they are, as ``java.net.URI`` leaves them."""
+    return "".join(c if ord(c) > 127 else quote(c, safe=_URI_PATH_SAFE) for c in path)
 
 
 def legacy_escaped_path(root: str) -> str | None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import shutil
 
+from airflow_kafka_spark.checkpoint.escaped import ESCAPED_PATH_CONF, legacy_escaped_path
 from airflow_kafka_spark.checkpoint.model import CHECKPOINT_CORRUPT, UNSUPPORTED_LOG_VERSION
 from airflow_kafka_spark.checkpoint.position import resume_position
 from airflow_kafka_spark.checkpoint.reader import read_checkpoint
@@ -116,3 +117,16 @@ def test_without_commit_log_the_batch_before_the_newest_counts_as_processed(tmp_
     assert state.commit_log_absent and pos.committed_batch == 1
     assert pos.committed == state.before_latest.kafka_offsets != state.initial_offsets["0"]
     assert pos.pending_batch == 2 and pos.committed_label == "offsets/1 (last committed)"
+
+
+def test_spark_2x_escaped_folder_of_a_special_path_is_found_and_named(tmp_path):
+    # The on-disk name is the one in Spark's escaped-path-2.4.0 test checkpoint.
+    assert legacy_escaped_path(f"{tmp_path}/chk %@#chk") == f"{tmp_path}/chk%252520%252525@%252523chk"
+    assert legacy_escaped_path(f"{tmp_path}/plain_name-1.2") is None
+    assert legacy_escaped_path(f"{tmp_path}/donn\u00e9es") is None      # java.net.URI keeps non-ASCII as is
+    write_checkpoint(tmp_path / "chk%252520%252525@%252523chk", batches=1)
+    state = read_checkpoint(str(tmp_path / "chk %@#chk"))
+    assert not state.exists and state.legacy_escaped == f"{tmp_path}/chk%252520%252525@%252523chk"
+    [problem] = state.problems
+    assert problem.code == "LEGACY_ESCAPED_PATH" and ESCAPED_PATH_CONF in problem.message
+    assert not read_checkpoint(str(tmp_path / "chk%252520%252525@%252523chk")).problems
