@@ -1,14 +1,16 @@
 """A restored backup restarts in Spark exactly as the original does: Spark is the oracle (issue 27).
 
-Three checkpoints real Spark 4.2 writes (file sources, so the same new input reaches both
-restarts): a RocksDB aggregation in checkpoint format v2 (``stateUniqueIds`` in the commit log,
-``<version>_<uuid>`` state files), a stream-stream join (four state stores per partition), and a
-checkpoint without a commit log (the layout Spark 2.1 wrote, made here by removing ``commits/``;
-Spark restarts it by re-running its newest batch). Each is backed up, the folder deleted and the
-backup restored with ``restore_checkpoint`` in its place; a plain copy of the original restarts
-beside it on the same new input. The two restarts must give the same rows, and rows that only the
-restored state can produce. The control: a copy holding only ``metadata`` — what backups kept of a
-checkpoint without commit log before this fix — gives different rows.
+Checkpoints real Spark 4.2 writes (file sources, so the same new input reaches both restarts): a
+RocksDB aggregation in checkpoint format v2 (``stateUniqueIds`` in the commit log,
+``<version>_<uuid>`` state files), a stream-stream join (four state stores per partition), session
+windows (an open session kept in state, closed after the restart), ``applyInPandasWithState``
+(PySpark's flatMapGroupsWithState), and a checkpoint without a commit log (the layout Spark 2.1
+wrote, made here by removing ``commits/``; Spark restarts it by re-running its newest batch). Each
+is backed up, the folder deleted and the backup restored with ``restore_checkpoint`` in its place; a
+plain copy of the original restarts beside it on the same new input. The two restarts must give the
+same rows, and rows that only the restored state can produce. The control: a copy holding only
+``metadata`` — what backups kept of a checkpoint without commit log before this fix — gives
+different rows.
 """
 
 from __future__ import annotations
@@ -145,3 +147,47 @@ def test_checkpoint_without_commit_log_restores_to_the_same_restart(broker, tmp_
     assert from_restored == from_original
     assert (2, "b", 2) in from_original                # the restored state counted b's first record
     assert run(build, bare, "update") != from_original  # what a metadata-only backup restarted to
+
+
+def test_session_windows_restore_to_the_same_restart(broker, tmp_path, confs):
+    inp, ck = tmp_path / "in", tmp_path / "ck"
+
+    def build(spark):
+        from pyspark.sql import functions as F
+        events = spark.readStream.schema("k string, t timestamp").json(str(inp)).withWatermark("t", "1 hour")
+        return (events.groupBy("k", F.session_window("t", "10 minutes")).count()
+                .select("k", F.col("session_window.start").cast("string"), "count"))
+
+    write_input(inp, "1", [{"k": "a", "t": "2026-01-01T00:00:00"}, {"k": "a", "t": "2026-01-01T00:05:00"}])
+    assert run(build, ck, "append") == []                              # the session is still open
+    twin, _ = restored_twin(ck, tmp_path, broker)
+
+    # One event extends the open session kept in state, a later one moves the watermark past it.
+    write_input(inp, "2", [{"k": "a", "t": "2026-01-01T00:12:00"}, {"k": "z", "t": "2026-01-01T05:00:00"}])
+    from_original, from_restored = run(build, twin, "append"), run(build, ck, "append")
+    assert from_restored == from_original
+    assert any(row[1:] == ("a", "2026-01-01 00:00:00", 3) for row in from_original), from_original
+
+
+def test_grouped_state_in_pandas_restores_to_the_same_restart(broker, tmp_path, confs):
+    """applyInPandasWithState: PySpark's flatMapGroupsWithState (arbitrary state per key)."""
+    inp, ck = tmp_path / "in", tmp_path / "ck"
+
+    def count_per_key(key, frames, state):
+        import pandas as pd
+
+        seen = (state.get[0] if state.exists else 0) + sum(len(f) for f in frames)
+        state.update((seen,))
+        yield pd.DataFrame({"k": [key[0]], "seen": [seen]})
+
+    def build(spark):
+        return (spark.readStream.schema("k string").json(str(inp)).groupBy("k")
+                .applyInPandasWithState(count_per_key, "k string, seen long", "seen long", "Update", "NoTimeout"))
+
+    write_input(inp, "1", [{"k": "a"}, {"k": "a"}, {"k": "b"}])
+    run(build, ck, "update")
+    twin, _ = restored_twin(ck, tmp_path, broker)
+
+    write_input(inp, "2", [{"k": "a"}])
+    from_original, from_restored = run(build, twin, "update"), run(build, ck, "update")
+    assert from_restored == from_original == [(1, "a", 3)]
