@@ -5,6 +5,9 @@ tools, used as an independent witness in tests) and the ``spark-sql-kafka-0-10``
 exactly the Spark version of the installed ``pyspark``. Each is described by a small POM under
 ``devstack/jvm/``; ``mvn dependency:copy-dependencies`` copies it into ``<cache>/jars/<name>/``. A
 stamp file holding the POM's hash makes a second run a no-op (no Maven start, no network).
+
+A third set is no classpath: Spark's own test jars (``spark-test-resources``), whose checkpoints
+tests/integration/test_spark_corpus.py extracts at test time and runs through the product.
 """
 
 from __future__ import annotations
@@ -144,15 +147,22 @@ def _artifact(jar_name: str) -> str:
     return "-".join(parts)
 
 
+def spark_test_jars() -> list[Path]:
+    """Spark's own test jars (``devstack/jvm/spark-test-resources``): the checkpoints its suites restart."""
+    return fetch("spark-test-resources").jars
+
+
 def main() -> int:
     try:
         k = kafka_classpath()
         s = spark_kafka_jars()
+        t = spark_test_jars()
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print(f"kafka: {len(k.jars)} jars in {k.directory}")
     print("spark-kafka connector: " + ", ".join(j.name for j in s))
+    print("spark test jars: " + ", ".join(j.name for j in t))
     return 0
 
 

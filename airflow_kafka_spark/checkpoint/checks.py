@@ -80,8 +80,9 @@ class ConsistencyChecks:
             have_commits = f"commits {_fmt(_runs(commit_ids))}" if commit_ids else "no commits"
             self._problem(CHECKPOINT_CORRUPT, f"offsets/{latest - 1}",
                           f"offsets gap at {latest - 1} (have offsets {_fmt(_runs(offset_ids))}; "
-                          f"{have_commits}): Spark needs offsets/{latest - 1} to restart batch {latest}: "
-                          f"{repair}")
+                          f"{have_commits}): Spark needs offsets/{latest - 1} to restart batch {latest} "
+                          f"(only a query run with asyncProgressTrackingEnabled, which logs some batches "
+                          f"only, restarts without it): {repair}")
 
         upto_latest = bisect.bisect_right(commit_ids, latest)
         ahead = commit_ids[upto_latest:]
@@ -114,20 +115,24 @@ class ConsistencyChecks:
                           f"has a hole (expected only with asyncProgressTrackingEnabled)")
 
         done = commit_ids[upto_latest - 1] if upto_latest else None
-        if (done is None and latest > 0) or (done is not None and done < latest - 1):
+        # No commits/ folder at all is Spark 2.1's layout (it wrote none): Spark restarts it by re-running
+        # batch L from offsets/L-1 (MicroBatchExecution: "no commit log present"), a pending batch.
+        # An empty commits/ is not: Spark 2.2+ commits every batch, so its files were removed.
+        legacy = getattr(self, "commit_log_absent", False)
+        if (done is None and latest > 0 and not legacy) or (done is not None and done < latest - 1):
             first = 0 if done is None else done + 1
-            if first in offsets or (done is None and oldest in offsets):
-                first = first if first in offsets else oldest
+            # Only batches with an offsets/ file were planned; a hole is reported as a gap above.
+            uncommitted = [i for i in offset_ids[bisect.bisect_left(offset_ids, first):] if i < latest]
+            if uncommitted:
+                first = uncommitted[0]
                 drop = [i for i in offset_ids if i > first]
                 repair = (f"remove offsets/{_fmt(_runs(drop))} so Spark re-runs batch {first} with its "
                           f"recorded range and re-plans the rest")
-            else:
-                repair = "restore commits/ from a backup"
-            state = "no batch is committed" if done is None else f"commits end at batch {done}"
-            self._problem(CHECKPOINT_CORRUPT, f"commits/{first}",
-                          f"{state} but offsets/ at {latest}: batches {_fmt([(first, latest - 1)])} were "
-                          f"planned without being committed and Spark would re-run only batch {latest}: "
-                          f"{repair}")
+                state = "no batch is committed" if done is None else f"commits end at batch {done}"
+                self._problem(CHECKPOINT_CORRUPT, f"commits/{first}",
+                              f"{state} but offsets/ at {latest}: batches {_fmt(_runs(uncommitted))} were "
+                              f"planned without being committed and Spark would re-run only batch {latest}: "
+                              f"{repair}")
         if done is not None:
             missing = [r for r in _gaps(commit_ids, commit_ids[0], done) if _covers(offsets, r)]
             if missing:

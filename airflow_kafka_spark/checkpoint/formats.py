@@ -24,6 +24,9 @@ from airflow_kafka_spark.kafka.offsets import PartitionOffsets, offsets_from_doc
 OFFSETS_MAX_VERSION = 2
 COMMITS_MAX_VERSION = 2
 SOURCES_MAX_VERSION = 1
+#: The newest Spark whose checkpoint formats were produced by that Spark and read here
+#: (tests/integration/test_spark42_formats.py, test_spark_corpus.py); a newer version line is refused.
+NEWEST_SPARK_KNOWN = "4.2.0"
 
 _MAX_LONG = 2**63 - 1
 _MIN_LONG = -(2**63)
@@ -165,18 +168,40 @@ def parse_commit_file(batch_id: int, data: bytes, *, what: str | None = None) ->
                        has_state_unique_ids=bool(unique_ids))
 
 
-def parse_initial_offsets_file(data: bytes, *, what: str = "sources/0/0") -> PartitionOffsets | None:
-    """Parse Kafka's ``sources/<n>/0``; None if the file belongs to another kind of source.
+def parse_initial_offsets_file(data: bytes, *, what: str = "sources/0/0",
+                               kafka: bool = False) -> PartitionOffsets | None:
+    """Parse Kafka's ``sources/<n>/0`` as Spark reads it; None if the file belongs to another kind of source.
 
-    Kafka writes one 0x00 byte first (SPARK-19517, so Spark 2.1.0 can read it), then ``v1\\n`` and
-    the resolved starting offsets; Spark 2.1.0 itself wrote the JSON right after that byte. Other
-    sources (rate, files) keep a plain ``v1`` log there, which is recognised by its first byte.
+    Spark's ``KafkaSourceInitialOffsetWriter.deserialize`` skips the first byte *whatever it is*
+    (Kafka writes 0x00 there since SPARK-19517; Spark 2.1.0 wrote the JSON's length, e.g. ``2``
+    before a 50-byte JSON), then reads ``v<N>\n`` and the offsets, or, without a ``v``, the JSON
+    itself (2.1.0). Other sources (rate, files) keep a plain ``v1`` log there, without that byte.
+    ``kafka`` says the offsets log already names this source as Kafka's: then the file is read
+    by Spark's rule alone. Otherwise a first byte other than 0x00 makes it Kafka's only when the
+    rest reads as Kafka offsets (a newer version line before Kafka offsets is still refused as
+    :class:`UnsupportedLogVersionError`, as Spark's ``validateVersion`` refuses ``v99999``).
     """
-    if not data or data[:1] != b"\x00":
+    if not data:
         return None
+    if kafka or data[:1] == b"\x00":
+        return _initial_offsets(data, what)
+    try:
+        return _initial_offsets(data, what)
+    except UnsupportedLogVersionError:
+        text = data[1:].decode("utf-8", "replace")
+        try:
+            _kafka_offsets(text[text.find("\n") + 1:], what)
+        except CheckpointFormatError:
+            return None
+        raise
+    except CheckpointFormatError:
+        return None
+
+
+def _initial_offsets(data: bytes, what: str) -> PartitionOffsets:
     text = _decode(data[1:], what)
     if not text:
-        raise CheckpointFormatError(f"{what} holds only the leading 0x00 byte (truncated)")
+        raise CheckpointFormatError(f"{what} holds only its leading byte (truncated)")
     if text[0] == "v":
         newline = text.find("\n")
         if newline <= 0:
@@ -213,7 +238,8 @@ def parse_log_version(line: str, max_version: int, what: str) -> int:
         raise CheckpointFormatError(f"{what} has a malformed version line {_show(line)} (expected e.g. 'v1')")
     if version > max_version:
         raise UnsupportedLogVersionError(
-            f"{what} uses log format v{version}; this tool reads up to v{max_version}")
+            f"{what} uses log format v{version}; this tool reads up to v{max_version}, the newest that Spark "
+            f"{NEWEST_SPARK_KNOWN} writes")
     return version
 
 

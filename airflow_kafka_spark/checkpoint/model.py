@@ -24,6 +24,9 @@ LOG_GAP = "LOG_GAP"
 INITIAL_OFFSETS_UNREADABLE = "INITIAL_OFFSETS_UNREADABLE"
 """``sources/<n>/0`` is damaged but Spark will not read it again (a batch was already committed)."""
 
+LEGACY_ESCAPED_PATH = "LEGACY_ESCAPED_PATH"
+"""Spark 2.x's doubly-escaped folder of this checkpoint path exists: Spark 3+ refuses to start (SPARK-26824)."""
+
 WARN_CODES = frozenset({STRAY_TEMP_FILE, LOG_GAP, INITIAL_OFFSETS_UNREADABLE})
 
 
@@ -101,6 +104,9 @@ class CheckpointState:
     problems: list[CheckpointProblem] = field(default_factory=list)
     history: list[BatchOffsets] = field(default_factory=list)  # filled only when asked (read_history=True)
     latest_commit: BatchCommit | None = None      # commits/C itself (version, watermark)
+    before_latest: BatchOffsets | None = None     # offsets/L-1, which Spark reads on every restart
+    legacy_escaped: str | None = None             # Spark 2.x's doubly-escaped folder of this location, if found
+    commit_log_absent: bool = False               # no commits/ folder: Spark 2.1's layout (it wrote none)
 
     @property
     def pending_batch(self) -> BatchOffsets | None:

@@ -73,8 +73,13 @@ def resume_position(cp: CheckpointState) -> ResumePosition | None:
         return None
     initial = _merged(cp.initial_offsets)
     committed = cp.latest_committed
-    done = {"committed": dict(committed.kafka_offsets) if committed is not None else initial,
-            "committed_batch": committed.batch_id if committed is not None else None}
+    processed = committed
+    if committed is None and cp.commit_log_absent and cp.before_latest is not None:
+        # Spark 2.1 wrote no commit log and planned batch L only after finishing L-1: its restart
+        # re-runs L from offsets/L-1, so that is what was processed up to (not sources/<n>/0).
+        processed = cp.before_latest
+    done = {"committed": dict(processed.kafka_offsets) if processed is not None else initial,
+            "committed_batch": processed.batch_id if processed is not None else None}
     if not cp.offset_batch_ids:
         if initial:  # sources/<n>/0 without batches: Spark's initialOffset reads it, not startingOffsets
             return ResumePosition(start=initial, label="sources/<n>/0, the resolved starting offsets", known=True,
@@ -96,13 +101,15 @@ def resume_position(cp: CheckpointState) -> ResumePosition | None:
     if committed is not None and committed.batch_id == last - 1:
         return ResumePosition(start=committed.kafka_offsets, label=f"committed offsets/{last - 1}", known=True,
                               **pend, **ref)
-    previous = next((b for b in cp.history if b.batch_id == last - 1), None)
+    previous = cp.before_latest if cp.before_latest is not None and cp.before_latest.batch_id == last - 1 \
+        else next((b for b in cp.history if b.batch_id == last - 1), None)
     if previous is not None:
         return ResumePosition(start=previous.kafka_offsets, label=f"offsets/{last - 1}", known=True, **pend, **ref)
     if last == 0:
         return ResumePosition(start=initial, label="sources/<n>/0, the start of batch 0", known=bool(initial),
                               **pend, **ref)
-    return ResumePosition(start={}, label=f"unreadable offsets/{last - 1}", known=False, **pend, **ref)
+    why = "unreadable" if last - 1 in cp.offset_batch_ids else "missing"
+    return ResumePosition(start={}, label=f"{why} offsets/{last - 1}", known=False, **pend, **ref)
 
 
 def resume_offsets(cp: CheckpointState) -> PartitionOffsets:

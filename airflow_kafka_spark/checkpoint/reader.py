@@ -27,9 +27,11 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from airflow_kafka_spark.checkpoint.checks import ConsistencyChecks
+from airflow_kafka_spark.checkpoint.escaped import find_legacy_folder, legacy_message
 from airflow_kafka_spark.checkpoint.files import NOT_STATED, CheckpointFiles, is_dir, open_fs, os_reason
 from airflow_kafka_spark.checkpoint.formats import (
     MAX_LOG_FILE_BYTES,
@@ -44,6 +46,7 @@ from airflow_kafka_spark.checkpoint.formats import (
 )
 from airflow_kafka_spark.checkpoint.model import (
     CHECKPOINT_CORRUPT,
+    LEGACY_ESCAPED_PATH,
     MISSING_QUERY_ID,
     UNSUPPORTED_LOG_VERSION,
     BatchCommit,
@@ -76,6 +79,8 @@ def read_checkpoint(
     if isinstance(location, os.PathLike):
         location = os.fspath(location)
     fs, root = open_fs(location, storage_options)
+    legacy = find_legacy_folder(fs, root)
+    legacy_problems = [CheckpointProblem(LEGACY_ESCAPED_PATH, "", legacy_message(root, legacy))] if legacy else []
     try:
         info = fs.info(root)
     except FileNotFoundError:
@@ -89,6 +94,8 @@ def read_checkpoint(
             latest_committed=None,
             initial_offsets={},
             has_state=False,
+            problems=legacy_problems,
+            legacy_escaped=legacy,
         )
     except OSError as exc:
         raise UserError(f"cannot access checkpoint location {location}: {os_reason(exc)}") from None
@@ -97,7 +104,11 @@ def read_checkpoint(
             f"checkpoint location {location} is not a directory: pass the checkpoint folder "
             f"(the one holding offsets/, commits/ and metadata)"
         )
-    return _Reader(fs, root, location).read(read_history, history_batches)
+    state = _Reader(fs, root, location).read(read_history, history_batches)
+    if legacy:
+        state.problems[:0] = legacy_problems
+        state = replace(state, legacy_escaped=legacy)
+    return state
 
 
 class _Reader(CheckpointFiles, ConsistencyChecks, SourcesAndState):
@@ -126,6 +137,7 @@ class _Reader(CheckpointFiles, ConsistencyChecks, SourcesAndState):
         self.latest = offset_ids[-1] if offset_ids else None
         self._note_orphan_checksums(offset_ids, root_entries)
         self.committed = commit_ids[-1] if commit_ids else None
+        self.commit_log_absent = "commits" not in root_entries   # Spark 2.1 wrote no commit log
         latest, committed = self.latest, self.committed
 
         query_id = self._query_id(root_entries, has_batches=bool(offset_ids or commit_ids))
@@ -133,8 +145,9 @@ class _Reader(CheckpointFiles, ConsistencyChecks, SourcesAndState):
         self._check_empty_history(offset_ids, commit_ids)
 
         planned = self._offsets(latest)
+        before_latest = None
         if latest is not None and latest > 0:
-            self._offsets(latest - 1)  # Spark reads it on every restart to find where batch L starts
+            before_latest = self._offsets(latest - 1)  # Spark reads it on every restart: where batch L starts
         committed_offsets = self._offsets(committed)
         commit = self._commit(committed)
         if read_history:
@@ -157,6 +170,8 @@ class _Reader(CheckpointFiles, ConsistencyChecks, SourcesAndState):
             problems=self.problems,
             history=self._history(history_batches) if read_history else [],
             latest_commit=commit,
+            before_latest=before_latest,
+            commit_log_absent=self.commit_log_absent and bool(offset_ids),
         )
 
     # ---- listings

@@ -51,11 +51,9 @@ class SourcesAndState:
             if data is None:
                 continue
             try:
-                offsets = parse_initial_offsets_file(data, what=rel)
-                if offsets is None and not data:
+                if not data:
                     raise CheckpointFormatError(f"{rel} {why or 'is empty'}")
-                if offsets is None and source_id in kafka_ids:
-                    raise CheckpointFormatError(f"{rel} does not start with the 0x00 byte Kafka writes")
+                offsets = parse_initial_offsets_file(data, what=rel, kafka=source_id in kafka_ids)
             except UnsupportedLogVersionError as exc:
                 self._unsupported(rel, exc)
                 continue

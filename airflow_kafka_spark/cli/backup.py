@@ -118,6 +118,11 @@ def _backup(args: argparse.Namespace) -> int:
         f"({result.bytes_written:,} bytes), {result.files_from_previous:,} unchanged since the previous backup",
         f"  {result.seconds:.2f}s (verify {result.verify_seconds:.2f}s)",
     ]
+    if m.selection.get("why"):
+        lines.append(f"  copied whole (every file but temp files): {m.selection['why']}")
+    if m.selection.get("unmodelled"):
+        lines.append(f"  copied as found (outside Spark's known folders): {', '.join(m.selection['unmodelled'])}")
+    lines += [f"  left out {path}: {why}" for path, why in (m.selection.get("excluded") or {}).items()]
     if m.problems:
         lines += [f"  warning: {p}" for p in m.problems]
     if result.pruned:

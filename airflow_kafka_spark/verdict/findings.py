@@ -84,6 +84,8 @@ CODES: dict[str, tuple[Severity, str]] = {
     "STRAY_TEMP_FILE": (WARN, "leftover temp file of an interrupted write; Spark ignores it (S08)"),
     "LOG_GAP": (WARN, "a hole in retained history Spark does not need (history/backups affected)"),
     "INITIAL_OFFSETS_UNREADABLE": (WARN, "sources/<n>/0 damaged; only matters if offsets/ is wiped"),
+    "LEGACY_ESCAPED_PATH": (BLOCK, "Spark 2.x's escaped folder of this checkpoint path exists; Spark 3+ "
+                                   "refuses to start until it is moved"),
     "CONF_PINNED_BY_CHECKPOINT": (WARN, "a deploy conf the checkpoint pins; Spark silently keeps the old "
                                         "value (S11)"),
     "STARTING_OFFSETS_IGNORED": (WARN, "startingOffsets only apply to a new query; the checkpoint wins "

@@ -39,6 +39,7 @@ from airflow_kafka_spark.verdict.interrupted import interrupted_finding
 from airflow_kafka_spark.verdict.options import DeployOptions
 from airflow_kafka_spark.verdict.partition_findings import ProbedRecord
 from airflow_kafka_spark.verdict.previous import find_previous_checkpoint
+from airflow_kafka_spark.verdict.query_checks import problem_findings
 
 log = logging.getLogger(__name__)
 
@@ -100,6 +101,10 @@ def _validate_checkpoint(kafka: KafkaView, location: str, options: DeployOptions
         record = None
     else:
         record = LifecycleRecord.load(lifecycle_location or location, storage_options=storage_options)
+    if not checkpoint.exists and checkpoint.legacy_escaped:
+        # Spark 3+ refuses to start here whatever the deploy means (a new query too): a BLOCK naming
+        # Spark's fix, not "does not exist" (checkpoint/escaped.py).
+        return Verdict.of(problem_findings(checkpoint), subject=location)
     if not checkpoint.exists and not options.expect_new_checkpoint \
             and not (record is not None and record.next_starting_offsets):
         raise UserError(f"checkpoint location {location} does not exist; check the path, or declare that "

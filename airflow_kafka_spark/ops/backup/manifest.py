@@ -84,6 +84,10 @@ class Manifest:
     problems: list[str]
     files: tuple[FileEntry, ...]
     stats: dict[str, Any] = field(default_factory=dict)
+    #: How the files were chosen (``ops.backup.selection``: ``mode`` version|whole, ``why``, every
+    #: ``excluded`` file with its reason, ``unmodelled`` folders copied as found). Absent from
+    #: manifests written before it existed, and then left out of the body, so their seals still hold.
+    selection: dict[str, Any] = field(default_factory=dict)
     digest: str = ""
     hmac: str = ""               # keyed seal (ops.seal), empty when written without a key
     #: The JSON of ``files`` exactly as a parsed manifest's seals covered it (``from_json``), carried
@@ -117,6 +121,7 @@ class Manifest:
             "state": self.state, "problems": list(self.problems),
             "totals": {"files": len(self.files), "bytes": self.total_bytes},
             "stats": self.stats,
+            **({"selection": self.selection} if self.selection else {}),
         }
 
     def to_dict(self) -> dict[str, Any]:
@@ -190,6 +195,7 @@ class Manifest:
                 topics=dict(doc.get("topics") or {}), forced=bool(doc.get("forced")),
                 running=bool(doc.get("running")), state=dict(doc.get("state") or {}),
                 problems=list(doc.get("problems") or []), files=files, stats=dict(doc.get("stats") or {}),
+                selection=dict(doc.get("selection") or {}),
                 digest=str(digest or ""), hmac=keyed if isinstance(keyed, str) else "")
         except (KeyError, TypeError, ValueError, AttributeError, UserError) as exc:
             raise _tampered(where, f"missing or malformed field ({exc})") from None

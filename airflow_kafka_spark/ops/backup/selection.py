@@ -11,19 +11,33 @@ range — dropping it would let Spark re-plan the batch wider, and a file sink t
 recorded that batch id would then skip the extra records. ``--force`` on a running query keeps
 strictly ``≤ C``. Temp files (``.*.tmp``) are never copied; Hadoop ``.crc`` side files follow the
 file they belong to.
+
+Complete by construction: a file is left out only when the model *proves* it garbage for the
+version kept, and every file left out is listed with its reason (``Selection.excluded``, the
+manifest's ``selection``). Files outside the folders the model knows (``metadata``, ``offsets/``,
+``commits/``, ``sources/``, ``state/``) are copied as they are and named (``unmodelled``). When the
+checkpoint itself does not fit the model (:func:`layout_misfit`: no commit log — Spark 2.1 wrote
+none and Spark restarts such a checkpoint by re-running its newest ``offsets/`` batch —, holes in
+``offsets/``, logs that contradict, a log file in a version this tool cannot read) nothing can be
+proven garbage, so the whole folder is copied but for temp files, and the reason is recorded:
+before this rule such a checkpoint got a "verified" backup holding ``metadata`` only
+(tests/integration/test_spark_corpus.py runs Spark's own test checkpoints through it).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from airflow_kafka_spark.checkpoint.formats import batch_id_from_name
+from airflow_kafka_spark.checkpoint.model import CHECKPOINT_CORRUPT, UNSUPPORTED_LOG_VERSION
 
 _STATE_VERSION_FILE = re.compile(r"^([0-9]+)(?:_[^.]+)?\.(delta|snapshot|zip|changelog)$")
 _STATE_BASE_KINDS = ("snapshot", "zip")
+#: The top-level entries whose files the model places; anything else is copied as found.
+MODELLED = frozenset({"metadata", ".metadata.crc", "offsets", "commits", "sources", "state"})
 
 
 @dataclass(frozen=True)
@@ -36,6 +50,13 @@ class Selection:
     log_bound: int | None                  # newest offsets/ id kept (C, or C+1 for a stopped pending batch)
     state_version: int | None              # newest state version kept (C+1)
     state_problems: list[str] = field(default_factory=list)
+    whole: str | None = None               # why the whole folder was copied (the layout fits no model)
+    unmodelled: list[str] = field(default_factory=list)   # top-level entries copied as found
+
+    def record(self) -> dict:
+        """The manifest's ``selection``: how the files were chosen and every file left out, with why."""
+        return {"mode": "whole" if self.whole else "version", "why": self.whole,
+                "excluded": dict(sorted(self.excluded.items())), "unmodelled": self.unmodelled}
 
 
 def _inner_name(name: str) -> str | None:
@@ -49,12 +70,17 @@ def _inner_name(name: str) -> str | None:
 
 
 def select_files(listing: Mapping[str, dict], committed: int | None, planned: int | None, *,
-                 keep_pending: bool) -> Selection:
+                 keep_pending: bool, whole: str | None = None) -> Selection:
     """Pick the files of the last committed version out of a checkpoint listing (pure: no I/O).
 
     ``committed`` is ``C`` (newest ``commits/`` id), ``planned`` is ``L`` (newest ``offsets/`` id).
     ``keep_pending`` keeps ``offsets/L`` when ``L == C+1`` (a stopped query's write-ahead entry).
+    ``whole`` (a :func:`layout_misfit` reason) copies every file but temp files of Spark's folders.
     """
+    tops = {rel.partition("/")[0] for rel in listing} - MODELLED       # one pass: state stores hold 40,000 files
+    unmodelled = sorted(top if top in listing else f"{top}/" for top in tops)
+    if whole is not None:
+        return _whole(listing, committed, planned, whole, unmodelled)
     log_bound = committed
     if keep_pending and planned is not None and planned == (committed + 1 if committed is not None else 0):
         log_bound = planned
@@ -91,7 +117,54 @@ def select_files(listing: Mapping[str, dict], committed: int | None, planned: in
         files[rel] = info
     problems = _chain_problems(stores, state_version) if state_version is not None else []
     return Selection(files=files, excluded=excluded, committed=committed, log_bound=log_bound,
-                     state_version=state_version, state_problems=problems)
+                     state_version=state_version, state_problems=problems, unmodelled=unmodelled)
+
+
+def _whole(listing: Mapping[str, dict], committed: int | None, planned: int | None, why: str,
+           unmodelled: list[str]) -> Selection:
+    """Every file but the temp files of Spark's own folders (its atomic writes' leftovers, never read)."""
+    files: dict[str, dict] = {}
+    excluded: dict[str, str] = {}
+    for rel, info in listing.items():
+        if rel.split("/", 1)[0] in MODELLED and rel.rpartition("/")[2].endswith((".tmp", ".tmp.crc")):
+            excluded[rel] = "temp file of an interrupted write"
+        else:
+            files[rel] = info
+    return Selection(files=files, excluded=excluded, committed=committed, log_bound=planned,
+                     state_version=None, whole=why, unmodelled=unmodelled)
+
+
+def layout_misfit(listing: Mapping[str, dict], problems: Iterable[tuple[str, str]] = (), *,
+                  ids: tuple[frozenset[int], frozenset[int]] | None = None) -> str | None:
+    """Why this checkpoint does not fit the one-version model, or None when it does.
+
+    The model proves a file garbage from the two logs: the newest commit ``C`` and at most one
+    planned batch after it. Without a commit log (Spark 2.1), with holes in ``offsets/``, with logs
+    that contradict, or with a log file this tool cannot read (``problems``: the reader's (code,
+    path) pairs), ``C`` does not say what Spark restarts from, so nothing may be left out. Offsets
+    after ``C+1`` are no exception: Spark's restart reads ``offsets/L`` and ``L-1``, so they are not
+    garbage. ``ids`` are :func:`log_ids` of ``listing`` when the caller has them already.
+    """
+    offs, coms = ids if ids is not None else log_ids(listing)
+    if offs:
+        latest, oldest = max(offs), min(offs)
+        if not coms and latest > 0:
+            return (f"no commit log (offsets/{oldest}-{latest}, no commits/: Spark 2.1 wrote none, and Spark "
+                    f"restarts it by re-running batch {latest})")
+        if len(offs) != latest - oldest + 1:
+            hole = next(i for i in range(oldest, latest) if i not in offs)
+            return f"offsets/ has a hole at batch {hole} (files {oldest}-{latest}, {len(offs)} of them)"
+        if coms and max(coms) > latest:
+            return f"commits/{max(coms)} is newer than the newest offsets/{latest}"
+        if coms and latest > max(coms) + 1:
+            return f"offsets/ runs to batch {latest} but commits/ ends at {max(coms)}"
+    elif coms:
+        return "commits/ without offsets/"
+    for code, path in problems:
+        if code in (UNSUPPORTED_LOG_VERSION, CHECKPOINT_CORRUPT) and path.startswith(("offsets/", "commits/")):
+            what = "is in a log format this tool cannot read" if code == UNSUPPORTED_LOG_VERSION else "is damaged"
+            return f"{path} {what}"
+    return None
 
 
 def _state_exclusion(rel: str, inner: str, m: re.Match[str] | None, state_version: int | None,

@@ -52,7 +52,7 @@ from airflow_kafka_spark.ops.backup.catalog import job_location, open_backup_roo
 from airflow_kafka_spark.ops.backup.manifest import BACKUPS_DIR, LOCK_NAME, STAGING_DIR, FileEntry, Manifest
 from airflow_kafka_spark.ops.backup.prune import check_retention, prune_job
 from airflow_kafka_spark.ops.backup.reuse import previous_manifest, reusable, stat_of, unchanged
-from airflow_kafka_spark.ops.backup.selection import log_ids, select_files
+from airflow_kafka_spark.ops.backup.selection import Selection, layout_misfit, log_ids, select_files
 from airflow_kafka_spark.ops.backup.store import BlobWriter, blob_index, check_blobs
 from airflow_kafka_spark.ops.guards import check_locations, running_reason
 
@@ -76,6 +76,7 @@ class BackupResult:
     verify_seconds: float
     excluded: dict[str, str] = field(default_factory=dict)
     pruned: list[str] = field(default_factory=list)
+    selection: Selection | None = None
 
     @property
     def backup_id(self) -> str:
@@ -87,7 +88,8 @@ class BackupResult:
                 "bytes_hashed": self.bytes_hashed, "blobs_written": self.blobs_written,
                 "bytes_written": self.bytes_written, "files_from_previous": self.files_from_previous,
                 "verify_seconds": round(self.verify_seconds, 3),
-                "excluded": len(self.excluded), "pruned": self.pruned}
+                "excluded": len(self.excluded), "pruned": self.pruned,
+                **({"selection": self.selection.record()} if self.selection is not None else {})}
 
 
 def open_checkpoint(checkpoint_location: str, storage_options: dict | None) -> tuple[Location, CheckpointState]:
@@ -95,6 +97,9 @@ def open_checkpoint(checkpoint_location: str, storage_options: dict | None) -> t
     loc = open_location(checkpoint_location, storage_options, what="checkpoint location")
     state = read_checkpoint(checkpoint_location, storage_options=storage_options)
     if not state.exists:
+        if state.legacy_escaped:
+            raise UserError(f"checkpoint location {checkpoint_location} does not exist, but "
+                            f"{state.problems[0].message}; back up {state.legacy_escaped} itself, or move it first")
         raise UserError(f"checkpoint location {checkpoint_location} does not exist; pass the folder that holds "
                         "offsets/, commits/ and metadata")
     if not state.offset_batch_ids and not state.commit_batch_ids and state.query_id is None \
@@ -185,7 +190,12 @@ def _backup_once(ck: Location, state: CheckpointState, job_loc: Location, job: s
     newest_before = _newest_log_files(listing, before)
     committed = max(before[1]) if before[1] else None
     planned = max(before[0]) if before[0] else None
-    sel = select_files(listing, committed, planned, keep_pending=not (force and running))
+    misfit = layout_misfit(listing, [(p.code, p.path) for p in state.problems], ids=before)
+    if misfit and force and running:
+        raise OperationBlocked(f"cannot capture one consistent version of running job {job}: {misfit}, so no file "
+                               "can be proven garbage while Spark writes; stop it on a batch boundary and back up "
+                               "again (the whole folder is copied then)", code="QUERY_RUNNING")
+    sel = select_files(listing, committed, planned, keep_pending=not (force and running), whole=misfit)
     faults.crash_point("backup.listed")
 
     writer = BlobWriter(job_loc, index)
@@ -233,7 +243,10 @@ def _backup_once(ck: Location, state: CheckpointState, job_loc: Location, job: s
     created = now_ms if now_ms is not None else int(time.time() * 1000)
     backup_id = new_backup_id(created, committed)
     committed_offsets = _offsets_at(ck, state, committed)
-    pending_offsets = _offsets_at(ck, state, sel.log_bound) if sel.log_bound != committed else None
+    # A batch planned after the last commit (a whole copy may also hold commits ahead of offsets/: no pending then)
+    pending = sel.log_bound if sel.log_bound is not None and (committed is None or sel.log_bound > committed) \
+        else None
+    pending_offsets = _offsets_at(ck, state, pending)
     initial: PartitionOffsets = {}
     for offs in state.initial_offsets.values():
         initial.update(offs)
@@ -241,7 +254,7 @@ def _backup_once(ck: Location, state: CheckpointState, job_loc: Location, job: s
         backup_id=backup_id, job=job, created_at_ms=created, reason=reason,
         checkpoint_location=ck.url, query_id=state.query_id, last_committed_batch=committed,
         committed_offsets=committed_offsets,
-        pending_batch=sel.log_bound if sel.log_bound != committed else None,
+        pending_batch=pending,
         pending_offsets=pending_offsets, initial_offsets=initial or None,
         spark_version=spark_version or (record.spark_version if record else None),
         kafka_cluster_id=record.kafka_cluster_id if record else None,
@@ -250,6 +263,7 @@ def _backup_once(ck: Location, state: CheckpointState, job_loc: Location, job: s
         forced=force, running=bool(running),
         state={"has_state": state.has_state, "version": sel.state_version if state.has_state else None,
                "complete": not sel.state_problems},
+        selection=sel.record(),
         problems=[*sel.state_problems, *(f"{p.code} {p.path}: {p.message}" for p in state.problems)],
         files=tuple(entries),
         # Every entry the previous manifest's own, in its order: its sealed file list is this one.
@@ -284,7 +298,7 @@ def _backup_once(ck: Location, state: CheckpointState, job_loc: Location, job: s
         manifest=staged, seconds=time.monotonic() - t0, files=len(entries), bytes=staged.total_bytes,
         files_hashed=writer.files_hashed, bytes_hashed=writer.bytes_hashed, blobs_written=len(writer.written),
         bytes_written=writer.bytes_written, files_from_previous=reused, verify_seconds=verify_seconds,
-        excluded=sel.excluded)
+        excluded=sel.excluded, selection=sel)
 
 
 def _log_listing(ck: Location) -> dict[str, dict]:
