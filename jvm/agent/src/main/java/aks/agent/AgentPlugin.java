@@ -48,7 +48,7 @@ public final class AgentPlugin implements SparkPlugin {
       app.put("stop_marker", all.get(AgentConf.STOP_MARKER));
       app.put("file_manager", conf.get(AgentConf.SPARK_FILE_MANAGER, null));
       app.put("started_at", Report.now());
-      Report.configure(all.get(AgentConf.REPORT), sc.hadoopConfiguration(), app);
+      Report.configure(all.get(AgentConf.REPORT), sc.hadoopConfiguration(), app, sc);
       String marker = all.get(AgentConf.STOP_MARKER);
       if (marker == null || marker.trim().isEmpty()) {
         Log.warn(AgentConf.STOP_MARKER + " is not set: the agent only reports, it cannot stop");

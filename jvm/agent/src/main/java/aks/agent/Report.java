@@ -30,10 +30,14 @@ final class Report {
   private static Map<String, Object> stop;
   private static Path path;
   private static Configuration hadoopConf;
+  private static org.apache.spark.SparkContext context;
 
   private Report() {}
 
-  static synchronized void configure(String reportPath, Configuration conf, Map<String, Object> app) {
+  /** The application id is assigned after plugins start: it is read from the context when written. */
+  static synchronized void configure(
+      String reportPath, Configuration conf, Map<String, Object> app, org.apache.spark.SparkContext sc) {
+    context = sc;
     path = reportPath == null || reportPath.trim().isEmpty() ? null : new Path(reportPath.trim());
     hadoopConf = conf;
     APP.putAll(app);
@@ -72,6 +76,13 @@ final class Report {
     doc.put("schema", SCHEMA);
     doc.put("agent", "aks-agent");
     doc.putAll(APP);
+    if (doc.get("application_id") == null && context != null) {
+      try {
+        doc.put("application_id", context.applicationId());
+      } catch (RuntimeException e) {
+        // not assigned yet
+      }
+    }
     doc.put("updated_at", now());
     List<Object> queries = new ArrayList<>(QUERIES.values());
     doc.put("queries", queries);
