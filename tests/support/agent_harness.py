@@ -137,5 +137,22 @@ def boundary(checkpoint: Path) -> tuple[int, int]:
     return newest(checkpoint, "offsets"), newest(checkpoint, "commits")
 
 
+def committed_position(checkpoint: Path, topic: str) -> dict[int, int]:
+    """Where the next run resumes: the end offsets of the newest committed batch (its ``offsets/N``).
+
+    Spark's offset file is a version line, a metadata line and one JSON line per source; the Kafka
+    source's is ``{"<topic>": {"<partition>": <next offset>}}``.
+    """
+    n = newest(checkpoint, "commits")
+    if n < 0:
+        return {}
+    lines = (checkpoint / "offsets" / str(n)).read_text().splitlines()
+    for line in lines[2:]:
+        doc = json.loads(line)
+        if isinstance(doc, dict) and topic in doc:
+            return {int(p): int(o) for p, o in doc[topic].items()}
+    return {}
+
+
 def read_report(path: Path) -> dict:
     return json.loads(path.read_text())
