@@ -6,8 +6,9 @@ keeps writing to a 3-partition topic. The only thing the product adds is ``agent
 A stop is "on a boundary" when the checkpoint's newest ``offsets/N`` has its ``commits/N`` - read
 from Spark's files, not from the agent - and the driver must end by itself (exit 0). After several
 stop/restart cycles on one checkpoint, the sink is compared with what Kafka acknowledged, record by
-record, up to the checkpoint's committed position. The last test is the contrast: the same application without the agent, stopped by SIGTERM
-while a batch runs, leaves ``offsets/N`` without ``commits/N`` (the batch the next run replays).
+record, up to the checkpoint's committed position. The last test is the contrast: the same
+application without the agent, stopped by SIGTERM while a batch runs, leaves ``offsets/N``
+without ``commits/N`` (the batch the next run replays).
 """
 
 from __future__ import annotations
