@@ -43,7 +43,7 @@ REPORT_SUFFIX = ".agent.json"
 
 
 def line_of(spark_version: str) -> str:
-    """The agent line serving ``spark_version`` ("3.5.1" -> "3.5", "4.2.0" -> "4")."""
+    """The agent line serving ``spark_version`` ("3.5.1" -> "3.5", "4.2.0" -> "4"; 4.0 has no line)."""
     parts = spark_version.strip().split(".")
     try:
         major, minor = int(parts[0]), int(parts[1]) if len(parts) > 1 else 0
@@ -51,9 +51,9 @@ def line_of(spark_version: str) -> str:
         raise UserError(f"not a Spark version: {spark_version!r} (expected e.g. 3.5.1 or 4.2.0)") from None
     if major == 3 and minor == 5:
         return "3.5"
-    if major == 4:
+    if major == 4 and minor >= 1:  # 4.0 still has CheckpointFileManager in the 3.5 package, with Scala 2.13
         return "4"
-    raise UserError(f"the agent is built for Spark 3.5 and 4.x, not {spark_version}: stop this job without the agent")
+    raise UserError(f"the agent is built for Spark 3.5 and 4.1+, not {spark_version}: stop this job without the agent")
 
 
 def jar_for(spark_version: str) -> Path:

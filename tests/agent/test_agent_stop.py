@@ -78,9 +78,11 @@ def _stop_cycle(launch, ck: Path, marker: Path, report: Path, log: Path, tally: 
     tally.stops += 1
     tally.cut += offsets != commits
     tally.latencies.append(latency)
-    [q] = [q for q in doc["queries"] if q.get("status") == "stopped_by_agent"]
+    stopped = [q for q in doc["queries"] if q.get("status") == "stopped_by_agent"]
+    assert len(stopped) == 1, f"the report names one query stopped by the agent: {doc}"
+    [q] = stopped
     tally.waited_for_batch += q["stop"]["waited_for_batch_ms"] > 0
-    tally.held_at_gate += q["stop"]["how"] == "held_at_gate"
+    tally.held_at_gate += q["stop"]["held_before_batch"] is not None
     tally.reports.append(doc)
     assert offsets == commits, f"cut batch: offsets/{offsets} without commits/{offsets} (commits/{commits})"
     assert doc["stop"]["stopped_on_boundary"] is True, doc["stop"]

@@ -30,6 +30,7 @@ public final class AgentPlugin implements SparkPlugin {
   }
 
   static final class Driver implements DriverPlugin {
+    private static final long SHUTDOWN_WAIT_MS = 20_000;
     private Stopper stopper;
     private Thread thread;
 
@@ -68,7 +69,7 @@ public final class AgentPlugin implements SparkPlugin {
     @Override
     public void shutdown() {
       if (stopper != null) {
-        stopper.shutdown();
+        stopper.shutdown(SHUTDOWN_WAIT_MS);
         thread.interrupt();
       }
       Report.write();

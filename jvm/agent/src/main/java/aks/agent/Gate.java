@@ -147,13 +147,18 @@ public final class Gate {
 
   /**
    * Waits until the root is between batches (every planned batch committed) or its next batch is
-   * held at the gate; false on timeout. Only meaningful after {@link #requestStop()}.
+   * held at the gate; false on timeout or when the query ended meanwhile. Only meaningful after
+   * {@link #requestStop()}.
    */
-  public static boolean awaitQuiet(String root, long timeoutMs) throws InterruptedException {
+  public static boolean awaitQuiet(String root, long timeoutMs, java.util.function.BooleanSupplier alive)
+      throws InterruptedException {
     long deadline = System.currentTimeMillis() + timeoutMs;
     synchronized (LOCK) {
       RootState s = state(root);
       while (!(s.blocked || s.planned <= s.committed)) {
+        if (!alive.getAsBoolean()) {
+          return false; // the query ended on its own (failed, or the application is stopping)
+        }
         long left = deadline - System.currentTimeMillis();
         if (left <= 0) {
           return false;

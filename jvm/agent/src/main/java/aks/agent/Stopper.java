@@ -23,6 +23,8 @@ final class Stopper implements Runnable {
   private final long timeoutMs;
   private final Set<String> handled = new HashSet<>();
   private volatile boolean running = true;
+  /** Held while a query is being stopped and its outcome recorded: the driver's shutdown waits for it. */
+  private final java.util.concurrent.locks.ReentrantLock inFlight = new java.util.concurrent.locks.ReentrantLock();
   private long requestedAt = -1;
 
   Stopper(Path marker, long pollMs, long timeoutMs) {
@@ -31,8 +33,22 @@ final class Stopper implements Runnable {
     this.timeoutMs = timeoutMs;
   }
 
-  void shutdown() {
+  /**
+   * Stops the loop, first letting a stop in progress record its outcome. Why wait: the user's
+   * {@code awaitTermination()} returns as soon as the query ended, so the application may already
+   * be shutting down while this thread (a daemon, killed at JVM exit) reads the checkpoint back.
+   */
+  void shutdown(long waitMs) {
     running = false;
+    try {
+      if (inFlight.tryLock(waitMs, java.util.concurrent.TimeUnit.MILLISECONDS)) {
+        inFlight.unlock();
+      } else {
+        Log.warn("shutdown: a stop still in progress after " + waitMs + " ms; its outcome may be missing");
+      }
+    } catch (InterruptedException e) {
+      Thread.currentThread().interrupt();
+    }
   }
 
   @Override
@@ -81,7 +97,12 @@ final class Stopper implements Runnable {
     for (StreamingQuery q : queries) {
       String runId = q.runId().toString();
       if (handled.add(runId)) {
-        stopOne(q, runId);
+        inFlight.lock();
+        try {
+          stopOne(q, runId);
+        } finally {
+          inFlight.unlock();
+        }
       }
     }
   }
@@ -92,9 +113,10 @@ final class Stopper implements Runnable {
     long left = Math.max(1, requestedAt + timeoutMs - t0);
     String how;
     if (root != null && Gate.knows(root)) {
-      boolean quiet = Gate.awaitQuiet(root, left);
+      boolean quiet = Gate.awaitQuiet(root, left, q::isActive);
       long[] g = Gate.snapshot(root);
-      how = !quiet ? "timeout" : (g != null && g[2] >= 0 ? "held_at_gate" : "between_batches");
+      how = !quiet ? (q.isActive() ? "timeout" : "ended_while_waiting")
+          : (g != null && g[2] >= 0 ? "held_at_gate" : "between_batches");
     } else {
       how = awaitFilesQuiet(root, left) ? "not_gated_files_quiet" : "not_gated_timeout";
     }
@@ -109,10 +131,8 @@ final class Stopper implements Runnable {
     }
     long stopMs = System.currentTimeMillis() - s0;
     Map<String, Object> outcome = root == null ? null : CheckpointFiles.boundary(root);
-    Boolean onBoundary = outcome == null ? null : (Boolean) outcome.get("on_boundary");
-    if (error != null || q.exception().isDefined()) {
-      onBoundary = onBoundary == null ? null : Boolean.FALSE.equals(onBoundary) ? false : onBoundary;
-    }
+    boolean failed = q.exception().isDefined();
+    boolean onBoundary = outcome != null && Boolean.TRUE.equals(outcome.get("on_boundary")) && error == null && !failed;
     long[] g = root == null ? null : Gate.snapshot(root);
     Log.info("query " + runId + " stopped (" + how + ", waited " + waited + " ms, stop " + stopMs + " ms): "
         + outcome);
@@ -129,11 +149,12 @@ final class Stopper implements Runnable {
       st.put("waited_for_batch_ms", waited);
       st.put("stop_call_ms", stopMs);
       st.put("stop_error", error);
+      st.put("query_failed", failed);
       st.put("held_before_batch", g == null || g[2] < 0 ? null : g[2]);
       if (outcome != null) {
         st.putAll(outcome);
       }
-      st.put("stopped_on_boundary", Boolean.TRUE.equals(onBoundary) && error == null);
+      st.put("stopped_on_boundary", onBoundary);
       rec.put("stop", st);
       Map<String, Object> s = Report.stop();
       int n = ((Number) s.getOrDefault("queries_stopped", 0)).intValue() + 1;
