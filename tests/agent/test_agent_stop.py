@@ -53,12 +53,18 @@ class Tally:
     reports: list[dict] = field(default_factory=list)
 
 
-def _stop_cycle(launch, ck: Path, marker: Path, report: Path, log: Path, tally: Tally, rng: random.Random) -> None:
-    """One run: start, let at least one batch of this run commit under load, touch the marker, judge."""
+def _stop_cycle(launch, ck: Path, marker: Path, report: Path, log: Path, tally: Tally, rng: random.Random,
+                held: bool = False) -> None:
+    """One run: start, let at least one batch of this run commit under load, touch the marker, judge.
+
+    ``held``: the agent's test hook delays ``stop()`` after the query is between batches, so the
+    stream thread reaches the closed gate first and is released by the interrupt: the one path a
+    normal stop rarely takes, made certain here.
+    """
     marker.unlink(missing_ok=True)
     report.unlink(missing_ok=True)
     before = h.newest(ck, "commits")
-    driver = launch(log)
+    driver = launch(log, {agent.PREFIX + "testDelayStopMs": "3000"} if held else {})
     try:
         wait_until(lambda: driver.proc.poll() is not None or h.newest(ck, "commits") > before,
                    timeout=START_TIMEOUT, interval=0.2, what="a batch of this run to commit")
@@ -85,6 +91,11 @@ def _stop_cycle(launch, ck: Path, marker: Path, report: Path, log: Path, tally: 
     tally.held_at_gate += q["stop"]["held_before_batch"] is not None
     tally.reports.append(doc)
     assert offsets == commits, f"cut batch: offsets/{offsets} without commits/{offsets} (commits/{commits})"
+    if held:
+        assert q["stop"]["how"] == "held_at_gate", q["stop"]
+        assert q["stop"]["held_before_batch"] == commits + 1, q["stop"]
+        assert q["exception"] is None and q["stop"]["query_failed"] is False, q
+        assert "InterruptedIOException" not in driver.text(), "the held batch ended as an error"
     assert doc["stop"]["stopped_on_boundary"] is True, doc["stop"]
     assert q["stop"]["last_committed_batch"] == commits
     assert q["checkpoint"].endswith(str(ck))
@@ -107,7 +118,7 @@ def _run_cycles(broker, tmp_path: Path, topic: str, rt: SparkRuntime, cycles: in
     producer = h.ContinuousProducer(broker.bootstrap_servers, topic, 3, rate=100).start()
     try:
         for i in range(cycles):
-            _stop_cycle(launch, ck, marker, report, tmp_path / f"driver-{i}.log", tally, rng)
+            _stop_cycle(launch, ck, marker, report, tmp_path / f"driver-{i}.log", tally, rng, held=i == 1)
     finally:
         produced = producer.stop()
     position = h.committed_position(ck, topic)
@@ -131,7 +142,7 @@ def test_pyspark_job_stops_on_a_boundary_under_load_spark4(broker, tmp_path, top
     def make_launch(ck, out, conf):
         args = ["--brokers", broker.bootstrap_servers, "--topic", topic_name, "--checkpoint", str(ck),
                 "--out", str(out)]
-        return lambda log: h.submit(rt, h.PY_JOB, args, log, conf=conf)
+        return lambda log, extra: h.submit(rt, h.PY_JOB, args, log, conf={**conf, **extra})
 
     tally = _run_cycles(broker, tmp_path, topic_name, rt, 5, make_launch)
     first = tally.reports[0]["queries"][0]
@@ -146,8 +157,8 @@ def test_java_job_stops_on_a_boundary_under_load_spark35(broker, tmp_path, topic
     def make_launch(ck, out, conf):
         props = user_jobs.write_properties(tmp_path / "orders.properties", bootstrap=broker.bootstrap_servers,
                                            topic=topic_name, checkpoint=ck, output=out)
-        return lambda log: h.submit(rt, jar, [str(props)], log, conf=conf, main_class=user_jobs.MAIN_CLASS,
-                                    jars=rt.kafka_jars())
+        return lambda log, extra: h.submit(rt, jar, [str(props)], log, conf={**conf, **extra},
+                                           main_class=user_jobs.MAIN_CLASS, jars=rt.kafka_jars())
 
     _run_cycles(broker, tmp_path, topic_name, rt, 3, make_launch)
 

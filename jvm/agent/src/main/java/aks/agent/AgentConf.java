@@ -21,6 +21,13 @@ public final class AgentConf {
   public static final String POLL_MS = PREFIX + "pollMs";
   /** How long a running batch may take to commit after a stop request before it is cut anyway. */
   public static final String STOP_TIMEOUT_MS = PREFIX + "stopTimeoutMs";
+  /**
+   * Test hook, never set by the product: after a query is found between batches, wait this long
+   * before {@code stop()}, so its stream thread reaches the closed gate first. It makes the
+   * "held at the gate, released by the interrupt" path deterministic for the tests; without it that
+   * path is a race the stop thread usually wins.
+   */
+  public static final String TEST_DELAY_STOP_MS = PREFIX + "testDelayStopMs";
   /** The user's own checkpoint file manager class, which the agent's manager then wraps. */
   public static final String DELEGATE_FILE_MANAGER = PREFIX + "delegateCheckpointFileManagerClass";
   /** Spark's (internal) key naming the checkpoint file manager class. */

@@ -56,7 +56,9 @@ public final class AgentPlugin implements SparkPlugin {
       } else {
         long poll = AgentConf.millis(all, AgentConf.POLL_MS, AgentConf.DEFAULT_POLL_MS);
         long timeout = AgentConf.millis(all, AgentConf.STOP_TIMEOUT_MS, AgentConf.DEFAULT_STOP_TIMEOUT_MS);
-        stopper = new Stopper(new Path(marker.trim()), poll, timeout);
+        String delay = all.get(AgentConf.TEST_DELAY_STOP_MS);
+        long testDelay = delay == null ? 0 : AgentConf.millis(all, AgentConf.TEST_DELAY_STOP_MS, 0);
+        stopper = new Stopper(new Path(marker.trim()), poll, timeout, testDelay);
         thread = new Thread(stopper, "aks-agent-stop-watcher");
         thread.setDaemon(true);
         thread.start();

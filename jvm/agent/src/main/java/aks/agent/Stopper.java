@@ -21,16 +21,18 @@ final class Stopper implements Runnable {
   private final Path marker;
   private final long pollMs;
   private final long timeoutMs;
+  private final long testDelayMs;
   private final Set<String> handled = new HashSet<>();
   private volatile boolean running = true;
   /** Held while a query is being stopped and its outcome recorded: the driver's shutdown waits for it. */
   private final java.util.concurrent.locks.ReentrantLock inFlight = new java.util.concurrent.locks.ReentrantLock();
   private long requestedAt = -1;
 
-  Stopper(Path marker, long pollMs, long timeoutMs) {
+  Stopper(Path marker, long pollMs, long timeoutMs, long testDelayMs) {
     this.marker = marker;
     this.pollMs = pollMs;
     this.timeoutMs = timeoutMs;
+    this.testDelayMs = testDelayMs;
   }
 
   /**
@@ -114,6 +116,9 @@ final class Stopper implements Runnable {
     String how;
     if (root != null && Gate.knows(root)) {
       boolean quiet = Gate.awaitQuiet(root, left, q::isActive);
+      if (quiet && testDelayMs > 0) {
+        Thread.sleep(testDelayMs); // AgentConf.TEST_DELAY_STOP_MS: let the stream thread reach the gate
+      }
       long[] g = Gate.snapshot(root);
       how = !quiet ? (q.isActive() ? "timeout" : "ended_while_waiting")
           : (g != null && g[2] >= 0 ? "held_at_gate" : "between_batches");
