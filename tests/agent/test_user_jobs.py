@@ -1,0 +1,103 @@
+"""The users'-style applications themselves (tests/support/user_jobs), as other tests will reuse them:
+v1 runs and stops under the agent; v2 (a stateful operator added) runs on a fresh checkpoint and
+cannot resume v1's - the checkpoint-breaking change a safe restart must catch. Kept small: each case
+is a few real ``spark-submit`` starts on a local[2] master.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from airflow_kafka_spark import agent
+from devstack import agent_build, user_jobs
+from devstack.produce import produce
+from devstack.spark_runtimes import SparkRuntime, runtime
+from devstack.topics import create_topic
+from tests.support import agent_harness as h
+from tests.support.waiting import wait_until
+
+pytestmark = [pytest.mark.integration, pytest.mark.userjobs]
+
+START_TIMEOUT = 150
+FAIL_TIMEOUT = 90  # v2 on v1: a start and one failing batch
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _agent_jars() -> None:
+    agent_build.build_all()
+
+
+def _run_until_commit_then_stop(rt: SparkRuntime, launch, ck: Path, log: Path) -> None:
+    marker = Path(f"{ck}.stop")
+    marker.unlink(missing_ok=True)
+    conf = agent.agent_conf(str(marker), str(ck), agent.report_path(str(ck)), rt.version, {})
+    driver = launch(log, conf)
+    try:
+        wait_until(lambda: driver.proc.poll() is not None or h.newest(ck, "commits") >= 0,
+                   timeout=START_TIMEOUT, interval=0.3, what="a first commit")
+        assert driver.proc.poll() is None, driver.text()[-3000:]
+        marker.touch()
+        assert driver.wait(60) == 0, driver.text()[-3000:]
+    finally:
+        if driver.proc.poll() is None:
+            driver.kill()
+    offsets, commits = h.boundary(ck)
+    assert offsets == commits >= 0
+
+
+def _v2_cannot_resume_v1(launch, ck: Path, log: Path, more) -> str:
+    """v2 on v1's checkpoint, with new records to read: its first batch needs a state store v1 never wrote."""
+    more()
+    driver = launch(log, {})
+    try:
+        rc = driver.wait(FAIL_TIMEOUT)
+    finally:
+        if driver.proc.poll() is None:
+            driver.kill()
+    assert rc not in (None, 0), "v2 must fail on v1's checkpoint"
+    return driver.text()
+
+
+@pytest.mark.spark35
+def test_java_orders_stream_v1_v2_spark35(broker, tmp_path, topic_name):
+    rt = runtime("3.5")
+    create_topic(broker.bootstrap_servers, topic_name, 3)
+    produce(broker.bootstrap_servers, topic_name, 300, partitions=3)
+    jars = {v: user_jobs.build("3.5", v) for v in ("v1", "v2")}
+
+    def launcher(variant: str, ck: Path):
+        props = user_jobs.write_properties(tmp_path / f"{variant}-{ck.name}.properties",
+                                           bootstrap=broker.bootstrap_servers, topic=topic_name,
+                                           checkpoint=ck, output=tmp_path / f"out-{variant}-{ck.name}")
+        return lambda log, conf: h.submit(rt, jars[variant], [str(props)], log, conf=conf,
+                                          main_class=user_jobs.MAIN_CLASS)
+
+    _run_until_commit_then_stop(rt, launcher("v1", tmp_path / "ck1"), tmp_path / "ck1", tmp_path / "v1.log")
+    assert not (tmp_path / "ck1" / "state").exists(), "v1 is stateless"
+    text = _v2_cannot_resume_v1(launcher("v2", tmp_path / "ck1"), tmp_path / "ck1", tmp_path / "v2-on-v1.log",
+                                lambda: produce(broker.bootstrap_servers, topic_name, 30, partitions=3))
+    assert "/state/0/" in text and "does not exist" in text, "3.5: the first batch finds no state file"
+    _run_until_commit_then_stop(rt, launcher("v2", tmp_path / "ck2"), tmp_path / "ck2", tmp_path / "v2.log")
+    assert (tmp_path / "ck2" / "state").is_dir(), "v2 keeps a state store"
+
+
+def test_pyspark_orders_stream_v2_spark4(broker, tmp_path, topic_name):
+    rt = runtime("default")
+    create_topic(broker.bootstrap_servers, topic_name, 3)
+    produce(broker.bootstrap_servers, topic_name, 300, partitions=3)
+
+    def launcher(script: Path, ck: Path):
+        args = ["--brokers", broker.bootstrap_servers, "--topic", topic_name, "--checkpoint", str(ck),
+                "--out", str(tmp_path / f"out-{script.stem}")]
+        return lambda log, conf: h.submit(rt, script, args, log, conf=conf)
+
+    ck = tmp_path / "ck"
+    _run_until_commit_then_stop(rt, launcher(h.PY_JOB, ck), ck, tmp_path / "v1.log")
+    text = _v2_cannot_resume_v1(launcher(h.PY_JOB_V2, ck), ck, tmp_path / "v2-on-v1.log",
+                                lambda: produce(broker.bootstrap_servers, topic_name, 30, partitions=3))
+    assert "STREAMING_STATEFUL_OPERATOR_MISSING_STATE_DIRECTORY" in text, "4.x refuses at the start"
+    ck2 = tmp_path / "ck2"
+    _run_until_commit_then_stop(rt, launcher(h.PY_JOB_V2, ck2), ck2, tmp_path / "v2.log")
+    assert (ck2 / "state").is_dir(), "v2 keeps a state store"
