@@ -101,3 +101,55 @@ def test_pyspark_orders_stream_v2_spark4(broker, tmp_path, topic_name):
     ck2 = tmp_path / "ck2"
     _run_until_commit_then_stop(rt, launcher(h.PY_JOB_V2, ck2), ck2, tmp_path / "v2.log")
     assert (ck2 / "state").is_dir(), "v2 keeps a state store"
+
+
+@pytest.mark.spark35
+def test_stale_marker_and_the_users_own_file_manager_spark35(broker, tmp_path, topic_name):
+    """Two things the product's wiring relies on, on the Java application (Spark 3.5, the fast start):
+
+    * the user's own ``checkpointFileManagerClass`` keeps working: ``agent_conf`` moves it to the
+      agent's delegate key, and a stop still ends on a boundary;
+    * a marker that exists before the submit stops the run before it plans any batch (the product
+      must remove it before submitting), and the application still ends by itself.
+    """
+    rt = runtime("3.5")
+    create_topic(broker.bootstrap_servers, topic_name, 3)
+    produce(broker.bootstrap_servers, topic_name, 300, partitions=3)
+    jar = user_jobs.build("3.5", "v1")
+    ck, marker = tmp_path / "ck", tmp_path / "stop.marker"
+    props = user_jobs.write_properties(tmp_path / "orders.properties", bootstrap=broker.bootstrap_servers,
+                                       topic=topic_name, checkpoint=ck, output=tmp_path / "out")
+    users = {"spark.sql.streaming.checkpointFileManagerClass":
+             "org.apache.spark.sql.execution.streaming.FileSystemBasedCheckpointFileManager"}
+    conf = {**users, **agent.agent_conf(str(marker), str(ck), agent.report_path(str(ck)), rt.version, users)}
+    assert conf[agent.DELEGATE_FILE_MANAGER] == users["spark.sql.streaming.checkpointFileManagerClass"]
+
+    def launch(log: Path) -> h.Driver:
+        return h.submit(rt, jar, [str(props)], log, conf=conf, main_class=user_jobs.MAIN_CLASS)
+
+    driver = launch(tmp_path / "run.log")
+    try:
+        wait_until(lambda: driver.proc.poll() is not None or h.newest(ck, "commits") >= 0,
+                   timeout=START_TIMEOUT, interval=0.3, what="a first commit")
+        marker.touch()
+        assert driver.wait(60) == 0, driver.text()[-3000:]
+    finally:
+        if driver.proc.poll() is None:
+            driver.kill()
+    first = h.boundary(ck)
+    doc = h.read_report(Path(agent.report_path(str(ck))))
+    assert first[0] == first[1] >= 0 and doc["stop"]["stopped_on_boundary"] is True, (first, doc["stop"])
+    assert doc["file_manager_delegate"] == users["spark.sql.streaming.checkpointFileManagerClass"]
+
+    produce(broker.bootstrap_servers, topic_name, 30, partitions=3)  # work the stale-marker run must not start
+    driver = launch(tmp_path / "stale.log")  # the marker is still there
+    try:
+        rc = driver.wait(START_TIMEOUT)
+    finally:
+        if driver.proc.poll() is None:
+            driver.kill()
+    assert rc == 0, driver.text()[-3000:]
+    assert h.boundary(ck) == first, "no batch was planned"
+    doc = h.read_report(Path(agent.report_path(str(ck))))
+    assert doc["stop"]["stopped_on_boundary"] is True, doc["stop"]
+    print(f"\n[agent] stale marker: {[q['stop']['how'] for q in doc['queries'] if q.get('stop')]}")

@@ -17,7 +17,18 @@ import org.apache.hadoop.fs.Path;
  * (the product moves it to {@code spark.aks.agent.delegateCheckpointFileManagerClass}).
  */
 final class Delegate {
+  private static volatile String seenClass;
+
   private Delegate() {}
+
+  /** The class the checkpoint's files really go through (named in the report). */
+  static void seen(String className) {
+    seenClass = className;
+  }
+
+  static String seenClass() {
+    return seenClass;
+  }
 
   static Configuration confWithoutAgent(Configuration conf) {
     Configuration copy = new Configuration(conf);

@@ -83,6 +83,7 @@ final class Report {
         // not assigned yet
       }
     }
+    doc.put("file_manager_delegate", Delegate.seenClass());
     doc.put("updated_at", now());
     List<Object> queries = new ArrayList<>(QUERIES.values());
     doc.put("queries", queries);

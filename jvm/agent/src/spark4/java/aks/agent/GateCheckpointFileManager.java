@@ -21,6 +21,7 @@ public final class GateCheckpointFileManager implements CheckpointFileManager {
   public GateCheckpointFileManager(Path path, Configuration conf) {
     Configuration copy = Delegate.confWithoutAgent(conf);
     this.delegate = CheckpointFileManager.create(path, copy);
+    Delegate.seen(delegate.getClass().getName());
     Delegate.observeLog(path, delegate::exists, p -> delegate.list(p));
   }
 
