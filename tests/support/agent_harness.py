@@ -105,7 +105,8 @@ class Driver:
 
 
 def submit(rt: SparkRuntime, application: Path, args: list[str], log: Path, *, conf: dict[str, str] | None = None,
-           main_class: str | None = None, jars: list[Path] | None = None) -> Driver:
+           main_class: str | None = None, jars: list[Path] | None = None,
+           env: dict[str, str] | None = None) -> Driver:
     """``spark-submit`` the user's application unchanged; ``conf`` is everything the product adds."""
     cmd = [rt.spark_submit(), "--master", "local[2]", "--driver-memory", "640m",
            "--conf", "spark.ui.enabled=false", "--conf", "spark.sql.shuffle.partitions=2"]
@@ -120,7 +121,8 @@ def submit(rt: SparkRuntime, application: Path, args: list[str], log: Path, *, c
     cmd += [str(application), *args]
     log.parent.mkdir(parents=True, exist_ok=True)
     fh = open(log, "ab")  # noqa: SIM115 - owned by the child
-    proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=rt.env(), start_new_session=True)
+    proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env={**rt.env(), **(env or {})},
+                            start_new_session=True)
     fh.close()
     return Driver(proc, log)
 
