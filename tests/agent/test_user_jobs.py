@@ -153,3 +153,37 @@ def test_stale_marker_and_the_users_own_file_manager_spark35(broker, tmp_path, t
     doc = h.read_report(Path(agent.report_path(str(ck))))
     assert doc["stop"]["stopped_on_boundary"] is True, doc["stop"]
     print(f"\n[agent] stale marker: {[q['stop']['how'] for q in doc['queries'] if q.get('stop')]}")
+
+
+@pytest.mark.spark35
+def test_the_report_never_claims_a_boundary_the_files_do_not_show_spark35(broker, tmp_path, topic_name):
+    """A stop that gives up waiting (``stopTimeoutMs`` of 1 ms) while a batch runs cuts it; the report
+    must say so. Whatever the timing gives, the report's claim has to equal what the files show."""
+    rt = runtime("3.5")
+    create_topic(broker.bootstrap_servers, topic_name, 3)
+    producer = h.ContinuousProducer(broker.bootstrap_servers, topic_name, 3, rate=300).start()
+    jar = user_jobs.build("3.5", "v1")
+    ck, marker = tmp_path / "ck", tmp_path / "stop.marker"
+    props = user_jobs.write_properties(tmp_path / "orders.properties", bootstrap=broker.bootstrap_servers,
+                                       topic=topic_name, checkpoint=ck, output=tmp_path / "out")
+    conf = {**agent.agent_conf(str(marker), str(ck), agent.report_path(str(ck)), rt.version, {}),
+            agent.STOP_TIMEOUT_MS: "1", agent.POLL_MS: "20"}
+    driver = h.submit(rt, jar, [str(props)], tmp_path / "run.log", conf=conf, main_class=user_jobs.MAIN_CLASS)
+    try:
+        wait_until(lambda: driver.proc.poll() is not None or h.newest(ck, "commits") >= 1,
+                   timeout=START_TIMEOUT, interval=0.2, what="two committed batches")
+        wait_until(lambda: h.newest(ck, "offsets") > h.newest(ck, "commits"), timeout=30, interval=0.01,
+                   what="a batch in flight")
+        marker.touch()
+        rc = driver.wait(60)
+    finally:
+        producer.stop()
+        if driver.proc.poll() is None:
+            driver.kill()
+    offsets, commits = h.boundary(ck)
+    doc = h.read_report(Path(agent.report_path(str(ck))))
+    [q] = [q for q in doc["queries"] if q.get("stop")]
+    print(f"\n[agent] gave up waiting: exit {rc}, offsets/{offsets} commits/{commits}, how {q['stop']['how']}, "
+          f"report says stopped_on_boundary={doc['stop']['stopped_on_boundary']}")
+    assert doc["stop"]["stopped_on_boundary"] is (offsets == commits)
+    assert q["stop"]["cut_batch"] == (offsets if offsets != commits else None)
