@@ -1,0 +1,103 @@
+"""The agent: a small JVM artifact that stops a user's unchanged streaming job on a batch boundary.
+
+Why it exists: the product must stop jobs it did not write (a Scala/Java jar with its own ``main``, a
+PySpark script with its own argparse) without asking anyone to change them, and Spark has no "stop
+after this batch": ``query.stop()`` cuts the running batch (``offsets/N`` written, ``commits/N``
+not), which the next run replays. The agent is switched on by configuration alone
+(``spark.plugins``, ``spark.sql.streaming.streamingQueryListeners``,
+``spark.sql.streaming.checkpointFileManagerClass`` and ``spark.jars``), closes a gate before the next
+``offsets/N`` once a stop marker exists, stops each query between batches, and writes a JSON report
+of what it observed (docs/agent.md). This module is the product's side: which jar for which Spark,
+and the confs to add. Core: no Airflow, no PySpark (both would cost the command line its start-up).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+
+from airflow_kafka_spark.errors import UserError
+
+PREFIX = "spark.aks.agent."
+STOP_MARKER = PREFIX + "stopMarker"
+REPORT = PREFIX + "report"
+CHECKPOINT = PREFIX + "checkpoint"
+POLL_MS = PREFIX + "pollMs"
+STOP_TIMEOUT_MS = PREFIX + "stopTimeoutMs"
+DELEGATE_FILE_MANAGER = PREFIX + "delegateCheckpointFileManagerClass"
+
+PLUGIN_CLASS = "aks.agent.AgentPlugin"
+LISTENER_CLASS = "aks.agent.AgentListener"
+FILE_MANAGER_CLASS = "aks.agent.GateCheckpointFileManager"
+
+SPARK_PLUGINS = "spark.plugins"
+SPARK_LISTENERS = "spark.sql.streaming.streamingQueryListeners"
+SPARK_FILE_MANAGER = "spark.sql.streaming.checkpointFileManagerClass"
+SPARK_JARS = "spark.jars"
+
+JARS_DIR = Path(__file__).parent / "jars"
+# Spark line -> the jar's name: the lines differ in Scala's binary version and in the package of
+# Spark's CheckpointFileManager (moved in 4.1), so one jar per line.
+_LINES = {"3.5": "aks-agent-spark35_2.12.jar", "4": "aks-agent-spark4_2.13.jar"}
+REPORT_SUFFIX = ".agent.json"
+
+
+def line_of(spark_version: str) -> str:
+    """The agent line serving ``spark_version`` ("3.5.1" -> "3.5", "4.2.0" -> "4"; 4.0 has no line)."""
+    parts = spark_version.strip().split(".")
+    try:
+        major, minor = int(parts[0]), int(parts[1]) if len(parts) > 1 else 0
+    except ValueError:
+        raise UserError(f"not a Spark version: {spark_version!r} (expected e.g. 3.5.1 or 4.2.0)") from None
+    if major == 3 and minor == 5:
+        return "3.5"
+    if major == 4 and minor >= 1:  # 4.0 still has CheckpointFileManager in the 3.5 package, with Scala 2.13
+        return "4"
+    raise UserError(f"the agent is built for Spark 3.5 and 4.1+, not {spark_version}: stop this job without the agent")
+
+
+def jar_for(spark_version: str) -> Path:
+    """The agent jar for ``spark_version``; one clear line when it was never built."""
+    jar = JARS_DIR / _LINES[line_of(spark_version)]
+    if not jar.is_file():
+        raise UserError(f"the agent jar {jar} is missing: run bin/setup (or python -m devstack.agent_build)")
+    return jar
+
+
+def report_path(checkpoint: str) -> str:
+    """Where the report goes by default: beside the checkpoint, never inside Spark's folders."""
+    return checkpoint.rstrip("/") + REPORT_SUFFIX
+
+
+def _append(existing: str | None, value: str) -> str:
+    items = [v.strip() for v in (existing or "").split(",") if v.strip()]
+    return ",".join(items if value in items else [*items, value])
+
+
+def agent_conf(
+    stop_marker: str,
+    checkpoint: str,
+    report_path: str,
+    spark_version: str,
+    user_conf: Mapping[str, str],
+) -> dict[str, str]:
+    """The Spark confs to add to the user's (``--conf k=v`` each), given the user's own ``user_conf``.
+
+    Appends to ``spark.jars``, ``spark.plugins`` and the listeners list rather than replacing them;
+    a user's own ``checkpointFileManagerClass`` is kept as the agent's delegate (the agent's manager
+    wraps it). Paths are Hadoop paths as the driver sees them (``hdfs://``, ``s3a://``, local).
+    """
+    jar = jar_for(spark_version)
+    conf = {
+        SPARK_JARS: _append(user_conf.get(SPARK_JARS), str(jar)),
+        SPARK_PLUGINS: _append(user_conf.get(SPARK_PLUGINS), PLUGIN_CLASS),
+        SPARK_LISTENERS: _append(user_conf.get(SPARK_LISTENERS), LISTENER_CLASS),
+        SPARK_FILE_MANAGER: FILE_MANAGER_CLASS,
+        STOP_MARKER: stop_marker,
+        REPORT: report_path,
+        CHECKPOINT: checkpoint,
+    }
+    users = (user_conf.get(SPARK_FILE_MANAGER) or "").strip()
+    if users and users != FILE_MANAGER_CLASS:
+        conf[DELEGATE_FILE_MANAGER] = users
+    return conf
