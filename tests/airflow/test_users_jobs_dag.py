@@ -40,9 +40,9 @@ from airflow_kafka_spark.runtime import drivers
 from devstack import oracle, topics
 from tests.airflow.test_operators import SPARK_LOCAL_CONN, RunResult, collect, kafka_conn, write_registry
 from tests.airflow.test_safe_restart_dag import Feed, events
+from tests.support.agent_harness import USER_JOBS
 from tests.support.kafka import end_offsets
 from tests.support.processes import driver_groups
-from tests.support.user_jobs import USER_JOBS
 from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.airflow, pytest.mark.integration, pytest.mark.userjobs]

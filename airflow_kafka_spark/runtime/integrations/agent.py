@@ -17,11 +17,6 @@ from airflow_kafka_spark.registry.model import JobSpec
 from airflow_kafka_spark.runtime.integrations import Launch, LaunchFacts, own_arguments
 
 
-def report_path(spec: JobSpec) -> str:
-    """Where the agent writes its report: beside the checkpoint, on the checkpoint's file system."""
-    return spec.checkpoint.rstrip("/") + agent.REPORT_SUFFIX
-
-
 class AgentIntegration:
     """See the module doc."""
 
@@ -30,7 +25,7 @@ class AgentIntegration:
     def launch(self, spec: JobSpec, facts: LaunchFacts) -> Launch:
         version = spec.spark_version or facts.spark_version()
         conf = agent.agent_conf(stop_marker=spec.stop_marker, checkpoint=spec.checkpoint,
-                                report_path=report_path(spec), spark_version=version, user_conf=spec.spark_conf)
+                                report_path=agent.report_path(spec.checkpoint), spark_version=version, user_conf=spec.spark_conf)
         return Launch(args=tuple(own_arguments(spec, facts)), conf=conf)
 
 

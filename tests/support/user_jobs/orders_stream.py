@@ -1,8 +1,9 @@
 """A user's PySpark streaming job, as users write them: it has never heard of airflow-kafka-spark.
 
-Reads one Kafka topic from ``earliest`` and writes every micro-batch's rows, keyed by Kafka's
-(topic, partition, offset), to ``<out>/batch=<id>/`` as JSON lines, overwriting that folder: a
-replayed batch rewrites the same rows, so the sink is idempotent per batch. Its own argparse, no
+Reads one Kafka topic from ``earliest`` and writes every micro-batch's rows as JSON lines per Kafka
+partition to ``<out>/topic=<t>/partition=<p>/from=<first offset>/``, overwriting that folder: keyed
+by the Kafka position, not the batch id, so a replayed batch (same range) rewrites the same rows
+and a new checkpoint (batch ids from 0 again) never overwrites an older query's output. Its own argparse, no
 ``parse_known_args``: an unknown argument fails it, which is why the product may only talk to it
 through Spark confs (the agent). Tests reuse it as "the unchanged user job" (tests/agent/).
 
@@ -15,6 +16,7 @@ import argparse
 from collections.abc import Callable
 
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -47,7 +49,14 @@ def main(argv: list[str] | None = None, transform: Callable[[DataFrame], DataFra
     out = args.out.rstrip("/")
 
     def write_batch(batch: DataFrame, batch_id: int) -> None:
-        batch.write.mode("overwrite").json(f"{out}/batch={batch_id}")
+        batch.persist()
+        try:
+            starts = batch.groupBy("topic", "partition").agg(F.min("offset").alias("first")).collect()
+            for r in starts:
+                part = batch.where((F.col("topic") == r["topic"]) & (F.col("partition") == r["partition"]))
+                part.write.mode("overwrite").json(f"{out}/topic={r['topic']}/partition={r['partition']}/from={r['first']}")
+        finally:
+            batch.unpersist()
 
     query = (
         transform(source)

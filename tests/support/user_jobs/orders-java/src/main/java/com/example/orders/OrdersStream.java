@@ -3,11 +3,13 @@ package com.example.orders;
 import java.io.FileInputStream;
 import java.io.IOException;
 import java.io.InputStream;
+import java.util.List;
 import java.util.Properties;
 import org.apache.spark.api.java.function.VoidFunction2;
 import org.apache.spark.sql.Dataset;
 import org.apache.spark.sql.Row;
 import org.apache.spark.sql.SparkSession;
+import org.apache.spark.sql.functions;
 import org.apache.spark.sql.streaming.StreamingQuery;
 import org.apache.spark.sql.streaming.Trigger;
 
@@ -16,10 +18,11 @@ import org.apache.spark.sql.streaming.Trigger;
  *
  * <p>Takes one positional argument, a {@code .properties} file with {@code bootstrap.servers},
  * {@code topic}, {@code checkpoint}, {@code output} (and optionally {@code trigger.seconds}).
- * Starts from {@code earliest}. Each batch's rows, keyed by Kafka's (topic, partition, offset), are
- * written to {@code <output>/batch=<id>/} in overwrite mode: a replayed batch rewrites the same
- * rows, so the sink is idempotent per batch. It knows nothing of any stop protocol: it waits for
- * its query to end and returns.
+ * Starts from {@code earliest}. Each batch's rows are written per Kafka partition to
+ * {@code <output>/topic=<t>/partition=<p>/from=<first offset>/} in overwrite mode, keyed by the
+ * Kafka position rather than the batch id: a replayed batch covers the same range and rewrites the
+ * same folders, and a new checkpoint (whose batch ids start at 0 again) never overwrites an older
+ * query's output. It knows nothing of any stop protocol: it waits for its query to end and returns.
  */
 public final class OrdersStream {
   private OrdersStream() {}
@@ -40,7 +43,7 @@ public final class OrdersStream {
         .option("subscribe", require(p, "topic"))
         .option("startingOffsets", "earliest")
         .load();
-    VoidFunction2<Dataset<Row>, Long> sink = (batch, id) -> batch.write().mode("overwrite").json(output + "/batch=" + id);
+    VoidFunction2<Dataset<Row>, Long> sink = (batch, id) -> writeByPosition(batch, output);
     StreamingQuery query = Transform.rows(source)
         .writeStream()
         .queryName("orders")
@@ -50,6 +53,22 @@ public final class OrdersStream {
         .start();
     query.awaitTermination();
     System.out.println("orders stream: query ended, leaving");
+  }
+
+  private static void writeByPosition(Dataset<Row> batch, String output) {
+    batch.persist();
+    try {
+      List<Row> starts = batch.groupBy("topic", "partition").agg(functions.min("offset")).collectAsList();
+      for (Row r : starts) {
+        String topic = r.getString(0);
+        int partition = r.getInt(1);
+        batch.where(functions.col("topic").equalTo(topic).and(functions.col("partition").equalTo(partition)))
+            .write().mode("overwrite")
+            .json(output + "/topic=" + topic + "/partition=" + partition + "/from=" + r.getLong(2));
+      }
+    } finally {
+      batch.unpersist();
+    }
   }
 
   private static String require(Properties p, String key) throws IOException {
