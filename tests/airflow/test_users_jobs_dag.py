@@ -237,3 +237,34 @@ def test_a_build_whose_own_parser_refuses_its_arguments_fails_the_submit_and_is_
     cmp = users.compare()
     assert cmp.exact, cmp.summary()
     users.write_registry(app="orders_stream_v2.py", compat="2")
+
+
+def test_a_job_without_the_agent_is_killed_at_once_and_says_what_will_replay(users):
+    """``integration: none``: nothing added to the job, so nothing can ask it to stop. The stop kills the
+    driver at once (no wait for a marker nobody reads) and says what Spark's files say: a cut batch and
+    its replay, or a kill between batches — never "stopped on a batch boundary"."""
+    write_registry(users.registry, [{
+        "name": JOB, "topics": [users.topic], "sink": "idempotent", "compatibility_version": "2",
+        "application": str(users.apps / "orders_stream_v2.py"), "integration": "none",
+        "application_args": ["--brokers", "{bootstrap_servers}", "--topic", users.topic,
+                             "--checkpoint", "{checkpoint}", "--out", "{output}"],
+        "spark_conf": {"spark.sql.shuffle.partitions": "2", "spark.driver.memory": "768m"}}])
+    query = read_checkpoint(str(users.checkpoint)).query_id
+    with users.feed:
+        r = users.run(users.conf("keep", reason="no agent"))
+    assert r.state == "success", r.xcom("finish", "failure")
+    stop = r.xcom("stop")
+    assert stop["killed"] and not stop["graceful"] and stop["waited_s"] < 30, stop
+    assert stop["outcome"] in ("KILLED", "STOPPED_MID_BATCH"), stop
+    assert "stopped on a batch boundary" not in stop["message"]
+    if stop["outcome"] == "STOPPED_MID_BATCH":
+        assert stop["replay_batch"] == stop["last_planned"] == stop["last_committed"] + 1, stop
+        assert f"batch {stop['replay_batch']} was planned" in stop["message"]
+    else:
+        assert stop["replay_batch"] is None and stop["last_planned"] == stop["last_committed"], stop
+    assert "spark.plugins" not in r.xcom("submit")["command"]
+    assert read_checkpoint(str(users.checkpoint)).query_id == query
+    users.wait_caught_up()
+    cmp = users.compare()
+    assert cmp.exact, cmp.summary()        # a replayed batch rewrote its own folders, nothing twice
+    users.write_registry(app="orders_stream_v2.py", compat="2")
