@@ -23,7 +23,7 @@ import sys
 import threading
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +36,7 @@ from airflow_kafka_spark.runtime import app_versions, connector, detach, submit
 from devstack import topics
 from devstack.produce import produce
 from tests.support.checkpoint_factory import commit_file, offsets_file, write_checkpoint
+from tests.support.dag_runs import RunResult, collect
 from tests.support.proxy import LateProxy
 from tests.support.waiting import wait_until
 
@@ -79,39 +80,6 @@ def kafka_conn(bootstrap: str, **extra: str) -> str:
 
 
 SPARK_LOCAL_CONN = json.dumps({"conn_type": "spark", "host": "local[2]"})
-
-
-@dataclass
-class RunResult:
-    """What a ``dag.test()`` run left in the metadata DB."""
-
-    state: str
-    run_id: str
-    states: dict[str, str]
-    xcoms: dict[tuple[str, str], Any] = field(default_factory=dict)
-    rendered: dict[str, Any] = field(default_factory=dict)
-    seconds: float = 0.0
-    tries: dict[str, int] = field(default_factory=dict)
-
-    def xcom(self, task_id: str, key: str = "return_value") -> Any:
-        return self.xcoms.get((task_id, key))
-
-
-def collect(dag_id: str, run_id: str, state: str, seconds: float) -> RunResult:
-    from airflow.models import TaskInstance
-    from airflow.models.renderedtifields import RenderedTaskInstanceFields
-    from airflow.models.xcom import XComModel
-    from airflow.utils.session import create_session
-
-    with create_session() as s:
-        tis = s.query(TaskInstance).filter_by(dag_id=dag_id, run_id=run_id).all()
-        xcoms = s.query(XComModel).filter_by(dag_id=dag_id, run_id=run_id).all()
-        rendered = s.query(RenderedTaskInstanceFields).filter_by(dag_id=dag_id, run_id=run_id).all()
-        return RunResult(
-            state=str(state), run_id=run_id, states={t.task_id: str(t.state) for t in tis},
-            xcoms={(x.task_id, x.key): XComModel.deserialize_value(x) for x in xcoms},
-            rendered={r.task_id: r.rendered_fields for r in rendered}, seconds=seconds,
-            tries={t.task_id: int(t.try_number) for t in tis})
 
 
 def run_inline(dag: Any, conf: dict[str, Any] | None = None) -> RunResult:

@@ -38,16 +38,15 @@ from airflow_kafka_spark.checkpoint.reader import read_checkpoint
 from airflow_kafka_spark.lifecycle.record import LifecycleRecord
 from airflow_kafka_spark.runtime import drivers
 from devstack import oracle, topics
-from tests.airflow.test_operators import SPARK_LOCAL_CONN, RunResult, collect, kafka_conn, write_registry
+from tests.airflow.test_operators import SPARK_LOCAL_CONN, kafka_conn, write_registry
 from tests.airflow.test_safe_restart_dag import Feed, events
 from tests.support.agent_harness import USER_JOBS
-from tests.support.kafka import end_offsets
+from tests.support.dag_runs import RunResult, run_safe_restart, safe_restart_dag, wait_committed_everything
 from tests.support.processes import driver_groups
 from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.airflow, pytest.mark.integration, pytest.mark.userjobs]
 
-DAG_ID = "streaming_safe_restart"
 JOB = "orders"
 PARTITIONS = 2
 
@@ -87,15 +86,10 @@ class UserStack:
             integration="agent")
 
     def conf(self, mode: str, **kw: Any) -> dict[str, Any]:
-        return {"job": JOB, "mode": mode, "backup_id": None, "datetime": None, "dry_run": False,
-                "accept_data_loss": False, "reason": f"test {mode}", **kw}
+        return {"job": JOB, "mode": mode, "reason": f"test {mode}", **kw}
 
     def run(self, conf: dict[str, Any]) -> RunResult:
-        import time
-
-        started = time.perf_counter()
-        dr = self.dag.test(run_conf=conf)
-        return collect(DAG_ID, dr.run_id, dr.state, time.perf_counter() - started)
+        return run_safe_restart(self.dag, **conf)
 
     def record(self) -> LifecycleRecord:
         rec = LifecycleRecord.load(str(self.checkpoint))
@@ -106,13 +100,7 @@ class UserStack:
         return sorted(driver_groups(f"--checkpoint {self.checkpoint} "))
 
     def wait_caught_up(self, timeout: float = 180) -> None:
-        def done() -> bool:
-            st = read_checkpoint(str(self.checkpoint))
-            if st.latest_committed is None:
-                return False
-            have = {tp.partition: o for tp, o in st.latest_committed.kafka_offsets.items()}
-            return have == end_offsets(self.bootstrap, self.topic, PARTITIONS)
-        wait_until(done, timeout=timeout, interval=1.0, what="the job to commit every produced record")
+        wait_committed_everything(str(self.checkpoint), self.bootstrap, self.topic, PARTITIONS, timeout=timeout)
 
     def compare(self) -> oracle.Comparison:
         rows = [json.loads(line) for f in sorted(self.sink.rglob("*.json"))
@@ -138,11 +126,7 @@ def users(broker, airflow_home, tmp_path_factory):
     mp.setenv("AKS_HEALTH_GATE_POLL_S", "2")
     mp.setenv("AIRFLOW_CONN_KAFKA_DEFAULT", kafka_conn(broker.bootstrap_servers))
     mp.setenv("AIRFLOW_CONN_SPARK_DEFAULT", SPARK_LOCAL_CONN)
-    from airflow.dag_processing.dagbag import DagBag
-
-    bag = DagBag()
-    assert DAG_ID in bag.dags, bag.import_errors
-    st.dag = bag.get_dag(DAG_ID)
+    st.dag = safe_restart_dag()
     st.feed.add(200)
     yield st
     rec = LifecycleRecord.load(str(st.checkpoint))

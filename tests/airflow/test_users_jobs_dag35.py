@@ -23,7 +23,6 @@ import json
 import os
 import shutil
 import signal
-import time
 
 import pytest
 
@@ -32,15 +31,13 @@ from airflow_kafka_spark.lifecycle.record import LifecycleRecord
 from airflow_kafka_spark.runtime import drivers
 from devstack import oracle, spark_runtimes, topics, user_jobs
 from tests.airflow.conftest import TIMINGS
-from tests.airflow.test_operators import SPARK_LOCAL_CONN, collect, kafka_conn, write_registry
+from tests.airflow.test_operators import SPARK_LOCAL_CONN, kafka_conn, write_registry
 from tests.airflow.test_safe_restart_dag import PARTITIONS, Feed
-from tests.support.kafka import end_offsets
+from tests.support.dag_runs import RunResult, run_safe_restart, safe_restart_dag, wait_committed_everything
 from tests.support.processes import driver_groups
-from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.airflow, pytest.mark.integration, pytest.mark.userjobs, pytest.mark.spark35]
 
-DAG_ID = "streaming_safe_restart"
 JOB = "javaorders35"
 
 
@@ -78,18 +75,12 @@ def test_a_users_jar_on_spark_35_is_kept_and_reset_preserve_through_the_dag(brok
     mp.setenv("AIRFLOW_CONN_SPARK_DEFAULT", SPARK_LOCAL_CONN)
     feed = Feed(broker.bootstrap_servers, topic)
     try:
-        from airflow.dag_processing.dagbag import DagBag
+        dag = safe_restart_dag()
 
-        bag = DagBag()
-        dag = bag.get_dag(DAG_ID)
-        assert dag is not None, bag.import_errors
-
-        def run(mode: str, what: str):
-            started = time.perf_counter()
-            dr = dag.test(run_conf={"job": JOB, "mode": mode, "backup_id": None, "datetime": None,
-                                    "dry_run": False, "accept_data_loss": False, "reason": f"3.5: {what}"})
-            TIMINGS[f"users' jar on 3.5: {what}"] = time.perf_counter() - started
-            return collect(DAG_ID, dr.run_id, dr.state, time.perf_counter() - started)
+        def run(mode: str, what: str) -> RunResult:
+            r = run_safe_restart(dag, JOB, mode, f"3.5: {what}")
+            TIMINGS[f"users' jar on 3.5: {what}"] = r.seconds
+            return r
 
         feed.add(200)
         with feed:
@@ -120,13 +111,8 @@ def test_a_users_jar_on_spark_35_is_kept_and_reset_preserve_through_the_dag(brok
             assert {str(tp.partition): o for tp, o in new.initial_offsets.get("0", {}).items()} == planned
             feed.add(100)
 
-        def caught_up() -> bool:
-            st = read_checkpoint(str(checkpoint))
-            return st.latest_committed is not None and {
-                tp.partition: o for tp, o in st.latest_committed.kafka_offsets.items()} == end_offsets(
-                    broker.bootstrap_servers, topic, PARTITIONS)
-
-        wait_until(caught_up, timeout=240, interval=1.0, what="v2 to commit every produced record")
+        wait_committed_everything(str(checkpoint), broker.bootstrap_servers, topic, PARTITIONS, timeout=240,
+                                  interval=1.0)
         cmp = oracle.compare(feed.produced, oracle.read_sink(sink, "json"))
         assert cmp.exact, cmp.summary()
     finally:

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import json
 import os
-import time
 
 import pytest
 
@@ -33,14 +32,12 @@ from airflow_kafka_spark.checkpoint.reader import read_checkpoint
 from airflow_kafka_spark.lifecycle.record import LifecycleRecord
 from devstack import oracle, topics, user_jobs
 from tests.airflow.conftest import TIMINGS, airflow_home  # noqa: F401  (the session's Airflow home fixture)
-from tests.airflow.test_operators import collect, kafka_conn, write_registry
+from tests.airflow.test_operators import kafka_conn, write_registry
 from tests.airflow.test_safe_restart_dag import PARTITIONS, Feed
-from tests.support.kafka import end_offsets
-from tests.support.waiting import wait_until
+from tests.support.dag_runs import RunResult, run_safe_restart, safe_restart_dag, wait_committed_everything
 
 pytestmark = [pytest.mark.cluster, pytest.mark.airflow, pytest.mark.integration, pytest.mark.userjobs]
 
-DAG_ID = "streaming_safe_restart"
 JOB = "javaorders"
 SPARK_YARN_CONN = json.dumps({"conn_type": "spark", "host": "yarn", "extra": {"deploy-mode": "cluster"}})
 
@@ -85,18 +82,12 @@ def test_a_users_jar_on_yarn_is_started_stopped_between_batches_and_reset_preser
     mp.setenv("AIRFLOW_CONN_SPARK_YARN", SPARK_YARN_CONN)
     feed = Feed(broker.bootstrap_servers, topic)
     try:
-        from airflow.dag_processing.dagbag import DagBag
+        dag = safe_restart_dag()
 
-        bag = DagBag()
-        assert DAG_ID in bag.dags, bag.import_errors
-        dag = bag.get_dag(DAG_ID)
-
-        def run(mode: str, what: str):
-            started = time.perf_counter()
-            dr = dag.test(run_conf={"job": JOB, "mode": mode, "backup_id": None, "datetime": None,
-                                    "dry_run": False, "accept_data_loss": False, "reason": f"yarn users: {what}"})
-            TIMINGS[f"yarn users' jar: {what}"] = time.perf_counter() - started
-            return collect(DAG_ID, dr.run_id, dr.state, time.perf_counter() - started)
+        def run(mode: str, what: str) -> RunResult:
+            r = run_safe_restart(dag, JOB, mode, f"yarn users: {what}")
+            TIMINGS[f"yarn users' jar: {what}"] = r.seconds
+            return r
 
         feed.add(300)
         with feed:
@@ -126,13 +117,8 @@ def test_a_users_jar_on_yarn_is_started_stopped_between_batches_and_reset_preser
             assert second.id != first.id and rm.app(second.id).alive
             feed.add(200)
 
-        def caught_up() -> bool:
-            st = read_checkpoint(checkpoint)
-            return st.latest_committed is not None and {
-                tp.partition: o for tp, o in st.latest_committed.kafka_offsets.items()} == end_offsets(
-                    broker.bootstrap_servers, topic, PARTITIONS)
-
-        wait_until(caught_up, timeout=300, interval=3.0, what="v2 to commit every produced record")
+        wait_committed_everything(checkpoint, broker.bootstrap_servers, topic, PARTITIONS, timeout=300,
+                                  interval=3.0)
         local = tmp_path / "sink"
         webhdfs.get(_hdfs_path(sink), str(local), recursive=True)
         cmp = oracle.compare(feed.produced, oracle.read_sink(local, "json"))

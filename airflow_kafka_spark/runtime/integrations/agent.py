@@ -25,7 +25,8 @@ class AgentIntegration:
     def launch(self, spec: JobSpec, facts: LaunchFacts) -> Launch:
         version = spec.spark_version or facts.spark_version()
         conf = agent.agent_conf(stop_marker=spec.stop_marker, checkpoint=spec.checkpoint,
-                                report_path=agent.report_path(spec.checkpoint), spark_version=version, user_conf=spec.spark_conf)
+                                report_path=agent.report_path(spec.checkpoint), spark_version=version,
+                                user_conf=spec.spark_conf)
         return Launch(args=tuple(own_arguments(spec, facts)), conf=conf)
 
 
