@@ -14,49 +14,10 @@ from typing import Any
 from airflow_kafka_spark.registry import fields, locations, variables
 from airflow_kafka_spark.registry.context import Context, kind, show
 from airflow_kafka_spark.registry.locations import Location
-from airflow_kafka_spark.registry.model import DEPLOY_MODES, NAME_PATTERN, JobSpec, Sink, is_job_name
+from airflow_kafka_spark.registry.model import DEPLOY_MODES, JOB_KEYS, NAME_PATTERN, JobSpec, Sink, is_job_name
 
 STOP_MARKER_SUFFIX = ".stop"
 APPLICATION_SUFFIXES = (".py", ".jar")
-JOB_KEYS = (
-    "name",
-    "application",
-    "application_args",
-    "main_class",
-    "integration",
-    "jars",
-    "packages",
-    "py_files",
-    "files",
-    "spark_version",
-    "spark_conn_id",
-    "spark_conf",
-    "deploy_mode",
-    "kafka_conn_id",
-    "topics",
-    "checkpoint",
-    "output",
-    "sink",
-    "backup_root",
-    "backup_retention",
-    "stop_timeout_s",
-    "stop_marker",
-    "compatibility_version",
-    "compatibility_probe",
-    "probe_timeout_s",
-    "starting_offsets_default",
-    "fail_on_data_loss",
-    "max_offsets_per_trigger",
-    "max_lag_records",
-    "max_lag_seconds",
-    "min_headroom_s",
-    "stall_after_s",
-    "mirror_group",
-    "health_gate",
-    "kind",
-    "group",
-    "dstream_checkpoint",
-)
 REQUIRED_JOB_KEYS = ("name", "application", "topics", "checkpoint", "backup_root")
 PATH_FIELDS = ("application", "checkpoint", "output", "backup_root", "stop_marker", "dstream_checkpoint")
 

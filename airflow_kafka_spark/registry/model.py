@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
@@ -145,39 +145,46 @@ class HealthGate:
     idle_pass_s: float | None = 120.0
 
 
+#: Marks a :class:`JobSpec` field as part of "the application" (what a rollback resubmits): one declaration,
+#: read by :data:`APP_FIELDS` and by ``runtime.app_versions``.
+APP = {"app": True}
+
+
 @dataclass(frozen=True)
 class JobSpec:
     """One streaming job, validated. Paths are normalised (local ones resolved with realpath)."""
 
     name: str
-    application: str
-    topics: tuple[str, ...]
+    application: str = field(metadata=APP)
+    topics: tuple[str, ...] = field(metadata=APP)
     checkpoint: str
     backup_root: str                          # shared is fine: backup.py keeps <backup_root>/<job>/
     stop_marker: str
-    application_args: tuple[str, ...] = ()
-    main_class: str | None = None             # a JAR's entry point (spark-submit --class)
-    integration: Integration = Integration.AGENT
-    jars: tuple[str, ...] = ()                # the job's own --jars / --packages / --py-files / --files
-    packages: tuple[str, ...] = ()
-    py_files: tuple[str, ...] = ()
-    files: tuple[str, ...] = ()
-    spark_version: str | None = None          # the Spark line the job runs on ("3.5", "4.2"); None: asked
+    application_args: tuple[str, ...] = field(default=(), metadata=APP)
+    main_class: str | None = field(default=None, metadata=APP)   # a JAR's entry point (spark-submit --class)
+    integration: Integration = field(default=Integration.AGENT, metadata=APP)
+    # the job's own --jars / --packages / --py-files / --files
+    jars: tuple[str, ...] = field(default=(), metadata=APP)
+    packages: tuple[str, ...] = field(default=(), metadata=APP)
+    py_files: tuple[str, ...] = field(default=(), metadata=APP)
+    files: tuple[str, ...] = field(default=(), metadata=APP)
+    # the Spark line the job runs on ("3.5", "4.2"); None: asked of spark-submit when needed
+    spark_version: str | None = field(default=None, metadata=APP)
     spark_conn_id: str = "spark_default"
-    spark_conf: dict[str, str] = field(default_factory=dict)
-    deploy_mode: str | None = None            # None: whatever the Spark connection says
+    spark_conf: dict[str, str] = field(default_factory=dict, metadata=APP)
+    deploy_mode: str | None = field(default=None, metadata=APP)  # None: whatever the Spark connection says
     kafka_conn_id: str = "kafka_default"
-    output: str | None = None
-    sink: Sink = Sink.IDEMPOTENT
+    output: str | None = field(default=None, metadata=APP)
+    sink: Sink = field(default=Sink.IDEMPOTENT, metadata=APP)
     backup_retention: BackupRetention = field(default_factory=BackupRetention)
     stop_timeout_s: float = 300.0
-    compatibility_version: str = "1"          # bump it for a checkpoint-breaking change
+    compatibility_version: str = field(default="1", metadata=APP)  # bump it for a checkpoint-breaking change
     # The application implements the probe contract (--aks-probe, docs/probe.md): ``auto`` asks Spark.
     compatibility_probe: bool = False
     probe_timeout_s: float = 600.0
-    starting_offsets_default: str = "earliest"  # earliest | latest | Spark offsets JSON
-    fail_on_data_loss: bool = True
-    max_offsets_per_trigger: int | None = None
+    starting_offsets_default: str = field(default="earliest", metadata=APP)  # earliest | latest | Spark offsets JSON
+    fail_on_data_loss: bool = field(default=True, metadata=APP)
+    max_offsets_per_trigger: int | None = field(default=None, metadata=APP)
     max_lag_records: int | None = None
     max_lag_seconds: float | None = None
     min_headroom_s: float | None = None
@@ -222,6 +229,12 @@ class JobSpec:
     def sink_output(self) -> str | None:
         """The output folder whose ``_spark_metadata`` batch log reset and restore must check, if any."""
         return self.output if self.sink.keeps_batch_log else None
+
+
+#: Every registry key of a job, in the order :class:`JobSpec` declares them: the one list the loader checks.
+JOB_KEYS = tuple(f.name for f in fields(JobSpec))
+#: The keys that make up "the application" (marked :data:`APP`), recorded at each submit.
+APP_FIELDS = tuple(f.name for f in fields(JobSpec) if f.metadata.get("app"))
 
 
 @dataclass(frozen=True)

@@ -21,14 +21,10 @@ from typing import Any
 from airflow_kafka_spark.lifecycle.events import LifecycleEvent
 from airflow_kafka_spark.lifecycle.model import DriverInfo
 from airflow_kafka_spark.lifecycle.record import LifecycleRecord
-from airflow_kafka_spark.registry.model import Integration, JobSpec, Sink
+from airflow_kafka_spark.registry.model import APP_FIELDS, Integration, JobSpec, Sink
 
 SUBMITTED_KEY = "submitted_app"
 LAST_GOOD_KEY = "last_good_app"
-APP_FIELDS = ("application", "application_args", "main_class", "integration", "jars", "packages", "py_files",
-              "files", "spark_version", "topics", "output", "sink", "spark_conf", "deploy_mode",
-              "fail_on_data_loss", "max_offsets_per_trigger", "starting_offsets_default",
-              "compatibility_version")
 _TUPLE_FIELDS = ("application_args", "topics", "jars", "packages", "py_files", "files")
 
 
