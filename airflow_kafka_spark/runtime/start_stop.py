@@ -255,6 +255,14 @@ def stop_job(spec: JobSpec, *, target: Callable[[], SparkTarget], actor: str, lo
     log.info("job %s: %s — %s", spec.name, result.outcome, result.message)
     out = {"job": spec.name, **result.to_dict(),
            "driver": None if drv is None else {"kind": drv.kind, "id": drv.id, "host": drv.host}}
+    if drv is not None and result.outcome != "NOT_RUNNING":
+        witness = integrations.integration_for(spec).stop_witness(spec)
+        if witness is not None:
+            out["job_reported"] = witness
+            if witness.get("stopped_on_boundary") is not None and bool(witness["stopped_on_boundary"]) != (
+                    result.replay_batch is None and not result.killed):
+                log.warning("job %s: its agent's report (%s) disagrees with the checkpoint's files (%s); the files "
+                            "decide", spec.name, witness, result.outcome)
     if drv is not None and not ctl.is_alive():
         record = LifecycleRecord.load_or_create(spec.name, spec.checkpoint)
         if record.driver is not None and record.driver.id == drv.id:

@@ -423,7 +423,7 @@ def test_a_retried_submit_adopts_the_driver_its_killed_first_try_started_but_nev
                                timeout_s=5)["outcome"] == "NOT_RUNNING"
     assert not Path(spec.stop_marker).exists()
     Path(spec.stop_marker).write_text("stop requested by a killed stop task\n")
-    with pytest.raises(UserError, match="submit failed: the driver .* exited before Spark started"):
+    with pytest.raises(UserError, match=r"submit failed: the driver .* exited before Spark started"):
         start_stop.submit_job(spec, holder="soak_dag/run_3/submit", **kwargs)   # starts /bin/false: a failed submit
     assert not Path(spec.stop_marker).exists()
     stray = orphan("other_dag/run_9/submit")

@@ -170,8 +170,9 @@ def test_keep_stops_the_users_job_between_two_batches_and_resumes_the_same_query
         stop = r.xcom("stop")
         assert (stop["outcome"], stop["graceful"], stop["killed"]) == ("STOPPED", True, False), stop
         assert stop["last_planned"] == stop["last_committed"]       # Spark's own files: no batch was cut
-        report = json.loads(Path(str(users.checkpoint) + ".agent.json").read_text())
-        users.notes["stop_report"] = report
+        witness = stop["job_reported"]                              # the agent's own account, beside the files
+        assert witness["stopped_on_boundary"] is True and witness["last_committed_batch"] == stop["last_committed"]
+        assert witness["how"] and set(witness["how"]) <= {"between_batches", "held_at_gate"}, witness
     assert read_checkpoint(str(users.checkpoint)).query_id == query
     users.wait_caught_up()
     cmp = users.compare()

@@ -17,7 +17,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from airflow_kafka_spark.errors import UserError
 from airflow_kafka_spark.registry.fields import PLACEHOLDERS, placeholders_in
@@ -50,6 +50,9 @@ class JobIntegration(Protocol):
     stops_on_marker: bool
 
     def launch(self, spec: JobSpec, facts: LaunchFacts) -> Launch: ...
+
+    def stop_witness(self, spec: JobSpec) -> Mapping[str, Any] | None:
+        """What the job itself reported about its last stop (None: it reports nothing)."""
 
 
 #: One module per integration, imported only when a job uses it (the agent's module finds its jars).

@@ -12,7 +12,12 @@ offsets, how the stop ended) beside the checkpoint. Which jar depends on the job
 
 from __future__ import annotations
 
+from typing import Any
+
 from airflow_kafka_spark import agent
+from airflow_kafka_spark._util.fs import open_location, read_bytes
+from airflow_kafka_spark._util.jsonfile import load_json
+from airflow_kafka_spark.errors import UserError
 from airflow_kafka_spark.registry.model import JobSpec
 from airflow_kafka_spark.runtime.integrations import Launch, LaunchFacts, own_arguments
 
@@ -28,6 +33,26 @@ class AgentIntegration:
                                 report_path=agent.report_path(spec.checkpoint), spark_version=version,
                                 user_conf=spec.spark_conf)
         return Launch(args=tuple(own_arguments(spec, facts)), conf=conf)
+
+    def stop_witness(self, spec: JobSpec) -> dict[str, Any] | None:
+        """The agent's account of the last stop (how each query ended, how long it took), from its report.
+
+        A second witness beside Spark's files, kept in the stop's result and the audit; the outcome
+        itself is judged from the files alone (``runtime.drivers.stop``), so a report that disagrees
+        shows up as a disagreement rather than a claim.
+        """
+        try:
+            raw = read_bytes(open_location(agent.report_path(spec.checkpoint), what="agent report"))
+            doc = load_json(raw, what="agent report") if raw is not None else None
+        except (OSError, UserError, ValueError):
+            return None
+        stop = doc.get("stop") if isinstance(doc, dict) else None
+        if not isinstance(stop, dict):
+            return None
+        hows = [((q.get("stop") or {}).get("how")) for q in doc.get("queries") or () if isinstance(q, dict)]
+        return {"stopped_on_boundary": stop.get("stopped_on_boundary"), "duration_ms": stop.get("duration_ms"),
+                "last_committed_batch": stop.get("last_committed_batch"), "how": [h for h in hows if h],
+                "application_id": doc.get("application_id"), "spark_version": doc.get("spark_version")}
 
 
 INTEGRATION = AgentIntegration()
