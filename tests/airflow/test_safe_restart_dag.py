@@ -15,8 +15,9 @@ keeps producing records while a run is in progress, because a restarted job only
 4. Dry run of a reset while the job runs: nothing changes.
 5. ``auto`` after a checkpoint-breaking change (compatibility_version bump + ``--stateful dedup``):
    reset ``preserve``, new query continues at the old position, sink exact.
-6. A broken build (``--fail-at-start``, compatibility bump): the health gate fails, the rollback
-   restores this run's backup and resubmits the previous application; the run fails with the reason.
+6. A broken build (``--fail-at-start``, compatibility bump): its driver exits before Spark starts, so
+   the submit fails (not the gate), the rollback restores this run's backup and resubmits the
+   previous application; the run fails with the driver's own last line.
 7. ``restore`` of a named backup (the one run 6 took): the replay stays within what the restore announced.
 """
 
@@ -356,25 +357,23 @@ def test_a_broken_build_is_rolled_back_to_the_previous_application(stack):
     with stack.feed:
         r = stack.run(stack.conf("auto", reason="broken build"), "broken build -> rollback")
         assert r.state == "failed"
-        assert r.states["reset"] == "success" and r.states["submit"] == "success"
-        assert r.states["health_gate"] == "failed" and r.states["rollback"] == "success"
+        assert r.states["reset"] == "success" and r.states["submit"] == "failed"      # it died before Spark started
+        assert r.states["health_gate"] == "upstream_failed" and r.states["rollback"] == "success"
         assert r.states["finish"] == "failed"
-        assert "driver exited" in r.xcom("health_gate", "failure")
         rollback = r.xcom("rollback")
         backup_id = r.xcom("backup")["backup_id"]
-        assert rollback["failed_steps"] == ["health_gate"] and rollback["restored_backup_id"] == backup_id
+        assert rollback["failed_steps"] == ["submit"] and rollback["restored_backup_id"] == backup_id
         resubmitted = rollback["resubmitted"]
         assert resubmitted["previous"] is True and resubmitted["application_args"] == V2_ARGS
         assert resubmitted["compatibility_version"] == "2"
         failure = r.xcom("finish", "failure")
-        assert failure.startswith("safe restart of job shop ROLLED_BACK: health_gate: ")
+        assert failure.startswith("safe restart of job shop ROLLED_BACK: submit: ")
+        assert "exited before Spark started" in failure and "--fail-at-start given, exiting 1" in failure
         assert f"restored backup {backup_id}" in failure and "resubmitted the previous application" in failure
         rec = stack.record()
         assert rec.driver.id == str(resubmitted["driver"]["id"]) and drivers.local_alive(rec.driver)
         assert rec.compatibility_version == "2" and rec.next_starting_offsets is None
         assert events(rec, "safe_restart")[-1]["details"]["outcome"] == "ROLLED_BACK"
-        (gate,) = [e for e in events(rec, "health_gate_failed") if e["details"]["state"] == "failed"][-1:]
-        assert "driver exited" in gate["details"]["reason"]          # why, in the record, before the rollback
         # The previous application runs on its restored checkpoint: same query, new batches.
         restored_batch = read_checkpoint(str(stack.checkpoint)).latest_committed.batch_id
         wait_until(lambda: read_checkpoint(str(stack.checkpoint)).latest_committed.batch_id > restored_batch,
