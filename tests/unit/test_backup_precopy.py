@@ -169,3 +169,18 @@ def test_an_unconsumed_precopy_is_collected_by_pruning_and_a_reset_querys_precop
     fresh = write_checkpoint(tmp_path / "ck2", batches=5, state=True)   # same path, another query id
     r = backup_checkpoint(fresh.location, str(tmp_path / "c"), job=JOB, settle_s=0)
     assert r.files_from_precopy == 0
+
+
+def test_aks_backup_pre_copy_publishes_nothing_and_the_next_backup_reads_only_new_files(ck, tmp_path):
+    from tests.unit.test_backup import aks
+
+    root = str(tmp_path / "b")
+    out = aks("backup", "--checkpoint", ck.location, "--backup-root", root, "--job", JOB, "--pre-copy", "--json")
+    assert out.returncode == 0, out.stderr
+    pre = json.loads(out.stdout)["pre_copy"]
+    assert pre["files_read"] == pre["files"] > 0 and list_backups(root, JOB).backups == []
+    add_batches(ck, 5, 1)
+    out = aks("backup", "--checkpoint", ck.location, "--backup-root", root, "--job", JOB, "--settle", "0", "--json")
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    assert doc["files_hashed"] == 4 and doc["files_from_precopy"] == pre["files"]
