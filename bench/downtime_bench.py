@@ -393,11 +393,16 @@ def plot(results: list[dict], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    results = sorted(results, key=lambda r: r["checkpoint_bytes"])
     xs = [r["checkpoint_bytes"] / 1e6 for r in results]
     fig, ax = plt.subplots(figsize=(6, 4))
     for kind in ("bare", "safe"):
         ys = [median([x["downtime_s"] for x in r["restarts"] if x["kind"] == kind]) for r in results]
-        ax.plot(xs, ys, marker="o", label=f"{kind} restart")
+        ax.plot(xs, ys, marker="o", label=f"{kind} restart (median downtime)")
+    added = [median([x["backup_s"] + x["validate_s"] for x in r["restarts"] if x["kind"] == "safe"]) for r in results]
+    ax.plot(xs, added, marker="s", linestyle="--", label="safe: backup + validate in the window")
+    full = [r["full_backup_s"] for r in results]
+    ax.plot(xs, full, marker="^", linestyle=":", label="a full backup (before pre-copy)")
     ax.set_xscale("log")
     ax.set_xlabel("checkpoint size (MB)")
     ax.set_ylabel("downtime (s), median")
