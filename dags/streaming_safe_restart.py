@@ -27,7 +27,9 @@ Procedure::
   application) if it would skip more than the approved ``max_records_skipped`` (empty: the number
   shown plus 10 %, at least 1,000). ``accept_data_loss`` in the trigger form is a *pre-approval*
   for automation: no pause, no bound, recorded as ``pre-approved`` by the triggering user.
-* ``stop`` ends the running driver on a batch boundary; ``backup`` takes a verified backup.
+* ``stop`` ends the running driver on a batch boundary; ``backup`` takes a verified backup. While
+  the driver still runs, ``stop`` first *pre-copies* that backup (copies and hashes the state files,
+  publishes nothing), so the backup in the downtime window reads only the files of the last batches.
 * ``reset`` runs for the reset modes and for ``auto`` when the registry's ``compatibility_version``
   differs from the one of the application that last passed a health gate (checkpoint-breaking
   change: reset with ``preserve``, the new query starts exactly where the old one committed).
@@ -161,7 +163,7 @@ with DAG(
         task_id=VALIDATE_BEFORE, job=JOB, override=plan.output["tolerate_block"], dry_run=dry, reason=REASON)
     approve = SafeRestartApprovalOperator(task_id=APPROVE, job=JOB, plan_task_id=PLAN, verdict_task_id=VALIDATE_BEFORE,
                                           change_task_ids=CHANGE_STEPS)
-    stop = StopStreamingJobOperator(task_id=STOP, job=JOB, dry_run=dry, reason=REASON,
+    stop = StopStreamingJobOperator(task_id=STOP, job=JOB, dry_run=dry, reason=REASON, precopy_backup=True,
                                     trigger_rule=TriggerRule.NONE_FAILED)   # runs when no approval was needed
     backup = BackupCheckpointOperator(task_id=BACKUP, job=JOB, missing_ok=True, dry_run=dry,
                                       reason="before safe restart {{ run_id }}",

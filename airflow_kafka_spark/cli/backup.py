@@ -27,6 +27,11 @@ def _backup_arguments(p: argparse.ArgumentParser) -> None:
         "--force", action="store_true", help="back up a running query anyway: only its last committed batch is captured"
     )
     p.add_argument("--spark-version", metavar="X.Y.Z", help="Spark version that wrote the checkpoint, if known")
+    p.add_argument(
+        "--pre-copy", action="store_true",
+        help="copy and hash the files now, while the query may still run, and publish nothing: the backup "
+             "after the stop then reads only the files written since (docs/security.md)",
+    )
     p.add_argument("--keep-last", metavar="N", type=positive_int, help="then prune to the newest N backups")
     p.add_argument("--max-age", metavar="DURATION", help="then prune backups older than this (7d, 12h, ...)")
     p.add_argument(
@@ -85,6 +90,8 @@ def _backup(args: argparse.Namespace) -> int:
     spec, checkpoint, backup_root = storage.job_and_paths(args)
     if spec is not None and spec.is_dstream:
         return _backup_dstream(args, spec)
+    if args.pre_copy:
+        return _pre_copy(args, checkpoint, backup_root)
     try:
         with storage.progress_lines("backup", args) as progress:
             result = backup_checkpoint(
@@ -128,6 +135,22 @@ def _backup(args: argparse.Namespace) -> int:
     if result.pruned:
         lines.append(f"  pruned: {', '.join(result.pruned)}")
     report.emit("\n".join(lines))
+    return ExitCode.OK
+
+
+def _pre_copy(args: argparse.Namespace, checkpoint: str, backup_root: str) -> int:
+    from airflow_kafka_spark.ops.backup.precopy import precopy_checkpoint
+
+    r = precopy_checkpoint(checkpoint, backup_root, job=args.job, storage_options=storage.opts(args.storage_option),
+                           backup_storage_options=storage.opts(args.backup_storage_option),
+                           seal_key=storage.seal_key_of(args))
+    if args.json:
+        report.emit(report.dump_json({"pre_copy": r.to_dict()}))
+        return ExitCode.OK
+    report.emit(f"pre-copy of job {r.job} (nothing published: the backup after the stop reads only newer files)\n"
+                f"  {r.files:,} files, {r.bytes:,} bytes; read {r.files_read:,} ({r.bytes_read:,} bytes), stored "
+                f"{r.blobs_written:,} new blobs; {r.files_skipped:,} changed while read (left to the backup); "
+                f"{r.seconds:.2f}s")
     return ExitCode.OK
 
 

@@ -19,6 +19,12 @@ boundary (last ``offsets/`` == last ``commits/``); only after the registry's ``s
 it kill the driver through its cluster manager, and then it reports ``STOPPED_MID_BATCH`` and the
 batch Spark will replay.
 
+With ``precopy_backup`` (the safe-restart DAG, whose next step is a verified backup) the stop first
+takes the backup's *pre-copy* while the driver still runs (``ops.backup.precopy``): the state files
+are copied and hashed before the stream stands still, and the backup after the stop reads only the
+files of the last batches. A pre-copy that fails is logged and the stop goes on: the backup then
+reads those files itself, as it did before pre-copies.
+
 These operators only resolve the connections and who acts; the rules (lease, liveness, what is
 recorded) live in :mod:`airflow_kafka_spark.runtime.start_stop`.
 """
@@ -32,6 +38,7 @@ from airflow_kafka_spark.airflow_glue.spark import spark_target
 from airflow_kafka_spark.lifecycle.record import LifecycleRecord
 from airflow_kafka_spark.operators._common import StreamingJobOperator
 from airflow_kafka_spark.operators.links import SparkApplicationLink
+from airflow_kafka_spark.ops.backup.precopy import precopy_checkpoint
 from airflow_kafka_spark.registry.model import JobSpec
 from airflow_kafka_spark.runtime import start_stop
 from airflow_kafka_spark.runtime.start_stop import DEFAULT_LEASE_TTL_S
@@ -87,17 +94,20 @@ class StopStreamingJobOperator(StreamingJobOperator):
 
     :param timeout_s: how long to wait for the graceful stop; default the registry's ``stop_timeout_s``.
     :param dry_run: report whether a driver runs and what would be done; stop nothing.
+    :param precopy_backup: a verified backup follows the stop: pre-copy it while the driver runs
+        (only then; never in a dry run), so the backup after the stop copies only the newest files.
     """
 
     template_fields = ("job", "reason", "dry_run")
     operator_extra_links = (SparkApplicationLink(),)
 
     def __init__(self, *, job: str, timeout_s: float | None = None, poll_s: float = 1.0,
-                 dry_run: bool | str = False, **kwargs: Any) -> None:
+                 dry_run: bool | str = False, precopy_backup: bool = False, **kwargs: Any) -> None:
         super().__init__(job=job, **kwargs)
         self.timeout_s = timeout_s
         self.poll_s = poll_s
         self.dry_run = dry_run
+        self.precopy_backup = precopy_backup
 
     def run(self, context: Any) -> dict[str, Any]:
         _, spec = self.load()
@@ -107,13 +117,32 @@ class StopStreamingJobOperator(StreamingJobOperator):
             d = record.driver if record is not None else None
             return {"job": spec.name, "outcome": "DRY_RUN", "driver_alive": alive,
                     "driver": None if d is None else {"kind": d.kind, "id": d.id, "host": d.host},
-                    "would": (f"write {spec.stop_marker}, wait up to {self.timeout_s or spec.stop_timeout_s:.0f}s for "
+                    "would": ("pre-copy the backup (publishes nothing), then " if self.precopy_backup
+                              and not spec.is_dstream and alive else "")
+                    + (f"write {spec.stop_marker}, wait up to {self.timeout_s or spec.stop_timeout_s:.0f}s for "
                               "a batch boundary, then kill") if alive else "nothing: no driver runs"}
+        precopy = self._precopy(spec) if self.precopy_backup and not spec.is_dstream else None
         out = stop_job(spec, context=context, log=self.log, timeout_s=self.timeout_s, poll_s=self.poll_s)
+        if precopy is not None:
+            out["precopy"] = precopy
         if out["outcome"] == "STOPPED_MID_BATCH":
             self.log.warning("job %s was killed inside batch %s; Spark replays it on the next start", spec.name,
                              out.get("replay_batch"))
         return out
+
+    def _precopy(self, spec: JobSpec) -> dict[str, Any] | None:
+        """The backup's pre-copy while the recorded driver runs; None when none runs (nothing moves then)."""
+        if not driver_alive(spec, LifecycleRecord.load(spec.checkpoint)):
+            return None
+        try:
+            result = precopy_checkpoint(spec.checkpoint, spec.backup_root, job=spec.name)
+        except Exception as exc:   # an optimisation only: the backup after the stop reads what is missing
+            self.log.warning("job %s: the backup's pre-copy failed (%s); the backup after the stop copies "
+                             "everything it needs", spec.name, exc)
+            return {"error": str(exc)}
+        self.log.info("job %s: pre-copied %d files (%d read, %.1f MB, %.1fs) before the stop", spec.name,
+                      result.files, result.files_read, result.bytes_read / 1e6, result.seconds)
+        return result.to_dict()
 
 
 __all__ = ["StopStreamingJobOperator", "SubmitStreamingJobOperator", "driver_alive", "stop_job", "submit_job"]

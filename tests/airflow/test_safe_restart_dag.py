@@ -279,6 +279,11 @@ def test_keep_mode_restarts_on_the_same_checkpoint_and_the_sink_is_exact(stack, 
     assert stop["outcome"] == "STOPPED" and stop["graceful"] and not stop["killed"]
     assert stop["driver"]["id"] == old_driver.id and not drivers.local_alive(old_driver)
     assert r.xcom("backup")["backup_id"]
+    # The backup was pre-copied while the old driver ran: the backup after the stop took from the
+    # pre-copy every file not already in the previous backup, and read only what came after it.
+    pre, backup = stop["precopy"], r.xcom("backup")
+    assert "error" not in pre and pre["files"] > 0
+    assert backup["files_from_precopy"] > 0
     assert r.xcom("health_gate")["new_batches"] >= 2
     rec = stack.record()
     assert rec.driver.id != old_driver.id and drivers.local_alive(rec.driver)
@@ -311,6 +316,8 @@ def test_dry_run_of_a_reset_changes_nothing(stack):
     r = stack.run(stack.conf("reset-preserve", dry_run=True), "dry run")
     assert r.state == "success", r.xcom("finish", "failure")
     assert r.xcom("stop")["outcome"] == "DRY_RUN" and r.xcom("stop")["driver_alive"] is True
+    assert r.xcom("stop")["would"].startswith("pre-copy the backup (publishes nothing), then write")
+    assert "precopy" not in r.xcom("stop")                # and none was taken (the backup tree is unchanged below)
     assert r.xcom("reset")["dry_run"] is True and r.xcom("reset")["starting_offsets"]
     assert r.xcom("submit")["dry_run"] is True and "--starting-offsets" in r.xcom("submit")["command"]
     assert r.xcom("finish")["outcome"] == "DRY_RUN"

@@ -4,6 +4,11 @@ A file whose path, size, mtime and (on a local disk) inode change time equal an 
 verified backup of the same checkpoint and query keeps that entry's sha256 without being read:
 checkpoint files are immutable once Spark renames them into place, so the cost of a backup follows
 the new batches, not the history. Apart from ``take`` so the rule reads in one place.
+
+The second stat cache is the **pre-copy** (``ops.backup.precopy``): the same copy, taken while the
+query still runs, whose blobs were re-hashed and whose entry list was sealed like a manifest, but
+which is never published. The backup after the stop reads it exactly like the previous manifest
+(:func:`known_entries`), so only files written since the pre-copy are read in the downtime window.
 """
 
 from __future__ import annotations
@@ -15,6 +20,9 @@ from airflow_kafka_spark._util.fs import Location, comparable, list_files, mtime
 from airflow_kafka_spark.errors import UserError
 from airflow_kafka_spark.ops.backup.catalog import read_manifest, store_path
 from airflow_kafka_spark.ops.backup.manifest import BACKUPS_DIR, FileEntry, Manifest
+
+#: The pre-copy's sealed entry list, beside ``backups/`` (never listed as a backup): ``<job>/precopy.json``.
+PRECOPY_NAME = "precopy.json"
 
 
 def previous_manifest(job_loc: Location, job: str, ck: Location, query_id: str | None,
@@ -35,6 +43,39 @@ def previous_manifest(job_loc: Location, job: str, ck: Location, query_id: str |
                     open_location(m.checkpoint_location, None)) == target:
                 return m
     return None
+
+
+def precopied(job_loc: Location, job: str, ck: Location, query_id: str | None,
+              seal_key: bytes | None) -> Manifest | None:
+    """The pre-copy of the same checkpoint and query, when its seals hold; None otherwise (never an error).
+
+    A pre-copy that does not parse, is sealed with another key, or names another checkpoint or query
+    is ignored: the backup then reads those files itself, which is what it did before pre-copies.
+    """
+    with contextlib.suppress(UserError):
+        loc = store_path(job_loc, PRECOPY_NAME)
+        raw = read_manifest(loc)
+        if raw is None:
+            return None
+        m = Manifest.from_json(raw, where=loc.url, seal_key=seal_key)
+        if m.job == job and m.query_id == query_id and comparable(
+                open_location(m.checkpoint_location, None)) == comparable(ck):
+            return m
+    return None
+
+
+def known_entries(last: Manifest | None, pre: Manifest | None) -> dict[str, FileEntry]:
+    """path -> entry from the previous backup, overridden by the newer pre-copy where the two differ.
+
+    An entry equal to the previous manifest's keeps the manifest's own object, so a re-backup whose
+    files are all the previous backup's still carries its sealed file list (``Manifest.files_json``).
+    """
+    out = {f.path: f for f in last.files} if last is not None else {}
+    if pre is not None:
+        for f in pre.files:
+            if out.get(f.path) != f:
+                out[f.path] = f
+    return out
 
 
 def stat_of(info: dict, *, local: bool) -> tuple[int, float | None, float | None]:

@@ -62,21 +62,25 @@ def check_blobs(job_loc: Location, m: Manifest, *, deep_shas: set[str],
         if size != f.size:
             raise UserError(f"backup {m.backup_id} is damaged: {blob_rel(f.sha256)} (for {f.path}) has {size} "
                             f"bytes, the manifest says {f.size}; restore from another backup")
-    shas = sorted(deep_shas)
-    if not shas:
-        return
     sizes = {f.sha256: f.size for f in m.files}
+    for sha in mismatched_blobs(job_loc, {sha: sizes.get(sha, 0) for sha in deep_shas})[:1]:
+        path = next(f.path for f in m.files if f.sha256 == sha)
+        raise UserError(f"backup {m.backup_id} is damaged: the blob for {path} does not match its sha256 "
+                        f"(content changed after the backup); restore from another backup")
+
+
+def mismatched_blobs(job_loc: Location, sizes: Mapping[str, int]) -> list[str]:
+    """The blobs among ``sizes`` (sha256 -> size) whose bytes do not hash to their name (missing ones too)."""
+    shas = sorted(sizes)
+    if not shas:
+        return []
 
     def rehash(sha: str) -> str:
-        return _hash_file(job_loc.child(blob_rel(sha)), sizes.get(sha, 0))
+        return _hash_file(job_loc.child(blob_rel(sha)), sizes[sha])
 
     # Reading and hashing release the GIL: a few threads keep both cores busy on 40,000 small blobs.
     with ThreadPoolExecutor(max_workers=_HASH_THREADS) as pool:
-        for sha, actual in zip(shas, pool.map(rehash, shas, chunksize=256), strict=True):
-            if actual != sha:
-                path = next(f.path for f in m.files if f.sha256 == sha)
-                raise UserError(f"backup {m.backup_id} is damaged: the blob for {path} does not match its sha256 "
-                                f"(content changed after the backup); restore from another backup")
+        return [sha for sha, actual in zip(shas, pool.map(rehash, shas, chunksize=256), strict=True) if actual != sha]
 
 
 def blob_index(job_loc: Location, trusted: Mapping[str, int] | None = None) -> dict[str, int]:

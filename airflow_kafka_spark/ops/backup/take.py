@@ -7,6 +7,10 @@ Why it is built this way:
   an entry of the previous backup of the same query is not even re-read (checkpoint files are
   immutable once Spark renames them into place): the cost of a backup follows the new batches,
   not the history.
+* **The pre-copy** (``ops.backup.precopy``), taken while the query still ran, is a second stat
+  cache beside the previous backup (``reuse.known_entries``): a backup after the stop reads only
+  the files written since, and the blobs the pre-copy stored are checked here like the previous
+  backup's (present, with their size); the pre-copy re-hashed them when it wrote them.
 * **Published only when verified**: the manifest is first written to ``staging/``, read back,
   checked (digest, every blob present with its size, every blob written by this run re-hashed)
   and only then written to ``backups/`` in one atomic step. A backup killed at any point is never
@@ -51,7 +55,15 @@ from airflow_kafka_spark.ops import seal
 from airflow_kafka_spark.ops.backup.catalog import job_location, open_backup_root, store_path
 from airflow_kafka_spark.ops.backup.manifest import BACKUPS_DIR, LOCK_NAME, STAGING_DIR, FileEntry, Manifest
 from airflow_kafka_spark.ops.backup.prune import check_retention, prune_job
-from airflow_kafka_spark.ops.backup.reuse import previous_manifest, reusable, stat_of, unchanged
+from airflow_kafka_spark.ops.backup.reuse import (
+    PRECOPY_NAME,
+    known_entries,
+    precopied,
+    previous_manifest,
+    reusable,
+    stat_of,
+    unchanged,
+)
 from airflow_kafka_spark.ops.backup.selection import Selection, layout_misfit, log_ids, select_files
 from airflow_kafka_spark.ops.backup.store import BlobWriter, blob_index, check_blobs
 from airflow_kafka_spark.ops.guards import check_locations, running_reason
@@ -72,8 +84,9 @@ class BackupResult:
     bytes_hashed: int
     blobs_written: int            # bodies stored by this backup (the rest already existed)
     bytes_written: int
-    files_from_previous: int      # taken from the previous backup's manifest without re-reading
+    files_from_previous: int      # taken from the previous backup's manifest (or the pre-copy) without re-reading
     verify_seconds: float
+    files_from_precopy: int = 0   # of those, taken from the pre-copy
     excluded: dict[str, str] = field(default_factory=dict)
     pruned: list[str] = field(default_factory=list)
     selection: Selection | None = None
@@ -87,7 +100,7 @@ class BackupResult:
                 "files": self.files, "bytes": self.bytes, "files_hashed": self.files_hashed,
                 "bytes_hashed": self.bytes_hashed, "blobs_written": self.blobs_written,
                 "bytes_written": self.bytes_written, "files_from_previous": self.files_from_previous,
-                "verify_seconds": round(self.verify_seconds, 3),
+                "files_from_precopy": self.files_from_precopy, "verify_seconds": round(self.verify_seconds, 3),
                 "excluded": len(self.excluded), "pruned": self.pruned,
                 **({"selection": self.selection.record()} if self.selection is not None else {})}
 
@@ -184,7 +197,8 @@ def _backup_once(ck: Location, state: CheckpointState, job_loc: Location, job: s
     # their sizes from it (``blob_index``): 40,000 stats fewer.
     listing = list_files(ck)
     last = previous_manifest(job_loc, job, ck, state.query_id, seal_key)
-    previous = {f.path: f for f in last.files} if last is not None else {}
+    pre = precopied(job_loc, job, ck, state.query_id, seal_key)
+    previous = known_entries(last, pre)
     index = blob_index(job_loc, trusted={f.sha256: f.size for f in previous.values()})
     before = log_ids(listing)
     newest_before = _newest_log_files(listing, before)
@@ -222,6 +236,8 @@ def _backup_once(ck: Location, state: CheckpointState, job_loc: Location, job: s
         sha, actual = writer.put(below_ck.child(rel, what="checkpoint file"), size)
         entries.append(FileEntry(rel, actual, sha, mtime, ctime))
     writer.sync()
+    pre_objs = {id(f) for f in pre.files} if pre is not None else set()
+    from_precopy = sum(id(e) in pre_objs for e in entries)
 
     # The second listing: did batches advance while we copied? (Running query detection.)
     # Only offsets/ and commits/ are listed again: a running query shows there first.
@@ -271,7 +287,8 @@ def _backup_once(ck: Location, state: CheckpointState, job_loc: Location, job: s
         and all(map(operator.is_, entries, last.files)) else None,
         stats={"excluded_files": len(sel.excluded), "files_hashed": writer.files_hashed,
                "bytes_hashed": writer.bytes_hashed, "blobs_written": len(writer.written),
-               "bytes_written": writer.bytes_written, "files_from_previous": reused},
+               "bytes_written": writer.bytes_written, "files_from_previous": reused,
+               **({"files_from_precopy": from_precopy} if pre is not None else {})},
     )
     manifest, written = manifest.sealed_json(seal_key)
 
@@ -294,11 +311,13 @@ def _backup_once(ck: Location, state: CheckpointState, job_loc: Location, job: s
     write_atomic(store_path(job_loc, BACKUPS_DIR, f"{backup_id}.json"), raw)
     faults.crash_point("backup.published")
     remove_file(staging)
+    if pre is not None:   # consumed: its blobs this backup names are kept, the rest are pruning's
+        remove_file(store_path(job_loc, PRECOPY_NAME))
     return BackupResult(
         manifest=staged, seconds=time.monotonic() - t0, files=len(entries), bytes=staged.total_bytes,
         files_hashed=writer.files_hashed, bytes_hashed=writer.bytes_hashed, blobs_written=len(writer.written),
         bytes_written=writer.bytes_written, files_from_previous=reused, verify_seconds=verify_seconds,
-        excluded=sel.excluded, selection=sel)
+        excluded=sel.excluded, selection=sel, files_from_precopy=from_precopy)
 
 
 def _log_listing(ck: Location) -> dict[str, dict]:

@@ -1,0 +1,170 @@
+"""The backup's pre-copy: the expensive part of a backup, taken while the query still runs.
+
+Why: a safe restart backs the checkpoint up *after* the stop, and every second of that backup is a
+second the stream stands still (issue 28). Most of a stateful checkpoint does not change between a
+moment before the stop and the stop itself: Spark writes its state files (``N.delta``,
+``N.snapshot``, RocksDB's ``N.zip``, ``*.sst`` and changelog files) and log files (``offsets/N``,
+``commits/N``) to a temporary name and renames them into place, and never writes them again. So
+the pre-copy stores the bodies of all files it finds in the job's blob store, re-hashes the blobs
+it wrote, and writes their entries (path, size, sha256, mtime, ctime) as a **sealed, unpublished**
+manifest, ``<job>/precopy.json`` (``reuse.PRECOPY_NAME``). The backup after the stop
+(``ops.backup.take``) reads it as it reads the previous backup's manifest (``reuse.known_entries``):
+a file whose size, mtime and (local disk) inode change time are the pre-copy's keeps its sha256,
+and only the files written since are read in the downtime window.
+
+What it does **not** change:
+
+* A pre-copy never publishes a backup: it is not in ``backups/``, not listed, never restored. The
+  backup after the stop selects its files with the same rules (``ops.backup.selection``), checks
+  every blob present with its size, re-hashes those it wrote, and seals and verifies its manifest
+  exactly as without a pre-copy.
+* Files that vanish (state maintenance deletes old versions) or grow while read are left out: the
+  backup reads them itself if they still matter. A file whose stat changed while it was read
+  (local disk: size, mtime or inode change time) is left out too, so an entry never pairs a stat
+  with bytes read before it.
+* Blobs stored but not named by a published manifest are collected by pruning (``prune``) like
+  the leftovers of a killed backup.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from airflow_kafka_spark._util.fs import Location, list_files, open_location, write_atomic
+from airflow_kafka_spark._util.lock import LockFile
+from airflow_kafka_spark._util.paths import Contained, check_relative
+from airflow_kafka_spark.errors import UserError
+from airflow_kafka_spark.lifecycle.record import LifecycleRecord
+from airflow_kafka_spark.names import default_job_name, new_backup_id, validate_job_name
+from airflow_kafka_spark.ops import seal
+from airflow_kafka_spark.ops.backup.catalog import job_location, open_backup_root, store_path
+from airflow_kafka_spark.ops.backup.manifest import LOCK_NAME, FileEntry, Manifest
+from airflow_kafka_spark.ops.backup.reuse import (
+    PRECOPY_NAME,
+    known_entries,
+    precopied,
+    previous_manifest,
+    reusable,
+    stat_of,
+)
+from airflow_kafka_spark.ops.backup.selection import layout_misfit, log_ids, select_files
+from airflow_kafka_spark.ops.backup.store import BlobWriter, blob_index, mismatched_blobs
+from airflow_kafka_spark.ops.backup.take import open_checkpoint, refuse_irregular
+from airflow_kafka_spark.ops.guards import check_locations
+
+
+@dataclass
+class PrecopyResult:
+    """What a pre-copy stored and what it cost."""
+
+    job: str
+    seconds: float
+    files: int                 # entries the backup after the stop may reuse
+    bytes: int
+    files_read: int            # files read (new since the previous backup or pre-copy)
+    bytes_read: int
+    blobs_written: int
+    bytes_written: int
+    files_skipped: int         # vanished, grew or changed while read: the backup reads them itself
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"job": self.job, "seconds": round(self.seconds, 3), "files": self.files, "bytes": self.bytes,
+                "files_read": self.files_read, "bytes_read": self.bytes_read, "blobs_written": self.blobs_written,
+                "bytes_written": self.bytes_written, "files_skipped": self.files_skipped}
+
+
+def precopy_checkpoint(checkpoint_location: str, backup_root: str, *, job: str | None = None,
+                       storage_options: dict | None = None, backup_storage_options: dict | None = None,
+                       seal_key: bytes | None = None, now_ms: int | None = None) -> PrecopyResult:
+    """Store the bodies of a (running or stopped) checkpoint's files and seal their entries; see the module doc.
+
+    Changes nothing beside the job's blob store and ``<job>/precopy.json``: no lifecycle record is
+    written, no backup published. Raises :class:`UserError` for bad input (unknown checkpoint, a
+    job name the lifecycle record contradicts, links or special files in the checkpoint).
+    """
+    t0 = time.monotonic()
+    seal_key = seal.resolve_key(seal_key)
+    refuse_irregular(open_location(checkpoint_location, storage_options, what="checkpoint location"))
+    ck, state = open_checkpoint(checkpoint_location, storage_options)
+    root = open_backup_root(backup_root, backup_storage_options)
+    check_locations(ck, root)
+    record = LifecycleRecord.load(checkpoint_location)
+    job = job if job is not None else default_job_name(checkpoint_location, record.job_name if record else None)
+    validate_job_name(job)
+    if record is not None and record.job_name != job:
+        raise UserError(f"checkpoint {checkpoint_location} belongs to job {record.job_name!r} (lifecycle record), "
+                        f"not {job!r}")
+    job_loc = job_location(root, job)
+    with LockFile(store_path(job_loc, LOCK_NAME), what=f"backups of job {job}"):
+        listing = list_files(ck)
+        previous = known_entries(previous_manifest(job_loc, job, ck, state.query_id, seal_key),
+                                 precopied(job_loc, job, ck, state.query_id, seal_key))
+        index = blob_index(job_loc, trusted={f.sha256: f.size for f in previous.values()})
+        ids = log_ids(listing)
+        misfit = layout_misfit(listing, [(p.code, p.path) for p in state.problems], ids=ids)
+        sel = select_files(listing, max(ids[1]) if ids[1] else None, max(ids[0]) if ids[0] else None,
+                           keep_pending=True, whole=misfit)
+        writer = BlobWriter(job_loc, index)
+        below_ck = Contained(ck)
+        entries: list[FileEntry] = []
+        skipped = 0
+        for rel in sorted(sel.files):
+            size, mtime, ctime = stat_of(sel.files[rel], local=ck.local)
+            if mtime is None:   # an entry without mtime can never be reused: not worth reading now
+                continue
+            prev = previous.get(rel)
+            if reusable(prev, size, mtime, ctime, local=ck.local) and index.get(prev.sha256) == size:
+                entries.append(prev)
+                continue
+            check_relative(rel, what="checkpoint file")
+            src = below_ck.child(rel, what="checkpoint file")
+            try:
+                sha, actual = writer.put(src, size)
+            except (FileNotFoundError, UserError):   # deleted by state maintenance, or grew: the backup's job
+                skipped += 1
+                continue
+            if actual != size or not _same_stat(src, size, mtime, ctime):
+                skipped += 1
+                continue
+            entries.append(FileEntry(rel, actual, sha, mtime, ctime))
+        writer.sync()
+        bad = mismatched_blobs(job_loc, {sha: index[sha] for sha in writer.written})
+        if bad:
+            raise UserError(f"the pre-copy of job {job} stored a blob that does not hash to its name "
+                            f"({bad[0]}): the backup store at {job_loc.url} is not keeping what is written to it")
+        created = now_ms if now_ms is not None else int(time.time() * 1000)
+        committed = max(ids[1]) if ids[1] else None
+        cache = Manifest(
+            backup_id=new_backup_id(created, committed), job=job, created_at_ms=created,
+            reason="pre-copy while the query ran (never published: a stat cache for the backup after the stop)",
+            checkpoint_location=ck.url, query_id=state.query_id, last_committed_batch=committed,
+            committed_offsets=None, pending_batch=None, pending_offsets=None, initial_offsets=None,
+            spark_version=None, kafka_cluster_id=None, topics={}, forced=True, running=True,
+            state={}, problems=[], files=tuple(entries),
+            stats={"files_hashed": writer.files_hashed, "bytes_hashed": writer.bytes_hashed,
+                   "blobs_written": len(writer.written), "bytes_written": writer.bytes_written})
+        _, written = cache.sealed_json(seal_key)
+        write_atomic(store_path(job_loc, PRECOPY_NAME), written)
+    return PrecopyResult(job=job, seconds=time.monotonic() - t0, files=len(entries),
+                         bytes=sum(e.size for e in entries), files_read=writer.files_hashed,
+                         bytes_read=writer.bytes_hashed, blobs_written=len(writer.written),
+                         bytes_written=writer.bytes_written, files_skipped=skipped)
+
+
+def _same_stat(src: Location, size: int, mtime: float, ctime: float | None) -> bool:
+    """Local disk: the file's stat after the read is the one listed before it (else it was written meanwhile).
+
+    Elsewhere the listing's stat stands: an object store's or HDFS's modification time moves with any
+    rewrite, so a changed file's entry can never be reused by the backup after the stop.
+    """
+    if not src.local:
+        return True
+    try:
+        st = os.stat(src.path, follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    listed = stat_of({"size": st.st_size, "mtime": st.st_mtime, "created": st.st_ctime}, local=True)
+    return listed == (size, mtime, ctime)
