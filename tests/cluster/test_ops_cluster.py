@@ -31,6 +31,7 @@ import pytest
 
 from airflow_kafka_spark._util.conditional import WriteConflict
 from airflow_kafka_spark._util.fs import exists, list_files, open_location, siblings_with_prefix
+from airflow_kafka_spark.checkpoint.initial_offsets import read_initial_offsets
 from airflow_kafka_spark.errors import UserError
 from airflow_kafka_spark.kafka.offsets import TopicPartition, parse_offsets_json
 from airflow_kafka_spark.lifecycle import record as lifecycle
@@ -140,9 +141,10 @@ def test_backup_restore_reset_round_trip(ck_store, backup_store, stores, hadoop,
     assert verify_backup(root_url, JOB, restored.pre_restore_backup_id).last_committed_batch == 7
 
     # reset (preserve): the restored checkpoint moves aside untouched, its backup verifies, the
-    # location is empty and the next run starts where the last committed batch ended
+    # location holds only Spark's start file, and the next run starts where the last committed batch ended
     reset = reset_checkpoint(ck_url, root_url, kafka, ResetRequest(mode="preserve"), backup_settle_s=0)
-    assert not exists(open_location(ck_url))
+    assert list(remote_tree(ck_url)) == ["sources/0/0"]
+    assert read_initial_offsets(ck_url, "0") == {TopicPartition(topic_name, 0): 40, TopicPartition(topic_name, 1): 40}
     assert remote_tree(reset.aside_location) == written
     pre_reset = verify_backup(root_url, JOB, reset.backup_id, deep=True)
     assert {f.path: f.sha256 for f in pre_reset.files} == written
