@@ -47,8 +47,8 @@ from airflow_kafka_spark._util.trees import remove_tree
 from airflow_kafka_spark.errors import UserError
 from airflow_kafka_spark.kafka.secrets import bootstrap_servers_of, scrub
 from airflow_kafka_spark.ops.backup.selection import log_ids, select_files
-from airflow_kafka_spark.registry.model import JobSpec
-from airflow_kafka_spark.runtime import connector, detach, submit
+from airflow_kafka_spark.registry.model import Integration, JobSpec
+from airflow_kafka_spark.runtime import connector, detach, probe_agent, submit
 from airflow_kafka_spark.runtime.submit import SparkTarget
 
 PROBE_FLAG = "--aks-probe"
@@ -191,7 +191,22 @@ def classify(returncode: int | None, output: str, *, timeout_s: float) -> tuple[
                 "(no AKS_PROBE sink line; docs/probe.md)", None)
     if returncode == 0 and result is not None and result.get("ok"):
         return ProbeAnswer.COMPATIBLE, "Spark ran the batch on the copy of the checkpoint", None
-    text = ((result or {}).get("error") or "") + "\n" + output
+    return _failure(((result or {}).get("error") or "") + "\n" + output, returncode)
+
+
+def classify_agent(returncode: int | None, verdict: probe_agent.Verdict, output: str, *,
+                   timeout_s: float) -> tuple[ProbeAnswer, str, str | None]:
+    """(answer, reason, error class) of an agent probe: the agent's evidence first, then Spark's error (pure)."""
+    if returncode is None:
+        return ProbeAnswer.UNKNOWN, f"the probe did not finish within {timeout_s:.0f}s", None
+    if not verdict.evidence:
+        return ProbeAnswer.UNKNOWN, verdict.text, None
+    if verdict.ok:
+        return ProbeAnswer.COMPATIBLE, f"Spark ran the batch on the copy of the checkpoint ({verdict.text})", None
+    return _failure(verdict.text + "\n" + output, returncode)
+
+
+def _failure(text: str, returncode: int) -> tuple[ProbeAnswer, str, str | None]:
     refusal = checkpoint_refusal(text)
     m = _SOURCE_COUNT.search(text)
     if refusal == SOURCE_COUNT_CHANGED and m:
@@ -258,12 +273,23 @@ def probe_application(spec: JobSpec, *, kafka_config: Mapping[str, Any], target:
         if staged is None:
             return ProbeResult(ProbeAnswer.COMPATIBLE, "the checkpoint has no batch: Spark starts a new query, "
                                "any application is accepted", method="checkpoint", seconds=time.monotonic() - t0)
-        command, env = probe_command(spec, staged, scratch, kafka_config=kafka_config, target=target)
+        by_agent = spec.integration is Integration.AGENT
+        if by_agent:
+            command, env = probe_agent.command(spec, staged.location, scratch, kafka_config=kafka_config,
+                                               target=target)
+            _write(scratch.child("STOP"), b"")   # the agent runs the pending batch, then stops the query
+        else:
+            command, env = probe_command(spec, staged, scratch, kafka_config=kafka_config, target=target)
         log_path = os.path.join(logs, "driver.log")
         returncode = _run(command, env, log_path, timeout)
         with open(log_path, errors="replace") as fh:
             output = scrub(fh.read(), kafka_config)
-        answer, reason, error_class = classify(returncode, output, timeout_s=timeout)
+        if by_agent:
+            verdict = probe_agent.judge(returncode, probe_agent.read_report(scratch), staged.location.url,
+                                        staged.batch)
+            answer, reason, error_class = classify_agent(returncode, verdict, output, timeout_s=timeout)
+        else:
+            answer, reason, error_class = classify(returncode, output, timeout_s=timeout)
         tail = "\n".join(ln for ln in output.splitlines()[-15:] if ln.strip())
         return ProbeResult(answer, reason, method="shadow-start", error_class=error_class, batch=staged.batch,
                            empty_batch=staged.empty_batch, seconds=round(time.monotonic() - t0, 1),
