@@ -82,13 +82,18 @@ def _old_run(tmp: Path, bs: str, topic: str, second: str, release: str, sink: st
     return real
 
 
-def _spec(tmp: Path, topic: str, args: tuple[str, ...], **conf: str) -> JobSpec:
+def _spec(tmp: Path, topic: str, args: tuple[str, ...], *, application: Path = APP, line: str = "default",
+          main_class: str | None = None, **conf: str) -> JobSpec:
+    """The registry entry of the job; the Kafka connector as local jars (as on a cluster: no Ivy at start)."""
     real = tmp / "real"
-    return JobSpec(name="users-report", application=str(APP), topics=(topic,), checkpoint=str(real / "checkpoint"),
-                   backup_root=str(tmp / "backups"), stop_marker=str(real / "STOP"), output=str(real / "sink"),
-                   sink=Sink.IDEMPOTENT, spark_conn_id="spark_probe_users", compatibility_probe=True,
-                   integration=Integration.AGENT, spark_version="4.2",
-                   spark_conf={"spark.sql.shuffle.partitions": "2", "spark.driver.memory": "640m", **conf},
+    rt = runtime(line)
+    return JobSpec(name="users-report", application=str(application), main_class=main_class, topics=(topic,),
+                   checkpoint=str(real / "checkpoint"), backup_root=str(tmp / "backups"),
+                   stop_marker=str(real / "STOP"), output=str(real / "sink"), sink=Sink.IDEMPOTENT,
+                   spark_conn_id="spark_probe_users", compatibility_probe=True, integration=Integration.AGENT,
+                   spark_version=rt.version,
+                   spark_conf={"spark.sql.shuffle.partitions": "2", "spark.driver.memory": "640m",
+                               "spark.jars": ",".join(str(j) for j in rt.kafka_jars()), **conf},
                    application_args=args)
 
 
@@ -99,14 +104,137 @@ def _probe(spec: JobSpec, bs: str, **kw) -> probe.ProbeResult:
                                    timeout_s=300, **kw)
 
 
+@pytest.fixture(scope="module")
+def old_runs(stack, tmp_path_factory):
+    """One real run per old release, shared by the cases (each probe must leave it byte-identical)."""
+    bs, topic, second = stack
+    cache: dict[tuple[str, str], Path] = {}
+
+    def get(release: str, sink: str) -> Path:
+        if (release, sink) not in cache:
+            tmp = tmp_path_factory.mktemp(f"old-{release}")
+            _old_run(tmp, bs, topic, second, release, sink)
+            cache[(release, sink)] = tmp
+        return cache[(release, sink)]
+    return get
+
+
 @pytest.mark.parametrize("case", list(CASES))
-def test_probe_of_a_users_pyspark_job(case, stack, tmp_path):
+def test_probe_of_a_users_pyspark_job(case, stack, old_runs):
     bs, topic, second = stack
     old, old_sink, new, new_sink, expected, error_class = CASES[case]
-    real = _old_run(tmp_path, bs, topic, second, old, old_sink)
+    tmp = old_runs(old, old_sink)
+    real = tmp / "real"
     before = digest(real)
-    result = _probe(_spec(tmp_path, topic, _args(topic, second, new, new_sink)), bs)
+    result = _probe(_spec(tmp, topic, _args(topic, second, new, new_sink)), bs)
     print(f"{case}: {result.answer} in {result.seconds}s, class {result.error_class}: {result.reason}")
     assert digest(real) == before, "the probe touched the real checkpoint or sink"
     assert result.answer is expected, result
     assert result.error_class == error_class, result
+
+
+def test_two_queries_each_on_its_own_checkpoint(stack, old_runs):
+    """The application runs a second query (``--totals``) on ``<checkpoint>-totals`` into ``<out>-totals``:
+    both sinks are replaced, the second query's checkpoint is a fresh one inside the probe's folder,
+    and neither real checkpoint nor real sink changes; the compatible answer needs both queries ended."""
+    bs, topic, second = stack
+    tmp = old_runs("base", "foreach")
+    real = tmp / "real"
+    before = digest(real)
+    result = _probe(_spec(tmp, topic, _args(topic, second, "projection", "foreach", "--totals")), bs)
+    print(f"two queries: {result.answer} in {result.seconds}s: {result.reason}")
+    assert digest(real) == before
+    assert result.answer is C, result
+
+
+def test_a_sink_that_was_not_replaced_halts_before_its_first_batch(stack, old_runs):
+    """The start check alone (the rewrite switched off by a test-only conf), with the application's
+    output hard-coded to the real sink: the driver halts before the first batch, nothing is written,
+    and the answer is ``unknown``."""
+    bs, topic, second = stack
+    tmp = old_runs("base", "foreach")
+    real = tmp / "real"
+    before = digest(real)
+    args = tuple(str(real / "sink") if a == "{output}" else a for a in _args(topic, second, "base", "foreach"))
+    result = _probe(_spec(tmp, topic, args, **{"spark.aks.agent.probe.testSkipRewrite": "true"}), bs)
+    print(f"unreplaced sink: {result.answer} in {result.seconds}s: {result.reason}")
+    assert digest(real) == before
+    assert result.answer is U and "could not replace the sink" in result.reason, result
+
+
+def test_killed_midway(stack, old_runs, tmp_path):
+    """SIGKILL of the probe's driver while its query is active: the real checkpoint and sink are unchanged."""
+    from airflow_kafka_spark._util.fs import open_location
+    from airflow_kafka_spark.airflow_glue.spark import spark_target
+    from airflow_kafka_spark.runtime import probe_agent
+
+    bs, topic, second = stack
+    tmp = old_runs("agg", "foreach")
+    real = tmp / "real"
+    before = digest(real)
+    spec = _spec(tmp, topic, _args(topic, second, "agg", "foreach"))
+    scratch = open_location(str(tmp_path / "scratch"))
+    staged = probe.stage_checkpoint(spec.checkpoint, scratch.child("checkpoint").url)
+    assert staged is not None
+    cmd, env = probe_agent.command(spec, staged.location, scratch, kafka_config={"bootstrap.servers": bs},
+                                   target=spark_target(spec))
+    (tmp_path / "scratch" / "STOP").touch()
+    with open(tmp_path / "driver.log", "wb") as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 240
+        report = tmp_path / "scratch" / probe_agent.REPORT_NAME
+        while time.monotonic() < deadline and proc.poll() is None:
+            doc = json.loads(report.read_text()) if report.exists() else {}
+            if any(q.get("status") == "active" for q in doc.get("queries") or []):
+                break
+            time.sleep(0.05)
+        assert proc.poll() is None, (tmp_path / "driver.log").read_text()[-3000:]
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(30)
+    assert digest(real) == before
+    assert (tmp_path / "scratch" / "checkpoint" / "offsets").is_dir()
+
+
+def test_java_application_with_its_checkpoint_in_its_own_config_file_spark35(stack, tmp_path, monkeypatch):
+    """The Java application reads checkpoint and output from its properties file (no ``{checkpoint}`` to
+    fill in): the agent moves the registry's checkpoint onto the copy in the plan itself. Spark 3.5.1:
+    v1 -> v2 (``dropDuplicates`` added) is breaking (3.5's missing state file), v1 -> v1 compatible."""
+    from devstack import user_jobs
+
+    bs, topic, _ = stack
+    rt = runtime("3.5")
+    monkeypatch.setenv("SPARK_HOME", str(rt.home))
+    monkeypatch.setenv("PATH", f"{rt.home / 'bin'}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("PYSPARK_PYTHON", str(rt.python))
+    real = tmp_path / "real"
+    props = user_jobs.write_properties(tmp_path / "orders.properties", bootstrap=bs, topic=topic,
+                                       checkpoint=real / "checkpoint", output=real / "sink")
+    jars = {v: user_jobs.build("3.5", v) for v in ("v1", "v2")}
+    marker = tmp_path / "stop"
+    from airflow_kafka_spark import agent
+
+    conf = agent.agent_conf(str(marker), str(real / "checkpoint"), str(tmp_path / "run.agent.json"), rt.version, {})
+    driver = h.submit(rt, jars["v1"], [str(props)], tmp_path / "v1.log", conf=conf, main_class=user_jobs.MAIN_CLASS)
+    try:
+        deadline = time.monotonic() + 180
+        while (driver.proc.poll() is None and h.newest(real / "checkpoint", "commits") < 0
+               and time.monotonic() < deadline):
+            time.sleep(0.3)
+        marker.touch()
+        assert driver.wait(90) == 0, driver.text()[-3000:]
+    finally:
+        if driver.proc.poll() is None:
+            driver.kill()
+    before = digest(real)
+    answers = {}
+    for variant in ("v2", "v1"):
+        spec = _spec(tmp_path, topic, (str(props),), application=jars[variant], line="3.5",
+                     main_class=user_jobs.MAIN_CLASS)
+        answers[variant] = _probe(spec, bs)
+        print(f"java 3.5 {variant}: {answers[variant].answer} in {answers[variant].seconds}s "
+              f"class {answers[variant].error_class}: {answers[variant].reason}")
+        assert digest(real) == before
+    assert answers["v2"].answer is B, answers["v2"]
+    assert answers["v1"].answer is C, answers["v1"]

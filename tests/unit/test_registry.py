@@ -344,9 +344,9 @@ CASES = {
     "unknown integration": (
         lambda d, r: d["jobs"][0].update(integration="agnet"),
         ["job 'orders'.integration", "is not one of agent, reference, none"]),
-    "probe contract without the reference integration": (
-        lambda d, r: d["jobs"][0].update(compatibility_probe=True),
-        ["job 'orders'.compatibility_probe", "--aks-probe", "integration: reference"]),
+    "probe without an integration that can run it": (
+        lambda d, r: d["jobs"][0].update(compatibility_probe=True, integration="none"),
+        ["job 'orders'.compatibility_probe", "integration agent", "--aks-probe", "not none"]),
     "a DStream job with the agent": (
         lambda d, r: d["jobs"][0].update(kind="dstream", group="g", integration="agent"),
         ["job 'orders'.integration", "does not stop DStream jobs yet"]),

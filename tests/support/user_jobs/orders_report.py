@@ -23,7 +23,7 @@ from __future__ import annotations
 import argparse
 
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F  # noqa: N812 - PySpark's own convention
+from pyspark.sql import functions as F
 
 RELEASES = ("base", "projection", "dedup", "dedup_key2", "agg", "agg_sum", "window", "two_sources")
 
