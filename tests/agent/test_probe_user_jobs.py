@@ -24,8 +24,9 @@ from pathlib import Path
 
 import pytest
 
+from airflow_kafka_spark.ops.modes import ResetMode
 from airflow_kafka_spark.registry.model import Integration, JobSpec, Sink
-from airflow_kafka_spark.runtime import probe
+from airflow_kafka_spark.runtime import probe, safe_restart
 from devstack import topics
 from devstack.produce import produce
 from devstack.spark_runtimes import runtime
@@ -131,6 +132,10 @@ def test_probe_of_a_users_pyspark_job(case, stack, old_runs):
     assert digest(real) == before, "the probe touched the real checkpoint or sink"
     assert result.answer is expected, result
     assert result.error_class == error_class, result
+    # auto on the unchanged job (compatibility_version not bumped): breaking resets with preserve, compatible keeps
+    decision = safe_restart.decide("auto", registry_compat="1", recorded_compat="1", probe=result)
+    assert decision.action is (safe_restart.RestartAction.RESET if expected is B else safe_restart.RestartAction.KEEP)
+    assert decision.reset_mode is (ResetMode.PRESERVE if expected is B else None)
 
 
 def test_two_queries_each_on_its_own_checkpoint(stack, old_runs):
@@ -234,7 +239,7 @@ def test_java_application_with_its_checkpoint_in_its_own_config_file_spark35(sta
                      main_class=user_jobs.MAIN_CLASS)
         answers[variant] = _probe(spec, bs)
         print(f"java 3.5 {variant}: {answers[variant].answer} in {answers[variant].seconds}s "
-              f"class {answers[variant].error_class}: {answers[variant].reason}")
+              f"class {answers[variant].error_class}: {answers[variant].reason}\n{answers[variant].log_tail}")
         assert digest(real) == before
     assert answers["v2"].answer is B, answers["v2"]
     assert answers["v1"].answer is C, answers["v1"]
