@@ -156,3 +156,18 @@ def test_agent_probe_timeout_is_unknown():
 
     got = classify_agent(None, probe_agent.judge(None, _report(), "/s/checkpoint", 3), "", timeout_s=60)
     assert got[0] is ProbeAnswer.UNKNOWN and "within 60s" in got[1]
+
+
+def test_spark35_missing_delta_file_is_breaking_only_for_an_operator_without_state():
+    """Spark 3.5 has no class for a new stateful operator: the first batch fails reading its delta file."""
+    from airflow_kafka_spark.runtime import probe_agent
+    from airflow_kafka_spark.runtime.probe import STATE_MISSING, classify_agent
+
+    text = ("[STREAM_FAILED] Query [id = a, runId = b] terminated with exception: Error reading delta file "
+            "file:/s/checkpoint/state/0/1/2.delta of HDFSStateStoreProvider[id = (op=0,part=1),dir = "
+            "file:/s/checkpoint/state/0/1]: file:/s/checkpoint/state/0/1/2.delta does not exist")
+    verdict = probe_agent.judge(1, _report(status="failed", committed=2, exception=text), "/s/checkpoint", 3)
+    new_op = classify_agent(1, verdict, "", timeout_s=60, state_dirs=frozenset())
+    assert new_op[0] is ProbeAnswer.BREAKING and new_op[2] == STATE_MISSING
+    damaged = classify_agent(1, verdict, "", timeout_s=60, state_dirs=frozenset({"0"}))
+    assert damaged[0] is ProbeAnswer.UNKNOWN
