@@ -47,6 +47,8 @@ CASES = {
     "stateless-projection": ("base", "foreach", "projection", "foreach", C, None),
     "sink-only": ("base", "foreach", "base", "parquet", C, None),
     "number-of-sources": ("base", "foreach", "two_sources", "foreach", B, probe.SOURCE_COUNT_CHANGED),
+    "watermark-window-added": ("base", "foreach", "window", "foreach", B,
+                               "STREAMING_STATEFUL_OPERATOR_MISSING_STATE_DIRECTORY"),
 }
 
 
