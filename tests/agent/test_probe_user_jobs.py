@@ -277,3 +277,19 @@ def test_probe_of_a_users_pyspark_job_spark35(case, stack, old_runs):
     print(f"3.5 {case}: {result.answer} in {result.seconds}s, class {result.error_class}: {result.reason}")
     assert digest(real) == before, "the probe touched the real checkpoint or sink"
     assert (result.answer, result.error_class) == (expected, classes[case]), result
+
+
+def test_a_file_sink_on_the_real_output_path_is_never_touched(stack, old_runs):
+    """The new release writes Spark's parquet file sink to the **real** output path, hard-coded in its
+    arguments: ``start()`` builds the file sink, whose metadata log makes ``<out>/_spark_metadata``
+    before the probe's rule runs; the file manager's fence skips that folder, the rule swaps the sink,
+    and not even a folder appears under the real path."""
+    bs, topic, second = stack
+    tmp = old_runs("base", "foreach")
+    real = tmp / "real"
+    before = digest(real)
+    args = tuple(str(real / "sink") if a == "{output}" else a for a in _args(topic, second, "base", "parquet"))
+    result = _probe(_spec(tmp, topic, args), bs)
+    print(f"file sink on the real path: {result.answer} in {result.seconds}s: {result.reason}")
+    assert digest(real) == before
+    assert result.answer is C, result
