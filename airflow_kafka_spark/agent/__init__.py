@@ -25,6 +25,9 @@ CHECKPOINT = PREFIX + "checkpoint"
 POLL_MS = PREFIX + "pollMs"
 STOP_TIMEOUT_MS = PREFIX + "stopTimeoutMs"
 DELEGATE_FILE_MANAGER = PREFIX + "delegateCheckpointFileManagerClass"
+PROBE_COPY = PREFIX + "probe.copy"
+PROBE_ROOT = PREFIX + "probe.root"
+PROBE_TEST_SKIP_REWRITE = PREFIX + "probe.testSkipRewrite"   # tests only: the start check must halt
 
 PLUGIN_CLASS = "aks.agent.AgentPlugin"
 LISTENER_CLASS = "aks.agent.AgentListener"
@@ -34,6 +37,9 @@ SPARK_PLUGINS = "spark.plugins"
 SPARK_LISTENERS = "spark.sql.streaming.streamingQueryListeners"
 SPARK_FILE_MANAGER = "spark.sql.streaming.checkpointFileManagerClass"
 SPARK_JARS = "spark.jars"
+SPARK_EXTENSIONS = "spark.sql.extensions"
+PROBE_EXTENSION_CLASS = "aks.agent.ProbeExtension"
+PROBE_HALT_CODE = 86       # the driver's exit code when a query's sink was not replaced (Probe.HALT_CODE)
 
 JARS_DIR = Path(__file__).parent / "jars"
 # Spark line -> the jar's name: the lines differ in Scala's binary version and in the package of
@@ -100,4 +106,29 @@ def agent_conf(
     users = (user_conf.get(SPARK_FILE_MANAGER) or "").strip()
     if users and users != FILE_MANAGER_CLASS:
         conf[DELEGATE_FILE_MANAGER] = users
+    return conf
+
+
+def probe_conf(
+    copy: str,
+    root: str,
+    checkpoint: str,
+    report_path: str,
+    spark_version: str,
+    user_conf: Mapping[str, str],
+) -> dict[str, str]:
+    """The confs of a compatibility-probe run of a user's unchanged application (docs/probe.md).
+
+    The agent as for a real run, plus its session extension, which swaps every streaming query's
+    sink for Spark's ``noop`` sink and the job's ``checkpoint`` for the staged ``copy``; the file
+    manager refuses writes outside ``root`` (the probe's scratch folder, which holds the copy).
+    The stop marker is ``<root>/STOP``: the product creates it before the submit, so the agent lets
+    the one pending batch of the copy run and stops the query before it plans another.
+    """
+    root = root.rstrip("/")
+    conf = agent_conf(f"{root}/STOP", checkpoint, report_path, spark_version, user_conf)
+    conf[SPARK_EXTENSIONS] = _append(user_conf.get(SPARK_EXTENSIONS), PROBE_EXTENSION_CLASS)
+    conf[PROBE_COPY] = copy
+    conf[PROBE_ROOT] = root
+    conf.setdefault(POLL_MS, "100")
     return conf

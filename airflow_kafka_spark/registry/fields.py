@@ -355,7 +355,9 @@ def integration(ctx: Context, job: str, v: dict[str, Any], kind_: JobKind) -> In
     if kind_ is JobKind.DSTREAM and chosen is Integration.AGENT:
         ctx.fail(f"{job}.integration", "agent does not stop DStream jobs yet",
                  "use integration: reference (the DStream job contract) or none (stop = kill)")
-    if chosen is not Integration.REFERENCE and v.get("compatibility_probe") in (True, "true"):
-        ctx.fail(f"{job}.compatibility_probe", f"needs the reference contract's --aks-probe, not integration {chosen}",
-                 "remove compatibility_probe (auto then follows compatibility_version) or use integration: reference")
+    if chosen is Integration.NONE and v.get("compatibility_probe") in (True, "true"):
+        # The probe needs either the reference contract's --aks-probe or the agent's sink swap (docs/probe.md).
+        ctx.fail(f"{job}.compatibility_probe", "needs integration agent (the sink swap) or reference (--aks-probe), "
+                 "not none", "remove compatibility_probe (auto then follows compatibility_version) or use "
+                 "integration: agent")
     return chosen

@@ -47,14 +47,18 @@ from airflow_kafka_spark._util.trees import remove_tree
 from airflow_kafka_spark.errors import UserError
 from airflow_kafka_spark.kafka.secrets import bootstrap_servers_of, scrub
 from airflow_kafka_spark.ops.backup.selection import log_ids, select_files
-from airflow_kafka_spark.registry.model import JobSpec
-from airflow_kafka_spark.runtime import connector, detach, submit
+from airflow_kafka_spark.registry.model import Integration, JobSpec
+from airflow_kafka_spark.runtime import connector, detach, probe_agent, submit
 from airflow_kafka_spark.runtime.submit import SparkTarget
 
 PROBE_FLAG = "--aks-probe"
 PROBE_CONF = "spark.aks.probe"
 PROBE_PREFIX = "AKS_PROBE "        # the lines the application prints (jobs/reference_job.py)
 SOURCE_COUNT_CHANGED = "SOURCE_COUNT_CHANGED"   # Spark raises a bare assertion for it, no error class
+# Spark 3.5 has no class for "a stateful operator the checkpoint has no state for" (4.x:
+# STREAMING_STATEFUL_OPERATOR_MISSING_STATE_DIRECTORY): its first batch fails reading a delta file.
+STATE_MISSING = "STATE_DIRECTORY_MISSING"
+_MISSING_DELTA = re.compile(r"Error reading delta file \S*?/state/(\d+)/\d+/\d+\.delta\b.*?does not exist")
 _ERROR_CLASS = re.compile(r"\[([A-Z][A-Z0-9_]+(?:\.[A-Z0-9_]+)*)\]")
 _SOURCE_COUNT = re.compile(r"There are \[(\d+)\] sources in the checkpoint offsets and now there are \[(\d+)\]")
 # Error classes meaning "this application cannot run on this checkpoint" (Spark 3.5 to 4.x).
@@ -101,6 +105,7 @@ class StagedCopy:
     batch: int
     empty_batch: bool
     operators: tuple[str, ...]
+    state_dirs: frozenset[str] = frozenset()     # ids of the operators with a state/<id>/ folder
 
 
 def stage_checkpoint(checkpoint: str, dest: str, *, storage_options: dict | None = None) -> StagedCopy | None:
@@ -123,13 +128,17 @@ def stage_checkpoint(checkpoint: str, dest: str, *, storage_options: dict | None
         _copy(ck.child(rel), out.child(rel))
     pending = sel.log_bound if sel.log_bound is not None and sel.log_bound != committed else None
     if pending is not None:
-        return StagedCopy(out, pending, False, _operators(ck, listing))
+        return StagedCopy(out, pending, False, _operators(ck, listing), _state_dirs(sel.files))
     assert committed is not None   # offsets exist, none pending: the last one is committed
     body = read_bytes(ck.child(f"offsets/{committed}"), limit=16 * 1024 * 1024)
     if body is None:
         raise UserError(f"cannot read offsets/{committed} of {ck.url}")
     _write(out.child(f"offsets/{committed + 1}"), body)
-    return StagedCopy(out, committed + 1, True, _operators(ck, listing))
+    return StagedCopy(out, committed + 1, True, _operators(ck, listing), _state_dirs(sel.files))
+
+
+def _state_dirs(files) -> frozenset[str]:
+    return frozenset(rel.split("/")[1] for rel in files if rel.startswith("state/") and rel.count("/") >= 2)
 
 
 def _copy(src: Location, dst: Location) -> None:
@@ -173,7 +182,8 @@ def _operators(ck: Location, listing: Mapping[str, dict]) -> tuple[str, ...]:
     return tuple(f"{k}:{v}" for k, v in sorted(found.items(), key=lambda kv: int(kv[0]) if kv[0].isdigit() else 0))
 
 
-def classify(returncode: int | None, output: str, *, timeout_s: float) -> tuple[ProbeAnswer, str, str | None]:
+def classify(returncode: int | None, output: str, *, timeout_s: float,
+             state_dirs: frozenset[str] | None = None) -> tuple[ProbeAnswer, str, str | None]:
     """(answer, reason, error class) from the driver's exit code and output (pure)."""
     if returncode is None:
         return ProbeAnswer.UNKNOWN, f"the probe did not finish within {timeout_s:.0f}s", None
@@ -191,8 +201,29 @@ def classify(returncode: int | None, output: str, *, timeout_s: float) -> tuple[
                 "(no AKS_PROBE sink line; docs/probe.md)", None)
     if returncode == 0 and result is not None and result.get("ok"):
         return ProbeAnswer.COMPATIBLE, "Spark ran the batch on the copy of the checkpoint", None
-    text = ((result or {}).get("error") or "") + "\n" + output
+    return _failure(((result or {}).get("error") or "") + "\n" + output, returncode, state_dirs)
+
+
+def classify_agent(returncode: int | None, verdict: probe_agent.Verdict, output: str, *, timeout_s: float,
+                   state_dirs: frozenset[str] | None = None) -> tuple[ProbeAnswer, str, str | None]:
+    """(answer, reason, error class) of an agent probe: the agent's evidence first, then Spark's error (pure)."""
+    if returncode is None:
+        return ProbeAnswer.UNKNOWN, f"the probe did not finish within {timeout_s:.0f}s", None
+    if not verdict.evidence:
+        return ProbeAnswer.UNKNOWN, verdict.text, None
+    if verdict.ok:
+        return ProbeAnswer.COMPATIBLE, f"Spark ran the batch on the copy of the checkpoint ({verdict.text})", None
+    return _failure(verdict.text + "\n" + output, returncode, state_dirs)
+
+
+def _failure(text: str, returncode: int, state_dirs: frozenset[str] | None) -> tuple[ProbeAnswer, str, str | None]:
+    """``state_dirs``: the operators the copy has state for; a 3.5 missing delta file of an operator
+    *without* a state folder is a new stateful operator (breaking), of one with a folder a damaged copy."""
     refusal = checkpoint_refusal(text)
+    missing = _MISSING_DELTA.search(text)
+    if not refusal and missing and state_dirs is not None and missing.group(1) not in state_dirs:
+        return (ProbeAnswer.BREAKING, f"the application has stateful operator {missing.group(1)}, which the checkpoint "
+                "has no state for (Spark 3.5: a missing delta file)", STATE_MISSING)
     m = _SOURCE_COUNT.search(text)
     if refusal == SOURCE_COUNT_CHANGED and m:
         return (ProbeAnswer.BREAKING, f"the checkpoint has {m.group(1)} source(s), the application reads "
@@ -258,12 +289,24 @@ def probe_application(spec: JobSpec, *, kafka_config: Mapping[str, Any], target:
         if staged is None:
             return ProbeResult(ProbeAnswer.COMPATIBLE, "the checkpoint has no batch: Spark starts a new query, "
                                "any application is accepted", method="checkpoint", seconds=time.monotonic() - t0)
-        command, env = probe_command(spec, staged, scratch, kafka_config=kafka_config, target=target)
+        by_agent = spec.integration is Integration.AGENT
+        if by_agent:
+            command, env = probe_agent.command(spec, staged.location, scratch, kafka_config=kafka_config,
+                                               target=target)
+            _write(scratch.child("STOP"), b"")   # the agent runs the pending batch, then stops the query
+        else:
+            command, env = probe_command(spec, staged, scratch, kafka_config=kafka_config, target=target)
         log_path = os.path.join(logs, "driver.log")
         returncode = _run(command, env, log_path, timeout)
         with open(log_path, errors="replace") as fh:
             output = scrub(fh.read(), kafka_config)
-        answer, reason, error_class = classify(returncode, output, timeout_s=timeout)
+        if by_agent:
+            verdict = probe_agent.judge(returncode, probe_agent.read_report(scratch), staged.location.url,
+                                        staged.batch)
+            answer, reason, error_class = classify_agent(returncode, verdict, output, timeout_s=timeout,
+                                                         state_dirs=staged.state_dirs)
+        else:
+            answer, reason, error_class = classify(returncode, output, timeout_s=timeout, state_dirs=staged.state_dirs)
         tail = "\n".join(ln for ln in output.splitlines()[-15:] if ln.strip())
         return ProbeResult(answer, reason, method="shadow-start", error_class=error_class, batch=staged.batch,
                            empty_batch=staged.empty_batch, seconds=round(time.monotonic() - t0, 1),

@@ -2,8 +2,9 @@
 
 ``auto`` decides whether the new application breaks the checkpoint: a changed
 ``compatibility_version`` says so explicitly (an override, always obeyed); otherwise, for a job
-whose application implements the probe contract (``compatibility_probe`` in the registry), Spark
-says so through the compatibility probe (:mod:`airflow_kafka_spark.runtime.probe`): ``breaking``
+with ``compatibility_probe`` in the registry (a user's unchanged job under the agent, which swaps
+its sink by configuration, or a reference job implementing ``--aks-probe``), Spark says so through
+the compatibility probe (:mod:`airflow_kafka_spark.runtime.probe`): ``breaking``
 resets with ``preserve``, ``compatible`` keeps, ``unknown`` keeps (and says why: the health gate
 and the rollback still guard the start).
 

@@ -29,7 +29,7 @@ from pathlib import Path
 import pytest
 
 from airflow_kafka_spark.jobs import reference_job
-from airflow_kafka_spark.registry.model import JobSpec, Sink
+from airflow_kafka_spark.registry.model import Integration, JobSpec, Sink
 from airflow_kafka_spark.runtime import probe
 from devstack import topics
 from devstack.produce import produce
@@ -148,6 +148,7 @@ def test_probe_answers_what_a_real_restart_does(case, broker, connector_jars, sp
     spec = JobSpec(name="probed", application=str(VARIANT_JOB), topics=(topic_name,), checkpoint=str(ck),
                    backup_root=str(tmp_path / "backups"), stop_marker=str(tmp_path / "real" / "STOP"),
                    output=str(sink), sink=Sink(new_sink), spark_conn_id=spark_conn, compatibility_probe=True,
+                   integration=Integration.REFERENCE,   # the variant job implements --aks-probe
                    spark_conf={"spark.sql.shuffle.partitions": "2"},
                    application_args=("--variant", new, "--second-topic", second))
     if case == "new-stateful-operator":   # the operator: registry entry = old job, operator arguments = new one

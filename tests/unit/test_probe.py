@@ -108,3 +108,66 @@ def test_auto_uses_the_probe_and_compatibility_version_overrides_it():
         assert kept.action is safe_restart.RestartAction.KEEP and "probe" in kept.why
     bumped = safe_restart.decide("auto", registry_compat="2", recorded_compat="1", probe=_probe(ProbeAnswer.COMPATIBLE))
     assert bumped.action is safe_restart.RestartAction.RESET and "compatibility_version changed" in bumped.why
+
+
+# --- the agent probe (users' unchanged applications): the report is the evidence ----------------------
+
+def _report(*, status="stopped_by_agent", committed=3, exception=None, replaced=True, refused=(),
+            copy="/s/checkpoint", query_ck="file:/s/checkpoint"):
+    return {"probe": {"copy": copy, "root": "/s", "refused": list(refused),
+                      "rewritten": [{"name": "orders", "sink_was": "ForeachBatchSink", "sink": "noop",
+                                     "checkpoint_given": "file:/real/ck", "checkpoint_used": "file:" + copy}]},
+            "queries": [{"name": "orders", "checkpoint": query_ck, "status": status, "exception": exception,
+                         "probe_sink_replaced": replaced,
+                         "at_end": {"last_offsets_batch": 3, "last_committed_batch": committed}}]}
+
+
+@pytest.mark.parametrize(("report", "code", "answer", "error_class", "reason"), [
+    (_report(), 0, ProbeAnswer.COMPATIBLE, None, "batch 3 committed"),
+    (_report(status="failed", committed=2, exception="org.apache.spark.sql.streaming.StreamingQueryException: "
+             "[STREAMING_STATEFUL_OPERATOR_MISSING_STATE_DIRECTORY] Cannot restart"), 1, ProbeAnswer.BREAKING,
+     "STREAMING_STATEFUL_OPERATOR_MISSING_STATE_DIRECTORY", "Spark refused"),
+    (_report(status="failed", committed=2, exception="[KAFKA_UNREACHABLE] no broker"), 1, ProbeAnswer.UNKNOWN,
+     "KAFKA_UNREACHABLE", "not about the checkpoint"),
+    (_report(committed=2), 0, ProbeAnswer.UNKNOWN, None, "without committing batch 3"),
+    (_report(replaced=False), 0, ProbeAnswer.UNKNOWN, None, "without proof"),
+    (_report(refused=[{"what": "sink_not_replaced", "query": "orders"}]), 86, ProbeAnswer.UNKNOWN, None,
+     "could not replace the sink of query orders"),
+    (_report(refused=[{"what": "createAtomic", "path": "/real/ck/offsets/4"}]), 1, ProbeAnswer.UNKNOWN, None,
+     "refused to createAtomic /real/ck/offsets/4"),
+    (_report(refused=[{"what": "mkdirs", "path": "/real/out/_spark_metadata"}]), 0, ProbeAnswer.COMPATIBLE, None,
+     "committed"),
+    (_report(copy="/other/checkpoint"), 0, ProbeAnswer.UNKNOWN, None, "no query of the application was moved"),
+    (None, 1, ProbeAnswer.UNKNOWN, None, "no probe report"),
+    ({"queries": []}, 0, ProbeAnswer.UNKNOWN, None, "no probe report"),
+])
+def test_agent_probe_answers_only_on_the_agents_evidence(report, code, answer, error_class, reason):
+    from airflow_kafka_spark.runtime import probe_agent
+    from airflow_kafka_spark.runtime.probe import classify_agent
+
+    verdict = probe_agent.judge(code, report, "/s/checkpoint", 3)
+    got = classify_agent(code, verdict, "", timeout_s=60)
+    assert got[0] is answer and got[2] == error_class and reason in got[1], got
+
+
+def test_agent_probe_timeout_is_unknown():
+    from airflow_kafka_spark.runtime import probe_agent
+    from airflow_kafka_spark.runtime.probe import classify_agent
+
+    got = classify_agent(None, probe_agent.judge(None, _report(), "/s/checkpoint", 3), "", timeout_s=60)
+    assert got[0] is ProbeAnswer.UNKNOWN and "within 60s" in got[1]
+
+
+def test_spark35_missing_delta_file_is_breaking_only_for_an_operator_without_state():
+    """Spark 3.5 has no class for a new stateful operator: the first batch fails reading its delta file."""
+    from airflow_kafka_spark.runtime import probe_agent
+    from airflow_kafka_spark.runtime.probe import STATE_MISSING, classify_agent
+
+    text = ("[STREAM_FAILED] Query [id = a, runId = b] terminated with exception: Error reading delta file "
+            "file:/s/checkpoint/state/0/1/2.delta of HDFSStateStoreProvider[id = (op=0,part=1),dir = "
+            "file:/s/checkpoint/state/0/1]: file:/s/checkpoint/state/0/1/2.delta does not exist")
+    verdict = probe_agent.judge(1, _report(status="failed", committed=2, exception=text), "/s/checkpoint", 3)
+    new_op = classify_agent(1, verdict, "", timeout_s=60, state_dirs=frozenset())
+    assert new_op[0] is ProbeAnswer.BREAKING and new_op[2] == STATE_MISSING
+    damaged = classify_agent(1, verdict, "", timeout_s=60, state_dirs=frozenset({"0"}))
+    assert damaged[0] is ProbeAnswer.UNKNOWN

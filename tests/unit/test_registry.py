@@ -97,6 +97,14 @@ def test_good_registry_loads_with_defaults_and_derived_fields(tmp_path, root, ap
     json.dumps(orders.to_dict())  # XCom-able
 
 
+def test_an_agent_job_may_ask_for_the_compatibility_probe(tmp_path, root, app):
+    """The agent swaps the sink by configuration (docs/probe.md): no contract needed from the application."""
+    doc = base_doc(root, app)
+    doc["jobs"][0].update(compatibility_probe=True, integration="agent")
+    orders = load_registry(write(tmp_path, doc)).get("orders")
+    assert orders.compatibility_probe is True and orders.integration.value == "agent"
+
+
 def test_every_field_parses(tmp_path, root, app):
     doc = base_doc(root, app)
     doc["jobs"] = [{
@@ -344,9 +352,9 @@ CASES = {
     "unknown integration": (
         lambda d, r: d["jobs"][0].update(integration="agnet"),
         ["job 'orders'.integration", "is not one of agent, reference, none"]),
-    "probe contract without the reference integration": (
-        lambda d, r: d["jobs"][0].update(compatibility_probe=True),
-        ["job 'orders'.compatibility_probe", "--aks-probe", "integration: reference"]),
+    "probe without an integration that can run it": (
+        lambda d, r: d["jobs"][0].update(compatibility_probe=True, integration="none"),
+        ["job 'orders'.compatibility_probe", "integration agent", "--aks-probe", "not none"]),
     "a DStream job with the agent": (
         lambda d, r: d["jobs"][0].update(kind="dstream", group="g", integration="agent"),
         ["job 'orders'.integration", "does not stop DStream jobs yet"]),

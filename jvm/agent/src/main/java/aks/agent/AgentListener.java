@@ -26,9 +26,11 @@ public final class AgentListener extends StreamingQueryListener {
     String runId = event.runId().toString();
     Queries.rememberStarting(runId); // on the stream thread: its session and its query are at hand
     String root = null;
+    Object sink = null;
     for (StreamingQuery q : Queries.active()) {
       if (q.runId().equals(event.runId())) {
         root = Queries.checkpointRoot(q);
+        sink = Queries.sinkOf(q);
       }
     }
     synchronized (Report.class) {
@@ -41,6 +43,7 @@ public final class AgentListener extends StreamingQueryListener {
       q.put("last_batch_id", null);
     }
     Report.write();
+    Probe.checkStarted(runId, event.name(), sink, root);
   }
 
   @Override

@@ -50,6 +50,7 @@ public final class AgentPlugin implements SparkPlugin {
       app.put("file_manager", conf.get(AgentConf.SPARK_FILE_MANAGER, null));
       app.put("started_at", Report.now());
       Report.configure(all.get(AgentConf.REPORT), sc.hadoopConfiguration(), app, sc);
+      Probe.configure(all);
       String marker = all.get(AgentConf.STOP_MARKER);
       if (marker == null || marker.trim().isEmpty()) {
         Log.warn(AgentConf.STOP_MARKER + " is not set: the agent only reports, it cannot stop");

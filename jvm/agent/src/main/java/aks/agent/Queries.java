@@ -91,6 +91,12 @@ final class Queries {
     return root == null ? null : Gate.norm(root.toString());
   }
 
+  /** The query's sink object (the probe checks it is Spark's noop sink), or null if Spark hides it. */
+  static Object sinkOf(StreamingQuery q) {
+    Object inner = call(q, "streamingQuery");
+    return call(inner != null ? inner : q, "sink");
+  }
+
   private static void addIfDefined(List<SparkSession> out, Option<SparkSession> s) {
     if (s != null && s.isDefined()) {
       out.add(s.get());

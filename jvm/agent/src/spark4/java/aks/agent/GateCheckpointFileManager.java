@@ -17,8 +17,10 @@ import org.apache.spark.sql.execution.streaming.checkpointing.CheckpointFileMana
  */
 public final class GateCheckpointFileManager implements CheckpointFileManager {
   private final CheckpointFileManager delegate;
+  private final Configuration conf;
 
   public GateCheckpointFileManager(Path path, Configuration conf) {
+    this.conf = conf;
     Configuration copy = Delegate.confWithoutAgent(conf);
     this.delegate = CheckpointFileManager.create(path, copy);
     Delegate.seen(delegate.getClass().getName());
@@ -27,6 +29,7 @@ public final class GateCheckpointFileManager implements CheckpointFileManager {
 
   @Override
   public CancellableFSDataOutputStream createAtomic(Path path, boolean overwriteIfPossible) {
+    refuseOutsideProbe("createAtomic", path);
     String log = Gate.logOf(path);
     if ("offsets".equals(log)) {
       Delegate.beforeOffsets(path);
@@ -58,6 +61,15 @@ public final class GateCheckpointFileManager implements CheckpointFileManager {
     }
   }
 
+  /** In a probe run only the probe's own folder may change (docs/probe.md): anything else throws. */
+  private void refuseOutsideProbe(String op, Path path) {
+    if (!Probe.allowWrite(path, conf)) {
+      Probe.refusedWrite(op, path);
+      throw new IllegalStateException("[AKS_PROBE_WRITE_REFUSED] the probe refuses to " + op + " " + path
+          + ": outside the probe's folder");
+    }
+  }
+
   @Override
   public FSDataInputStream open(Path path) {
     return delegate.open(path);
@@ -75,6 +87,12 @@ public final class GateCheckpointFileManager implements CheckpointFileManager {
 
   @Override
   public void mkdirs(Path path) {
+    if (!Probe.allowWrite(path, conf)) {
+      // A file sink's metadata log is built (and its folder made) in start(), before the probe's
+      // rule replaces the sink: skip the folder, nothing will be written into it.
+      Probe.refusedWrite("mkdirs", path);
+      return;
+    }
     delegate.mkdirs(path);
   }
 
@@ -85,6 +103,7 @@ public final class GateCheckpointFileManager implements CheckpointFileManager {
 
   @Override
   public void delete(Path path) {
+    refuseOutsideProbe("delete", path);
     delegate.delete(path);
   }
 
