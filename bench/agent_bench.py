@@ -1,7 +1,8 @@
 """Does the agent add time to a batch? Batch durations of the same user job with and without it.
 
-The job is the users' PySpark ``orders_stream.py`` (tests/support/user_jobs), unchanged, on a local
-master with a producer writing continuously, its trigger as fast as Spark goes. Rounds alternate
+The job is ``bench/noop_stream.py`` (a PySpark job that never heard of this product: Kafka to Spark's
+``noop`` sink), on a local master with a producer writing continuously, its trigger as fast as Spark
+goes: the lightest batch there is, so a fixed cost per batch would show most here. Rounds alternate
 (with, without, with, ...) so that the machine's drift hits both sides alike; each round runs a
 fresh checkpoint until it has committed ``--batches`` batches.
 
@@ -31,7 +32,9 @@ sys.path.insert(0, str(REPO))
 from airflow_kafka_spark import agent  # noqa: E402
 from devstack import spark_runtimes, topics  # noqa: E402
 from devstack.broker import LocalBroker  # noqa: E402
-from tests.support.agent_harness import PY_JOB, ContinuousProducer, submit  # noqa: E402
+from tests.support.agent_harness import ContinuousProducer, submit  # noqa: E402
+
+JOB = Path(__file__).with_name("noop_stream.py")
 
 
 def durations_ms(ck: Path) -> list[float]:
@@ -43,18 +46,19 @@ def durations_ms(ck: Path) -> list[float]:
 
 
 def committed(ck: Path) -> int:
+    """The newest committed batch id + 1 (Spark purges old log files, so counting files undercounts)."""
     d = ck / "commits"
-    return len([f for f in d.iterdir() if f.name.isdigit()]) if d.is_dir() else 0
+    return max((int(f.name) + 1 for f in d.iterdir() if f.name.isdigit()), default=0) if d.is_dir() else 0
 
 
 def one_round(rt, work: Path, bootstrap: str, topic: str, *, with_agent: bool, batches: int) -> list[float]:
-    ck, out = work / "ck", work / "out"
-    conf = {}
+    ck = work / "ck"
+    # Both sides keep every batch's log files (Spark purges all but the newest 100 by default).
+    conf = {"spark.sql.streaming.minBatchesToRetain": str(batches + 50)}
     if with_agent:
-        conf = agent.agent_conf(str(work / "ck.stop"), str(ck), agent.report_path(str(ck)), rt.version, {})
-    args = ["--brokers", bootstrap, "--topic", topic, "--checkpoint", str(ck), "--out", str(out),
-            "--trigger-seconds", "0"]
-    drv = submit(rt, PY_JOB, args, work / "driver.log", conf=conf)
+        conf.update(agent.agent_conf(str(work / "ck.stop"), str(ck), agent.report_path(str(ck)), rt.version, {}))
+    args = ["--brokers", bootstrap, "--topic", topic, "--checkpoint", str(ck)]
+    drv = submit(rt, JOB, args, work / "driver.log", conf=conf)
     try:
         deadline = time.monotonic() + 900
         while committed(ck) < batches + 1:
