@@ -109,3 +109,12 @@ def run_available_now(bootstrap: str, topics: str, checkpoint: Path | str, outpu
         return RunResult(False, error_text(exc), time.monotonic() - t0)
     exc = query.exception()
     return RunResult(exc is None, error_text(exc) if exc else None, time.monotonic() - t0)
+
+
+def drain(query, timeout: float = 120) -> None:
+    """Wait for an ``availableNow`` query to read everything and end; its failure fails the test."""
+    try:
+        query.awaitTermination(timeout)
+        assert query.exception() is None, query.exception()
+    finally:
+        query.stop()
