@@ -33,14 +33,13 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from airflow_kafka_spark._util.fs import Location, list_files, open_location, write_atomic
+from airflow_kafka_spark._util.fs import Location, list_files, write_atomic
 from airflow_kafka_spark._util.lock import LockFile
 from airflow_kafka_spark._util.paths import Contained, check_relative
 from airflow_kafka_spark.errors import UserError
-from airflow_kafka_spark.lifecycle.record import LifecycleRecord
 from airflow_kafka_spark.names import default_job_name, new_backup_id, validate_job_name
 from airflow_kafka_spark.ops import seal
-from airflow_kafka_spark.ops.backup.catalog import job_location, open_backup_root, store_path
+from airflow_kafka_spark.ops.backup.catalog import job_location, store_path
 from airflow_kafka_spark.ops.backup.manifest import LOCK_NAME, FileEntry, Manifest
 from airflow_kafka_spark.ops.backup.reuse import (
     PRECOPY_NAME,
@@ -52,8 +51,7 @@ from airflow_kafka_spark.ops.backup.reuse import (
 )
 from airflow_kafka_spark.ops.backup.selection import layout_misfit, log_ids, select_files
 from airflow_kafka_spark.ops.backup.store import BlobWriter, blob_index, mismatched_blobs
-from airflow_kafka_spark.ops.backup.take import open_checkpoint, refuse_irregular
-from airflow_kafka_spark.ops.guards import check_locations
+from airflow_kafka_spark.ops.backup.take import open_sides
 
 
 @dataclass
@@ -87,11 +85,7 @@ def precopy_checkpoint(checkpoint_location: str, backup_root: str, *, job: str |
     """
     t0 = time.monotonic()
     seal_key = seal.resolve_key(seal_key)
-    refuse_irregular(open_location(checkpoint_location, storage_options, what="checkpoint location"))
-    ck, state = open_checkpoint(checkpoint_location, storage_options)
-    root = open_backup_root(backup_root, backup_storage_options)
-    check_locations(ck, root)
-    record = LifecycleRecord.load(checkpoint_location)
+    ck, state, root, record = open_sides(checkpoint_location, backup_root, storage_options, backup_storage_options)
     job = job if job is not None else default_job_name(checkpoint_location, record.job_name if record else None)
     validate_job_name(job)
     if record is not None and record.job_name != job:

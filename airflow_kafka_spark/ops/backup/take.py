@@ -105,6 +105,17 @@ class BackupResult:
                 **({"selection": self.selection.record()} if self.selection is not None else {})}
 
 
+def open_sides(checkpoint_location: str, backup_root: str, storage_options: dict | None,
+               backup_storage_options: dict | None) -> tuple[Location, CheckpointState, Location, Any]:
+    """Both ends of a backup (or pre-copy), opened and checked once: the checkpoint (no links or special
+    files), its state, the backup root, that neither holds the other, and the lifecycle record."""
+    refuse_irregular(open_location(checkpoint_location, storage_options, what="checkpoint location"))
+    ck, state = open_checkpoint(checkpoint_location, storage_options)
+    root = open_backup_root(backup_root, backup_storage_options)
+    check_locations(ck, root)
+    return ck, state, root, LifecycleRecord.load(checkpoint_location)
+
+
 def open_checkpoint(checkpoint_location: str, storage_options: dict | None) -> tuple[Location, CheckpointState]:
     """Open and read a checkpoint that must exist and have something to back up."""
     loc = open_location(checkpoint_location, storage_options, what="checkpoint location")
@@ -138,11 +149,7 @@ def take_backup(checkpoint_location: str, backup_root: str, *, job: str | None =
     """
     t0 = time.monotonic()
     seal_key = seal.resolve_key(seal_key)
-    refuse_irregular(open_location(checkpoint_location, storage_options, what="checkpoint location"))
-    ck, state = open_checkpoint(checkpoint_location, storage_options)
-    root = open_backup_root(backup_root, backup_storage_options)
-    check_locations(ck, root)
-    record = LifecycleRecord.load(checkpoint_location)
+    ck, state, root, record = open_sides(checkpoint_location, backup_root, storage_options, backup_storage_options)
     explicit_job = job is not None
     if job is None:
         job = default_job_name(checkpoint_location, record.job_name if record else None)
