@@ -78,7 +78,7 @@ def load_job(job: Any, registry_path: str | None = None) -> tuple[Registry, JobS
     """The registry and the job called ``job``; any problem is the registry's one-line UserError.
 
     A ``kind: dstream`` job is returned too: the safe-restart DAG's operators hand it to
-    :mod:`airflow_kafka_spark.airflow_glue.dstream`; a task that only knows Structured Streaming
+    :mod:`airflow_kafka_spark.airflow_glue.kinds`; a task that only knows Structured Streaming
     refuses it with :func:`require_structured`.
     """
     registry = load_registry(registry_path, dags_folder=None if registry_path else registry_dags_folder())

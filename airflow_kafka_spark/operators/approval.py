@@ -29,9 +29,9 @@ from airflow.sdk.definitions.param import ParamsDict
 from airflow.sdk.exceptions import AirflowSkipException
 
 from airflow_kafka_spark.airflow_glue.jobs import kafka_config, load_job, optional_text, run_reporting_failure
+from airflow_kafka_spark.airflow_glue.kinds import steps_for
 from airflow_kafka_spark.ops.approval import ApprovalRequest, approval_request
 from airflow_kafka_spark.ops.plan import Plan
-from airflow_kafka_spark.registry.model import JobKind
 
 APPROVAL_KEY = "approval"
 COMMENT, MAX_SKIPPED = "comment", "max_records_skipped"
@@ -112,7 +112,7 @@ class SafeRestartApprovalOperator(ApprovalOperator):
         plan = ti.xcom_pull(task_ids=self.plan_task_id) or {}
         verdict = ti.xcom_pull(task_ids=self.verdict_task_id)
         _, spec = load_job(self.job, self.registry_path)
-        if spec.kind is not JobKind.STRUCTURED:   # a DStream restart is judged by runtime/dstream, not these plans
+        if not steps_for(spec).plans_offsets:   # a DStream restart is judged by runtime/dstream, not these plans
             self._push(context, {"request": None, "decision": "not needed", "accept_data_loss": False,
                                  MAX_SKIPPED: None})
             raise AirflowSkipException(f"job {spec.name} is a {spec.kind} job: no offsets plan to approve")

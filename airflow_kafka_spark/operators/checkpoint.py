@@ -1,11 +1,8 @@
 """Operators on a job's checkpoint: validate it against Kafka, back it up, restore it, reset it.
 
-Each is a thin shell over the core (:mod:`~airflow_kafka_spark.verdict.validate`,
-:mod:`~airflow_kafka_spark.ops.backup`, :mod:`~airflow_kafka_spark.ops.restore`,
-:mod:`~airflow_kafka_spark.ops.reset`): the core decides, checks and writes the lifecycle record;
-the operator resolves the job from the registry, the Kafka config from the job's ``kafka``
-connection, and turns results into XCom (plain JSON, no secret: the core's ``to_dict()`` output
-never holds the Kafka config) and failures into one line.
+Each parses its templated arguments once into a typed step request and hands it, with the job, to
+the steps of the job's kind (:mod:`airflow_kafka_spark.airflow_glue.kinds`: a Structured Streaming
+checkpoint, or a DStream job's consumer group), which call the core and turn results into XCom.
 
 All of them take ``dry_run``: they then report what they would do and change nothing, which is
 how the safe-restart DAG shows a plan before anyone commits to it.
@@ -17,23 +14,12 @@ from typing import Any
 
 from airflow.sdk.exceptions import AirflowSkipException
 
-from airflow_kafka_spark.airflow_glue import dstream
-from airflow_kafka_spark.airflow_glue.jobs import actor, fail, flag, kafka_config, optional_text
-from airflow_kafka_spark.checkpoint.position import resume_position
-from airflow_kafka_spark.checkpoint.reader import read_checkpoint
+from airflow_kafka_spark.airflow_glue.jobs import flag, optional_text
+from airflow_kafka_spark.airflow_glue.kinds import BackupStep, ResetStep, RestoreStep, ValidateStep, steps_for
+from airflow_kafka_spark.airflow_glue.kinds.structured import position
 from airflow_kafka_spark.errors import UserError
-from airflow_kafka_spark.kafka.offsets import to_offsets_json
-from airflow_kafka_spark.lifecycle.events import LifecycleEvent
-from airflow_kafka_spark.lifecycle.record import LifecycleRecord
-from airflow_kafka_spark.names import validate_backup_id
 from airflow_kafka_spark.operators._common import StreamingJobOperator
 from airflow_kafka_spark.operators.links import FINDING_LINKS
-from airflow_kafka_spark.ops.commands import backup_checkpoint
-from airflow_kafka_spark.registry.model import JobSpec
-from airflow_kafka_spark.runtime.app_versions import last_good_app
-from airflow_kafka_spark.verdict.findings import BLOCK
-from airflow_kafka_spark.verdict.options import DeployOptions
-from airflow_kafka_spark.verdict.validate import validate
 
 
 def seal_key_from_connection(conn_id: str | None) -> bytes | None:
@@ -59,17 +45,6 @@ def seal_key_from_connection(conn_id: str | None) -> bytes | None:
         raise UserError(f"seal key connection {conn_id!r} has no password; put the key in its password field")
     mask_secret(conn.password)
     return check_key(conn.password, source=f"connection {conn_id}")
-
-
-def position(spec: JobSpec) -> dict[str, Any]:
-    """Where the job's checkpoint stands: query id, last committed batch and its end offsets."""
-    state = read_checkpoint(spec.checkpoint)
-    pos = resume_position(state)
-    batch = pos.committed_batch if pos is not None else None
-    return {"exists": state.exists, "query_id": state.query_id,
-            "last_committed_batch": batch,
-            "last_planned_batch": state.latest_planned.batch_id if state.latest_planned else None,
-            "offsets": to_offsets_json(pos.committed) if pos is not None and batch is not None else None}
 
 
 class ValidateCheckpointOperator(StreamingJobOperator):
@@ -100,39 +75,12 @@ class ValidateCheckpointOperator(StreamingJobOperator):
 
     def run(self, context: Any) -> dict[str, Any]:
         _, spec = self.load()
-        override = flag(self.override, name="override")
-        dry_run = flag(self.dry_run, name="dry_run")
-        if spec.is_dstream:
-            return dstream.validate_step(spec, context, override=override, dry_run=dry_run, log=self.log)
-        config = kafka_config(spec)
-        record = LifecycleRecord.load(spec.checkpoint)
-        state = read_checkpoint(spec.checkpoint)
-        if self.expect_new_checkpoint is None or optional_text(self.expect_new_checkpoint) is None:
-            expect_new = not state.exists and last_good_app(record) is None
-        else:
-            expect_new = flag(self.expect_new_checkpoint, name="expect_new_checkpoint")
-        options = DeployOptions.for_job(spec, new_query=not state.exists, expect_new_checkpoint=expect_new)
-        verdict = validate(checkpoint_location=spec.checkpoint, kafka_config=config, options=options,
-                           timeout=self.kafka_timeout_s, record_identity=not dry_run, job_name=spec.name)
-        result = {"job": spec.name, **verdict.to_dict(), "position": position(spec),
-                  "expect_new_checkpoint": expect_new, "overridden": False, "dry_run": dry_run}
-        self.log.info("%s: %s", spec.name, verdict.headline)
-        for f in verdict.findings:
-            if f.severity != "PASS":
-                self.log.info("  %-5s %-28s %-14s %s", f.severity, f.code, f.where, f.message)
-        if verdict.severity == BLOCK:
-            codes = sorted({f.code for f in verdict.worst})
-            if not override:
-                context["ti"].xcom_push(key="verdict", value=result)
-                fail(context, f"job {spec.name}: {verdict.headline}" + (f"; fix: {verdict.fix}" if verdict.fix else ""))
-            result["overridden"] = True
-            self.log.warning("BLOCK verdict overridden (%s): %s", ", ".join(codes), self.reason or "no reason given")
-            if not dry_run:
-                rec = LifecycleRecord.load_or_create(spec.name, spec.checkpoint)
-                rec.add_event(LifecycleEvent.VERDICT_OVERRIDDEN, actor=actor(context), codes=codes,
-                              headline=verdict.headline, reason=optional_text(self.reason))
-                rec.save()
-        return result
+        expect = optional_text(self.expect_new_checkpoint)
+        step = ValidateStep(
+            override=flag(self.override, name="override"), dry_run=flag(self.dry_run, name="dry_run"),
+            reason=optional_text(self.reason), kafka_timeout_s=self.kafka_timeout_s,
+            expect_new_checkpoint=None if expect is None else flag(expect, name="expect_new_checkpoint"))
+        return steps_for(spec).validate(spec, context, step, self.log)
 
 
 class BackupCheckpointOperator(StreamingJobOperator):
@@ -157,27 +105,10 @@ class BackupCheckpointOperator(StreamingJobOperator):
 
     def run(self, context: Any) -> dict[str, Any]:
         _, spec = self.load()
-        if spec.is_dstream:
-            return dstream.backup_step(spec, context, dry_run=flag(self.dry_run, name="dry_run"), log=self.log)
-        state = read_checkpoint(spec.checkpoint)
-        has_batches = bool(state.offset_batch_ids or state.commit_batch_ids)
-        if not has_batches and self.missing_ok:
-            self.log.info("job %s has no checkpoint batches at %s: nothing to back up", spec.name, spec.checkpoint)
-            return {"job": spec.name, "backup_id": None, "skipped": "no checkpoint yet"}
-        if flag(self.dry_run, name="dry_run"):
-            return {"job": spec.name, "backup_id": None, "dry_run": True,
-                    "would_back_up": spec.checkpoint, "to": spec.backup_root, "position": position(spec)}
-        retention = spec.backup_retention
-        result = backup_checkpoint(
-            spec.checkpoint, spec.backup_root, job=spec.name,
-            reason=optional_text(self.reason) or f"backup by {actor(context)}",
-            keep_last=retention.keep_last,
-            max_age_s=retention.max_age_s,
-            seal_key=seal_key_from_connection(self.seal_key_conn_id),
-            keep_ids=[b for b in [optional_text(self.keep_backup_id)] if b])
-        self.log.info("job %s: backup %s of batch %s (%d files, %d new blobs, %.1fs)", spec.name, result.backup_id,
-                      result.manifest.last_committed_batch, result.files, result.blobs_written, result.seconds)
-        return {"job": spec.name, "backup_id": result.backup_id, **result.to_dict()}
+        step = BackupStep(dry_run=flag(self.dry_run, name="dry_run"), reason=optional_text(self.reason),
+                          missing_ok=self.missing_ok, seal_key=seal_key_from_connection(self.seal_key_conn_id),
+                          keep_backup_id=optional_text(self.keep_backup_id))
+        return steps_for(spec).backup(spec, context, step, self.log)
 
 
 class RestoreCheckpointOperator(StreamingJobOperator):
@@ -202,23 +133,13 @@ class RestoreCheckpointOperator(StreamingJobOperator):
         self.seal_key_conn_id = seal_key_conn_id
 
     def run(self, context: Any) -> dict[str, Any]:
-        from airflow_kafka_spark.ops.commands import restore_checkpoint
-
         backup_id = optional_text(self.backup_id)
         if backup_id is None:
             raise AirflowSkipException("no backup to restore in this run")
         _, spec = self.load()
-        if spec.is_dstream:
-            return dstream.restore_step(spec)
-        validate_backup_id(backup_id)
-        result = restore_checkpoint(
-            spec.checkpoint, spec.backup_root, backup_id, kafka_config(spec), job=spec.name,
-            dry_run=flag(self.dry_run, name="dry_run"), idempotent_sink=spec.replay_is_idempotent,
-            sink_output=spec.sink_output, actor=actor(context),
-            seal_key=seal_key_from_connection(self.seal_key_conn_id))
-        self.log.info("job %s: %s", spec.name, result.plan.headline)
-        self.log.info("%s", result.plan.render())
-        return {"job": spec.name, **result.to_dict()}
+        step = RestoreStep(backup_id=backup_id, dry_run=flag(self.dry_run, name="dry_run"),
+                           seal_key=seal_key_from_connection(self.seal_key_conn_id))
+        return steps_for(spec).restore(spec, context, step, self.log)
 
 
 class ResetCheckpointOperator(StreamingJobOperator):
@@ -254,51 +175,14 @@ class ResetCheckpointOperator(StreamingJobOperator):
         self.sink_log = sink_log
 
     def run(self, context: Any) -> dict[str, Any]:
-        from airflow_kafka_spark.kafka.offsets import parse_offsets_json
-        from airflow_kafka_spark.ops.commands import reset_checkpoint
-        from airflow_kafka_spark.ops.modes import ResetMode
-        from airflow_kafka_spark.ops.reset_plan import ResetRequest, parse_datetime
-
-        mode = optional_text(self.mode)
         _, spec = self.load()
-        if spec.is_dstream:   # a new build moves its DStream checkpoint aside even when the mode says keep
-            return dstream.reset_step(spec, context, mode=mode, dry_run=flag(self.dry_run, name="dry_run"),
-                                      log=self.log)
-        if mode is None:
-            raise AirflowSkipException("no reset in this run")
-        if mode not in tuple(ResetMode):
-            raise UserError(f"reset mode {mode!r} is not one of {', '.join(ResetMode)}")
-        when = optional_text(self.to_datetime)
-        shift = optional_text(self.shift_by)
-        offsets = optional_text(self.to_offsets)
-        try:
-            shift_by = int(shift) if shift is not None else None
-        except ValueError:
-            raise UserError(f"shift_by must be a whole number of records, got {shift!r}") from None
-        request = ResetRequest(
-            mode=mode, to_datetime_ms=parse_datetime(when) if when else None, shift_by=shift_by,
-            to_offsets=parse_offsets_json(offsets, what="to_offsets") if offsets else None, topics=spec.topics,
-            sink_output=spec.sink_output, sink_log=self.sink_log,
-            accept_data_loss=flag(self.accept_data_loss, name="accept_data_loss"))
-        dry_run = flag(self.dry_run, name="dry_run")
-        if not dry_run and int(getattr(context["ti"], "try_number", 1) or 1) > 1:
-            # a retry of a reset that finished before its task reported it
-            from airflow_kafka_spark.ops.reset import finished_by
+        step = ResetStep(mode=optional_text(self.mode), dry_run=flag(self.dry_run, name="dry_run"),
+                         to_datetime=optional_text(self.to_datetime), shift_by=optional_text(self.shift_by),
+                         to_offsets=optional_text(self.to_offsets),
+                         accept_data_loss=flag(self.accept_data_loss, name="accept_data_loss"),
+                         sink_log=self.sink_log, max_records_skipped=optional_text(self.max_records_skipped))
+        return steps_for(spec).reset(spec, context, step, self.log)
 
-            earlier = finished_by(spec.checkpoint, actor(context), request)
-            if earlier is not None:
-                self.log.warning("job %s: %s", spec.name, earlier.notes[0])
-                return {"job": spec.name, **earlier.to_dict()}
-        bound = optional_text(self.max_records_skipped)
-        if bound is not None and not dry_run:   # the job is stopped now: the plan is what the reset does
-            again = reset_checkpoint(spec.checkpoint, spec.backup_root, kafka_config(spec), request, job=spec.name,
-                                     dry_run=True).plan
-            if again.skipped > int(bound):
-                fail(context, f"job {spec.name}: the reset would now skip {again.skipped:,} records, more than the "
-                              f"{int(bound):,} approved; nothing was changed: trigger the restart again to see and "
-                              "approve the new plan")
-        result = reset_checkpoint(spec.checkpoint, spec.backup_root, kafka_config(spec), request, job=spec.name,
-                                  dry_run=dry_run, actor=actor(context))
-        self.log.info("job %s: %s", spec.name, result.plan.headline)
-        self.log.info("%s", result.plan.render())
-        return {"job": spec.name, **result.to_dict()}
+
+__all__ = ["BackupCheckpointOperator", "ResetCheckpointOperator", "RestoreCheckpointOperator",
+           "ValidateCheckpointOperator", "position", "seal_key_from_connection"]

@@ -32,7 +32,6 @@ from typing import Any
 
 from airflow.sdk.exceptions import AirflowSkipException
 
-from airflow_kafka_spark.airflow_glue import dstream
 from airflow_kafka_spark.airflow_glue.jobs import (
     FAILURE_KEY,
     actor,
@@ -45,6 +44,8 @@ from airflow_kafka_spark.airflow_glue.jobs import (
     run_holder,
     who,
 )
+from airflow_kafka_spark.airflow_glue.kinds import steps_for
+from airflow_kafka_spark.airflow_glue.kinds.structured import position
 from airflow_kafka_spark.airflow_glue.spark import spark_target
 from airflow_kafka_spark.errors import UserError
 from airflow_kafka_spark.lifecycle.events import DriverKind, LifecycleEvent
@@ -52,10 +53,7 @@ from airflow_kafka_spark.lifecycle.model import RECORD_SUFFIX
 from airflow_kafka_spark.lifecycle.record import LifecycleRecord
 from airflow_kafka_spark.operators._common import StreamingJobOperator
 from airflow_kafka_spark.operators.approval import APPROVAL_KEY, APPROVAL_TIMEOUT
-from airflow_kafka_spark.operators.checkpoint import position
 from airflow_kafka_spark.operators.streaming import driver_alive, stop_job, submit_job
-from airflow_kafka_spark.ops.backup.catalog import load_backup
-from airflow_kafka_spark.ops.commands import restore_checkpoint
 from airflow_kafka_spark.registry.model import JobSpec
 from airflow_kafka_spark.runtime import probe, safe_restart, submit
 from airflow_kafka_spark.runtime.app_versions import last_good_app
@@ -185,35 +183,9 @@ class SafeRestartRollbackOperator(StreamingJobOperator):
         sub = _pull(context, SUBMIT)
         if sub and sub.get("driver"):
             out["stopped"] = stop_job(spec, context=context, log=self.log, only_driver_id=str(sub["driver"]["id"]))
-        backup = _pull(context, BACKUP) or {}
-        backup_id = backup.get("backup_id")
-        out["restored_backup_id"] = None
-        if spec.is_dstream:  # the position lives in the group (+ the DStream checkpoint): put both back
-            restored = dstream.rollback_step(spec, context, backup, self.log)
-            out.update(restored)
-            if restored.get("note"):
-                out["notes"].append(restored.pop("note"))
-        elif backup_id:
-            manifest = load_backup(spec.backup_root, spec.name, backup_id)
-            now = position(spec)
-            record = LifecycleRecord.load(spec.checkpoint)
-            unchanged = safe_restart.unchanged_since_backup(
-                now, query_id=manifest.query_id, last_committed_batch=manifest.last_committed_batch,
-                pending_batch=manifest.pending_batch,
-                next_starting_offsets=bool(record and record.next_starting_offsets))
-            if unchanged:
-                out["notes"].append(f"checkpoint unchanged since backup {backup_id}: not restored")
-            else:
-                res = restore_checkpoint(spec.checkpoint, spec.backup_root, backup_id, kafka_config(spec),
-                                         job=spec.name, idempotent_sink=spec.replay_is_idempotent,
-                                         sink_output=spec.sink_output,
-                                         actor=actor(context))
-                out["restored_backup_id"] = backup_id
-                out["restore"] = {"records_to_replay": res.records_to_replay,
-                                  "pre_restore_backup_id": res.pre_restore_backup_id,
-                                  "aside_location": res.aside_location}
-        else:
-            out["notes"].append("no backup was taken in this run (the job had no checkpoint): nothing to restore")
+        restored = steps_for(spec).rollback(spec, context, _pull(context, BACKUP) or {}, self.log)
+        out["notes"].extend(restored.pop("notes"))
+        out.update(restored)
         out["resubmitted"] = None
         if not plan.get("was_running"):
             out["notes"].append("the job was not running before this run: left stopped")

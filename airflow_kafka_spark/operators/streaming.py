@@ -34,6 +34,7 @@ from __future__ import annotations
 from typing import Any
 
 from airflow_kafka_spark.airflow_glue.jobs import actor, flag, kafka_config, task_holder
+from airflow_kafka_spark.airflow_glue.kinds import steps_for
 from airflow_kafka_spark.airflow_glue.spark import spark_target
 from airflow_kafka_spark.lifecycle.record import LifecycleRecord
 from airflow_kafka_spark.operators._common import StreamingJobOperator
@@ -117,11 +118,11 @@ class StopStreamingJobOperator(StreamingJobOperator):
             d = record.driver if record is not None else None
             return {"job": spec.name, "outcome": "DRY_RUN", "driver_alive": alive,
                     "driver": None if d is None else {"kind": d.kind, "id": d.id, "host": d.host},
-                    "would": ("pre-copy the backup (publishes nothing), then " if self.precopy_backup
-                              and not spec.is_dstream and alive else "")
+                    "would": ("pre-copy the backup (publishes nothing), then " if self._precopies(spec)
+                              and alive else "")
                     + (f"write {spec.stop_marker}, wait up to {self.timeout_s or spec.stop_timeout_s:.0f}s for "
                               "a batch boundary, then kill") if alive else "nothing: no driver runs"}
-        precopy = self._precopy(spec) if self.precopy_backup and not spec.is_dstream else None
+        precopy = self._precopy(spec) if self._precopies(spec) else None
         out = stop_job(spec, context=context, log=self.log, timeout_s=self.timeout_s, poll_s=self.poll_s)
         if precopy is not None:
             out["precopy"] = precopy
@@ -129,6 +130,9 @@ class StopStreamingJobOperator(StreamingJobOperator):
             self.log.warning("job %s was killed inside batch %s; Spark replays it on the next start", spec.name,
                              out.get("replay_batch"))
         return out
+
+    def _precopies(self, spec: JobSpec) -> bool:
+        return self.precopy_backup and steps_for(spec).precopies_backup
 
     def _precopy(self, spec: JobSpec) -> dict[str, Any] | None:
         """The backup's pre-copy while the recorded driver runs; None when none runs (nothing moves then)."""

@@ -2,7 +2,7 @@
 (``commitAsync``, one batch late) and, optionally, a DStream checkpoint only its own build can read.
 
 The steps, in the order the safe path runs them (the ``streaming_safe_restart`` DAG's operators hand
-a DStream job to them through airflow_glue/dstream.py; tests/dstream/test_safe_restart_dag.py runs
+a DStream job to them through airflow_glue/kinds/dstream.py; tests/dstream/test_safe_restart_dag.py runs
 the DAG and tests/dstream/test_safe_path.py these functions, both with the real job through a
 recompile):
 

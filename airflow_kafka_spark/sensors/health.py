@@ -31,7 +31,6 @@ from typing import Any
 from airflow.sdk import BaseSensorOperator, PokeReturnValue, conf
 from airflow.sdk.exceptions import AirflowException
 
-from airflow_kafka_spark.airflow_glue import dstream
 from airflow_kafka_spark.airflow_glue.jobs import (
     actor,
     cluster_endpoint,
@@ -46,6 +45,7 @@ from airflow_kafka_spark.airflow_glue.jobs import (
     run_holder,
     run_reporting_failure,
 )
+from airflow_kafka_spark.airflow_glue.kinds import GateStep, steps_for
 from airflow_kafka_spark.airflow_glue.stats import gate_outcome
 from airflow_kafka_spark.checkpoint.reader import read_checkpoint
 from airflow_kafka_spark.errors import UserError
@@ -164,10 +164,11 @@ class StreamingHealthSensor(BaseSensorOperator):
             return {"job": str(self.job), "dry_run": True, "state": "skipped (dry run: nothing was started)"}
         _, spec = load_job(self.job, self.registry_path)
         self._repeat_an_earlier_verdict(context, spec)
-        if spec.is_dstream:   # the group's commits, polled on the worker (no trigger for groups yet)
-            return dstream.health_gate(spec, context, min_batches=self._min_batches(spec),
-                                       timeout_s=float(self.gate_timeout_s or spec.health_gate.timeout_s),
-                                       poll_s=self.poke_interval, promote=self.promote, log=self.log)
+        step = GateStep(min_batches=self._min_batches(spec), promote=self.promote, poll_s=self.poke_interval,
+                        timeout_s=float(self.gate_timeout_s or spec.health_gate.timeout_s))
+        on_worker = steps_for(spec).worker_gate(spec, context, step, self.log)
+        if on_worker is not None:
+            return on_worker
         spec, gate = self._prepare()
         if not self.deferrable:
             return super().execute(context)

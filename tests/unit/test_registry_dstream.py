@@ -84,7 +84,34 @@ def test_structured_only_steps_refuse_a_dstream_job_with_one_line(tmp_path, root
     doc["jobs"].append(dstream_job(root))
     path = str(write(tmp_path, doc))
     assert require_structured(load_job("orders", path)[1], "the lag sensor").name == "orders"
-    clicks = load_job("clicks", path)[1]  # the safe-restart DAG's steps dispatch it (airflow_glue/dstream.py)
+    clicks = load_job("clicks", path)[1]  # the safe-restart DAG's steps dispatch it (airflow_glue/kinds/dstream.py)
     assert clicks.is_dstream
     with pytest.raises(UserError, match=r"is a DStream job .*: the lag sensor works on Structured Streaming "):
         require_structured(clicks, "the lag sensor")
+
+
+def test_each_kind_is_one_implementation_of_the_steps_and_the_operators_never_look_at_the_kind():
+    """A kind is a type (airflow_glue/kinds): every JobKind has its steps, each implements every step of
+    the interface, and no operator or sensor branches on the kind (a new kind is one new module)."""
+    import inspect
+    import pathlib
+
+    import airflow_kafka_spark
+    from airflow_kafka_spark.airflow_glue import kinds
+    from airflow_kafka_spark.airflow_glue.kinds.base import KindSteps
+    from airflow_kafka_spark.registry.model import JobKind, JobSpec
+
+    steps = {k: kinds.steps_for(JobSpec(name="j", application="a.py", topics=("t",), checkpoint="/c",
+                                        backup_root="/b", stop_marker="/m", kind=k, group="g"))
+             for k in JobKind}
+    assert len({type(s) for s in steps.values()}) == len(JobKind)
+    wanted = {n for n, _ in inspect.getmembers(KindSteps, inspect.isfunction) if not n.startswith("_")}
+    assert wanted >= {"validate", "backup", "restore", "reset", "rollback", "worker_gate"}
+    for kind, impl in steps.items():
+        assert all(callable(getattr(impl, n, None)) for n in wanted), kind
+        assert isinstance(impl.precopies_backup, bool) and isinstance(impl.plans_offsets, bool)
+    root = pathlib.Path(airflow_kafka_spark.__file__).parent
+    for layer in ("operators", "sensors"):
+        for path in (root / layer).glob("*.py"):
+            text = path.read_text()
+            assert "is_dstream" not in text and "JobKind." not in text, path

@@ -3,8 +3,9 @@
 A DStream job's position is its consumer group (``commitAsync``, one batch late) plus, optionally,
 a DStream checkpoint only its own build can read; the Structured Streaming steps (checkpoint offset
 log, Spark's commits) would judge, back up or reset the wrong thing. So each operator of the
-``streaming_safe_restart`` DAG hands such a job to one function here, which resolves the Airflow
-things (Kafka connection, trigger form, who acts) and calls :mod:`airflow_kafka_spark.runtime.dstream`:
+``streaming_safe_restart`` DAG hands such a job to :class:`DStreamSteps` here (the job's kind,
+:mod:`airflow_kafka_spark.airflow_glue.kinds`), which resolves the Airflow things (Kafka connection,
+trigger form, who acts) and calls :mod:`airflow_kafka_spark.runtime.dstream`:
 
 * ``validate_before``/``validate_after`` → :func:`validate_step`: the group against Kafka and the DStream
   checkpoint against the build being deployed. After the graceful stop the replay it announces is
@@ -32,6 +33,7 @@ from typing import Any
 from airflow.sdk.exceptions import AirflowSkipException
 
 from airflow_kafka_spark.airflow_glue.jobs import actor, fail, fail_health_gate, kafka_config, optional_text
+from airflow_kafka_spark.airflow_glue.kinds.base import BackupStep, GateStep, ResetStep, RestoreStep, ValidateStep
 from airflow_kafka_spark.airflow_glue.spark import spark_target
 from airflow_kafka_spark.errors import UserError
 from airflow_kafka_spark.kafka.view import KafkaView
@@ -331,10 +333,14 @@ def health_gate(
 
 
 def rollback_step(spec: JobSpec, context: Any, backup_task: Mapping[str, Any] | None, log: Any) -> dict[str, Any]:
-    """Put the group's offsets and the DStream checkpoint back from this run's backup (driver already stopped)."""
+    """Put the group's offsets and the DStream checkpoint back from this run's backup (driver already stopped).
+
+    ``restored_backup_id`` stays None: it names Structured Streaming backups; this one is ``restored_dstream_backup``.
+    """
     location = (backup_task or {}).get(BACKUP_KEY)
     if not location:
-        return {"restored_dstream_backup": None, "note": "no DStream backup was taken in this run: nothing restored"}
+        return {"restored_backup_id": None, "restored_dstream_backup": None,
+                "notes": ["no DStream backup was taken in this run: nothing restored"]}
     backup = load_backup(str(location))
     view = _view(spec)
     try:
@@ -342,4 +348,35 @@ def rollback_step(spec: JobSpec, context: Any, backup_task: Mapping[str, Any] | 
     finally:
         view.close()
     log.info("job %s: group %s offsets and DStream checkpoint restored from %s", spec.name, spec.group, location)
-    return {"restored_dstream_backup": location}
+    return {"restored_backup_id": None, "restored_dstream_backup": location, "notes": []}
+
+
+class DStreamSteps:
+    """The steps on a consumer group and a DStream checkpoint (see the module docstring)."""
+
+    plans_offsets = False
+    precopies_backup = False   # nothing to pre-copy: the group's offsets are a few bytes
+
+    def validate(self, spec: JobSpec, context: Any, step: ValidateStep, log: Any) -> dict[str, Any]:
+        return validate_step(spec, context, override=step.override, dry_run=step.dry_run, log=log)
+
+    def backup(self, spec: JobSpec, context: Any, step: BackupStep, log: Any) -> dict[str, Any]:
+        return backup_step(spec, context, dry_run=step.dry_run, log=log)
+
+    def restore(self, spec: JobSpec, context: Any, step: RestoreStep, log: Any) -> dict[str, Any]:
+        return restore_step(spec)
+
+    def reset(self, spec: JobSpec, context: Any, step: ResetStep, log: Any) -> dict[str, Any]:
+        # a new build moves its DStream checkpoint aside in the backup step, even when the mode says keep
+        return reset_step(spec, context, mode=step.mode, dry_run=step.dry_run, log=log)
+
+    def rollback(self, spec: JobSpec, context: Any, backup_task: Mapping[str, Any], log: Any) -> dict[str, Any]:
+        return rollback_step(spec, context, backup_task, log)
+
+    def worker_gate(self, spec: JobSpec, context: Any, step: GateStep, log: Any) -> dict[str, Any]:
+        # the group's commits, polled on the worker (no trigger for groups yet)
+        return health_gate(spec, context, min_batches=step.min_batches, timeout_s=step.timeout_s,
+                           poll_s=step.poll_s, promote=step.promote, log=log)
+
+
+STEPS = DStreamSteps()
