@@ -19,24 +19,9 @@ File format (``dags/streaming_jobs.yaml`` by default, ``[kafka_spark] job_regist
         topics: [orders]
         ...
 
-Job keys (required: name, application, topics, checkpoint, backup_root; the rest have defaults):
-name, application (.py/.jar), main_class (a JAR's --class), application_args (the job's own
-arguments, verbatim but for the placeholders ``{checkpoint}``, ``{bootstrap_servers}``,
-``{topics}``, ``{output}``, ``{stop_marker}``, ``{name}``; with ``integration: reference`` they
-follow the flags the operator derives from the fields below, ``MANAGED_FLAGS``), integration
-(agent|reference|none, see ``registry.model.Integration`` and docs/your-jobs.md), jars, packages,
-py_files, files (shipped with the job), spark_version ("3.5", "4.2": the agent's build),
-spark_conn_id (spark_default), spark_conf
-(spark.* only), deploy_mode (client|cluster|unset = the connection's), kafka_conn_id
-(kafka_default), topics, checkpoint, output, sink (idempotent|append|parquet), backup_root (may
-be shared: backups live in ``<backup_root>/<job>/``), backup_retention {keep_last: 5,
-max_age_days: 30}, stop_timeout_s (300), stop_marker (``<checkpoint>.stop``),
-compatibility_version ("1"), compatibility_probe (false: true when the application implements
-``--aks-probe``, docs/probe.md), probe_timeout_s (600), starting_offsets_default (earliest|latest|offsets JSON),
-fail_on_data_loss (true), max_offsets_per_trigger, max_lag_records, max_lag_seconds,
-min_headroom_s, stall_after_s (unset = not checked), mirror_group, health_gate {min_batches: 1,
-timeout_s: 600, idle_pass_s: 120}, kind (structured|dstream; dstream needs group, may name
-dstream_checkpoint; receiver-based kafka-0-8 jobs are refused). Unknown keys are errors (with a
+Job keys: the fields of :class:`~airflow_kafka_spark.registry.model.JobSpec`, the one declaration;
+docs/registry.md lists them with their defaults, generated from it (:mod:`airflow_kafka_spark.registry.keys`).
+Unknown keys are errors (with a
 "did you mean"), and so are duplicate keys, which plain PyYAML would resolve silently in favour of
 the last one.
 

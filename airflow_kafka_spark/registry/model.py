@@ -145,55 +145,93 @@ class HealthGate:
     idle_pass_s: float | None = 120.0
 
 
-#: Marks a :class:`JobSpec` field as part of "the application" (what a rollback resubmits): one declaration,
-#: read by :data:`APP_FIELDS` and by ``runtime.app_versions``.
-APP = {"app": True}
+def key(doc: str, *, app: bool = False) -> dict[str, Any]:
+    """A :class:`JobSpec` field's metadata: its one-line documentation (docs/registry.md is generated
+    from it, :mod:`airflow_kafka_spark.registry.keys`) and whether it is part of "the application"
+    (what a submit records and a rollback resubmits, :data:`APP_FIELDS`)."""
+    return {"doc": doc, "app": app}
 
 
 @dataclass(frozen=True)
 class JobSpec:
-    """One streaming job, validated. Paths are normalised (local ones resolved with realpath)."""
+    """One streaming job, validated. Paths are normalised (local ones resolved with realpath).
 
-    name: str
-    application: str = field(metadata=APP)
-    topics: tuple[str, ...] = field(metadata=APP)
-    checkpoint: str
-    backup_root: str                          # shared is fine: backup.py keeps <backup_root>/<job>/
-    stop_marker: str
-    application_args: tuple[str, ...] = field(default=(), metadata=APP)
-    main_class: str | None = field(default=None, metadata=APP)   # a JAR's entry point (spark-submit --class)
-    integration: Integration = field(default=Integration.AGENT, metadata=APP)
-    # the job's own --jars / --packages / --py-files / --files
-    jars: tuple[str, ...] = field(default=(), metadata=APP)
-    packages: tuple[str, ...] = field(default=(), metadata=APP)
-    py_files: tuple[str, ...] = field(default=(), metadata=APP)
-    files: tuple[str, ...] = field(default=(), metadata=APP)
-    # the Spark line the job runs on ("3.5", "4.2"); None: asked of spark-submit when needed
-    spark_version: str | None = field(default=None, metadata=APP)
-    spark_conn_id: str = "spark_default"
-    spark_conf: dict[str, str] = field(default_factory=dict, metadata=APP)
-    deploy_mode: str | None = field(default=None, metadata=APP)  # None: whatever the Spark connection says
-    kafka_conn_id: str = "kafka_default"
-    output: str | None = field(default=None, metadata=APP)
-    sink: Sink = field(default=Sink.IDEMPOTENT, metadata=APP)
-    backup_retention: BackupRetention = field(default_factory=BackupRetention)
-    stop_timeout_s: float = 300.0
-    compatibility_version: str = field(default="1", metadata=APP)  # bump it for a checkpoint-breaking change
-    # The application implements the probe contract (--aks-probe, docs/probe.md): ``auto`` asks Spark.
-    compatibility_probe: bool = False
-    probe_timeout_s: float = 600.0
-    starting_offsets_default: str = field(default="earliest", metadata=APP)  # earliest | latest | Spark offsets JSON
-    fail_on_data_loss: bool = field(default=True, metadata=APP)
-    max_offsets_per_trigger: int | None = field(default=None, metadata=APP)
-    max_lag_records: int | None = None
-    max_lag_seconds: float | None = None
-    min_headroom_s: float | None = None
-    stall_after_s: float | None = None
-    mirror_group: str | None = None           # shadow consumer group that makes lag visible in Kafka
-    health_gate: HealthGate = field(default_factory=HealthGate)
-    kind: JobKind = JobKind.STRUCTURED
-    group: str | None = None                  # kind dstream: the group the job commitAsyncs to
-    dstream_checkpoint: str | None = None     # kind dstream: ssc.checkpoint(dir), if the job uses one
+    The one declaration of the registry's job keys: the loader accepts exactly these fields
+    (:data:`JOB_KEYS`), each field's ``doc`` is its line in docs/registry.md, and the fields marked
+    ``app`` make up the application a submit records (:data:`APP_FIELDS`).
+    """
+
+    name: str = field(metadata=key("the job's name in DAG runs, the CLI and the UI: a lower-case letter, then "
+                                   "letters, digits, `_` or `-`"))
+    application: str = field(metadata=key("the user's `.jar` or `.py`, as spark-submit takes it; under "
+                                          "`allowed_roots`", app=True))
+    topics: tuple[str, ...] = field(metadata=key("the Kafka topics the job reads (validate, lag and reset read "
+                                                 "these)", app=True))
+    checkpoint: str = field(metadata=key("the job's `checkpointLocation` (a DStream job's lifecycle record lives "
+                                         "there); local, `hdfs://` or `s3a://`"))
+    backup_root: str = field(metadata=key("where backups go, in `<backup_root>/<job>/` (may be shared by jobs)"))
+    stop_marker: str = field(metadata=key("the file whose appearance asks the job to stop on a batch boundary; "
+                                          "default `<checkpoint>.stop`"))
+    application_args: tuple[str, ...] = field(default=(), metadata=key(
+        "the job's own arguments, verbatim but for the placeholders `{checkpoint}` `{bootstrap_servers}` "
+        "`{topics}` `{output}` `{stop_marker}` `{name}` (`{{`/`}}` are literal braces)", app=True))
+    main_class: str | None = field(default=None, metadata=key("a JAR's entry point (`--class`)", app=True))
+    integration: Integration = field(default=Integration.AGENT, metadata=key(
+        "what the product adds at submit: `agent` (the JVM agent, by configuration alone), `reference` (the "
+        "bundled jobs' flags) or `none` (docs/your-jobs.md)", app=True))
+    jars: tuple[str, ...] = field(default=(), metadata=key(
+        "the job's own `--jars`, under `allowed_roots` or `local:`", app=True))
+    packages: tuple[str, ...] = field(default=(), metadata=key("Maven coordinates for `--packages`", app=True))
+    py_files: tuple[str, ...] = field(default=(), metadata=key(
+        "the job's own `--py-files`, under `allowed_roots` or `local:`", app=True))
+    files: tuple[str, ...] = field(default=(), metadata=key(
+        "the job's own `--files` (a config file it reads), under `allowed_roots` or `local:`", app=True))
+    spark_version: str | None = field(default=None, metadata=key(
+        "the Spark line the job runs on (`\"3.5\"`, `\"4.2\"`): picks the agent's build; unset, "
+        "`spark-submit --version` is asked once", app=True))
+    spark_conn_id: str = field(default="spark_default", metadata=key("the Airflow Spark connection to submit with"))
+    spark_conf: dict[str, str] = field(default_factory=dict, metadata=key(
+        "`spark.*` settings; the product appends to list-valued ones (`spark.jars`, `spark.plugins`)", app=True))
+    deploy_mode: str | None = field(default=None, metadata=key(
+        "`client` or `cluster`; unset, the Spark connection's", app=True))
+    kafka_conn_id: str = field(default="kafka_default", metadata=key(
+        "the Airflow Kafka connection (bootstrap servers and security settings; secrets stay there)"))
+    output: str | None = field(default=None, metadata=key(
+        "the job's output folder, for `{output}` and the file sink's `_spark_metadata` check", app=True))
+    sink: Sink = field(default=Sink.IDEMPOTENT, metadata=key(
+        "what a replayed batch does to the output: `idempotent`, `append` or `parquet` (Spark's file sink)", app=True))
+    backup_retention: BackupRetention = field(default_factory=BackupRetention, metadata=key(
+        "`{keep_last: 5, max_age_days: 30}`: the newest `keep_last` backups always stay"))
+    stop_timeout_s: float = field(default=300.0, metadata=key(
+        "how long a stop waits for a batch boundary before it kills the driver"))
+    compatibility_version: str = field(default="1", metadata=key(
+        "bump it for a checkpoint-breaking change: `auto` then resets with `preserve`", app=True))
+    compatibility_probe: bool = field(default=False, metadata=key(
+        "`auto` asks Spark, by a shadow start of the new build on a copy of the checkpoint (docs/probe.md)"))
+    probe_timeout_s: float = field(default=600.0, metadata=key("how long the compatibility probe may run"))
+    starting_offsets_default: str = field(default="earliest", metadata=key(
+        "`earliest`, `latest` or Spark offsets JSON: what the reference job starts a new query from", app=True))
+    fail_on_data_loss: bool = field(default=True, metadata=key(
+        "the job's `failOnDataLoss`, used to judge retention gaps", app=True))
+    max_offsets_per_trigger: int | None = field(default=None, metadata=key(
+        "the job's `maxOffsetsPerTrigger`, used to size the first batch after a downtime", app=True))
+    max_lag_records: int | None = field(default=None, metadata=key("the lag alert threshold in records (unset: "
+                                                                   "not checked)"))
+    max_lag_seconds: float | None = field(default=None, metadata=key("the lag alert threshold in seconds"))
+    min_headroom_s: float | None = field(default=None, metadata=key(
+        "alert when retention would delete unread records within this many seconds"))
+    stall_after_s: float | None = field(default=None, metadata=key(
+        "alert when no batch committed for this long while records wait"))
+    mirror_group: str | None = field(default=None, metadata=key(
+        "a shadow consumer group that makes the job's lag visible to Kafka's tools"))
+    health_gate: HealthGate = field(default_factory=HealthGate, metadata=key(
+        "`{min_batches: 1, timeout_s: 600, idle_pass_s: 120}`: when a (re)started job counts as healthy"))
+    kind: JobKind = field(default=JobKind.STRUCTURED, metadata=key(
+        "`structured` (a Spark checkpoint holds the position) or `dstream` (its consumer group does)"))
+    group: str | None = field(default=None, metadata=key(
+        "kind `dstream`: the consumer group the job `commitAsync`s to"))
+    dstream_checkpoint: str | None = field(default=None, metadata=key(
+        "kind `dstream`: `ssc.checkpoint(dir)`, if the job uses one"))
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-able dict (for XCom or logs); it holds no secret by construction."""

@@ -519,3 +519,17 @@ def test_registry_module_imports_no_airflow():
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
                           env={**os.environ, "PYTHONWARNINGS": "ignore"})
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_the_registry_keys_doc_is_generated_from_the_one_declaration():
+    """docs/registry.md is registry/keys.py's output from JobSpec: every key the loader accepts, one line each."""
+    from dataclasses import fields
+    from pathlib import Path
+
+    from airflow_kafka_spark.registry import keys
+    from airflow_kafka_spark.registry.model import JOB_KEYS, JobSpec
+
+    assert all(f.metadata.get("doc") for f in fields(JobSpec)), "a JobSpec field without its doc line"
+    doc = (Path(__file__).parents[2] / "docs" / "registry.md").read_text()
+    assert doc == keys.markdown(), "stale: python -m airflow_kafka_spark.registry.keys > docs/registry.md"
+    assert [line.split("`")[1] for line in doc.splitlines() if line.startswith("| `")] == list(JOB_KEYS)
