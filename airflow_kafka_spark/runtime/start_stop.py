@@ -22,24 +22,23 @@ from airflow_kafka_spark._util.fs import open_location, remove_file
 from airflow_kafka_spark.checkpoint.reader import read_checkpoint
 from airflow_kafka_spark.errors import UserError
 from airflow_kafka_spark.kafka.secrets import bootstrap_servers_of, scrub
-from airflow_kafka_spark.kafka.view import KafkaView
 from airflow_kafka_spark.lifecycle.events import LifecycleEvent
 from airflow_kafka_spark.lifecycle.model import DriverInfo
 from airflow_kafka_spark.lifecycle.record import LifecycleRecord
-from airflow_kafka_spark.registry.model import JobKind, JobSpec
+from airflow_kafka_spark.registry.model import JobSpec
 from airflow_kafka_spark.runtime import (
     app_versions,
     clusters,
     connector,
     detach,
     drivers,
-    dstream,
     integrations,
     submit,
     unrecorded,
 )
 from airflow_kafka_spark.runtime.clusters import ClusterEndpoint
 from airflow_kafka_spark.runtime.integrations.reference import kafka_job_options
+from airflow_kafka_spark.runtime.kinds import submit_kind
 from airflow_kafka_spark.runtime.submit import SparkTarget
 
 DEFAULT_LEASE_TTL_S = 600.0
@@ -161,8 +160,8 @@ def submit_job(spec: JobSpec, *, kafka_config: Mapping[str, Any], target: SparkT
         if record.next_starting_offsets:
             starting_file = submit.starting_offsets_path(spec)
             submit.write_starting_offsets(starting_file, record.next_starting_offsets)
-        aside = dstream.checkpoint_for_start(run_spec, previous=is_previous) if run_spec.kind is JobKind.DSTREAM \
-            else None
+        kind = submit_kind(run_spec)
+        aside = kind.before_start(run_spec, previous=is_previous)
         if aside:
             log.info("DStream checkpoint of another build moved aside to %s: %s starts from its group", aside,
                      run_spec.application)
@@ -200,13 +199,7 @@ def submit_job(spec: JobSpec, *, kafka_config: Mapping[str, Any], target: SparkT
             committed_before=state.latest_committed.batch_id if state.latest_committed else None,
             query_id_before=state.query_id, log_path=log_path, starting_offsets_file=starting_file, actor=actor,
             rollback=is_previous, endpoint=endpoint.to_dict() if endpoint else None, holder=holder)
-        dstream_entry = None
-        if run_spec.kind is JobKind.DSTREAM:   # the build writing its DStream checkpoint; the gate's baseline
-            view = KafkaView(dict(kafka_config), timeout=30.0)
-            try:
-                dstream_entry = dstream.record_submit(run_spec, record, kafka=view)
-            finally:
-                view.close()
+        kind_entry = kind.at_submit(run_spec, record, kafka_config)   # e.g. a DStream job's group: the gate's baseline
         # next_starting_offsets stays until the health gate sees the new query plan a batch from it:
         # a driver that dies at start must not use them up.
         record.save()
@@ -218,7 +211,7 @@ def submit_job(spec: JobSpec, *, kafka_config: Mapping[str, Any], target: SparkT
     return {**summary, "driver": entry["driver"], "log_path": log_path, "command": shown,
             "committed_before": entry["committed_before"], "query_id_before": entry["query_id_before"],
             "starting_offsets_file": starting_file, "submitted_at_ms": entry["submitted_at_ms"],
-            **({"dstream": dstream_entry} if dstream_entry is not None else {})}
+            **({"dstream": kind_entry} if kind_entry is not None else {})}
 
 
 def own_submission(record: LifecycleRecord, holder: str) -> dict[str, Any] | None:
