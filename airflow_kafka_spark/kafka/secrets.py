@@ -20,12 +20,22 @@ _SECRET_KEY_PARTS = (
     "password", "secret", "jaas", "sasl.oauthbearer", "token", "credential", "key.pem",
     "private", "api.key", "apikey", "user.info", "auth.info",
 )
+# Keys under a secret-looking prefix that name, not prove, who connects: the OAuth client id is to the
+# token endpoint what ``sasl.username`` is to the broker. Scrubbing them garbled every message that
+# contained their (often short) value (``Failed to a***quire ...`` for ``client.id=c``).
+_NOT_SECRET_KEYS = frozenset({"sasl.oauthbearer.client.id", "sasl.oauthbearer.scope"})
+#: Secret values shorter than this are replaced only where they stand as a whole token (not inside a
+#: word): a one-letter password must not turn "connect" into "***onne***t"; a longer one is
+#: replaced wherever it occurs.
+WHOLE_TOKEN_BELOW = 8
 _JAAS_PASSWORD = re.compile(r"""password\s*=\s*"([^"]*)"|password\s*=\s*'([^']*)'""", re.IGNORECASE)
 
 
 def is_secret_key(key: str) -> bool:
     """True for keys whose values must never be shown (``sasl.password``, ``kafka.sasl.jaas.config``...)."""
     k = str(key).lower()
+    if k.removeprefix("kafka.") in _NOT_SECRET_KEYS:
+        return False
     return any(part in k for part in _SECRET_KEY_PARTS)
 
 
@@ -67,9 +77,16 @@ def secret_values(config: Mapping[str, Any] | None) -> list[str]:
 
 
 def scrub(text: str, config: Mapping[str, Any] | None) -> str:
-    """``text`` with every secret value of ``config`` replaced by ``***`` (for third-party messages)."""
+    """``text`` with every secret value of ``config`` replaced by ``***`` (for third-party messages).
+
+    A value shorter than :data:`WHOLE_TOKEN_BELOW` is replaced only where no letter or digit touches
+    it, so the words around it survive; a longer one wherever it occurs.
+    """
     for secret in secret_values(config):
-        text = text.replace(secret, REDACTED)
+        if len(secret) >= WHOLE_TOKEN_BELOW:
+            text = text.replace(secret, REDACTED)
+        else:
+            text = re.sub(rf"(?<![A-Za-z0-9]){re.escape(secret)}(?![A-Za-z0-9])", REDACTED, text)
     return text
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -16,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from airflow_kafka_spark.kafka.secrets import scrub
 from devstack import topics
 from devstack.produce import produce
 from tests.support.checkpoint_factory import write_checkpoint
@@ -120,3 +122,28 @@ def test_a_literal_secret_on_argv_is_warned_about_and_still_not_echoed(aligned):
     assert "warning: -X sasl.password=... puts a secret on the command line" in res.stderr
     assert SECRET not in res.stdout + res.stderr
     assert json.loads(res.stdout)["verdict"] in ("PASS", "WARN"), res.stdout
+
+
+def test_an_oauth_error_keeps_its_words_and_drops_only_the_secret(broker, tmp_path):
+    """The hostile probe's case: ``sasl.oauthbearer.client.id=c`` was scrubbed as a secret, so every ``c`` of
+    librdkafka's message became ``***`` (``Failed to a***quire ... Failed to ***onne***t``). The client id names
+    who connects (as ``sasl.username`` does); only the client secret is one."""
+    conf = tmp_path / "oauth.properties"
+    conf.write_text("security.protocol=SASL_PLAINTEXT\nsasl.mechanism=OAUTHBEARER\nsasl.oauthbearer.method=oidc\n"
+                    f"sasl.oauthbearer.client.id=c\nsasl.oauthbearer.client.secret={SECRET}\n"
+                    "sasl.oauthbearer.token.endpoint.url=http://127.0.0.1:1/token\n")
+    res = subprocess.run(_cmd("validate", "--group", "g-oauth", "--topics", "t", "--bootstrap-servers",
+                              broker.bootstrap_servers, "--kafka-config", str(conf), "--timeout", "5"),
+                         capture_output=True, text=True, timeout=90)
+    assert res.returncode == 2, (res.stdout, res.stderr)
+    assert "Failed to acquire SASL OAUTHBEARER token: Failed to connect to 127.0.0.1:1" in res.stderr, res.stderr
+    assert not re.search(r"\w\*\*\*|\*\*\*\w", res.stderr), res.stderr      # no word cut by a scrubbed letter
+    assert SECRET not in res.stdout + res.stderr
+
+
+def test_a_short_secret_is_scrubbed_where_it_stands_alone_and_words_around_it_survive():
+    message = "Failed to acquire SASL OAUTHBEARER token: Failed to connect as c with password c"
+    assert scrub(message, {"sasl.password": "c", "sasl.oauthbearer.client.id": "c"}) == (
+        "Failed to acquire SASL OAUTHBEARER token: Failed to connect as *** with password ***")
+    assert scrub(message, {"sasl.oauthbearer.client.id": "c"}) == message     # not a secret at all
+    assert scrub(f"token {SECRET}x rejected", {"sasl.password": SECRET}) == "token ***x rejected"  # long: anywhere
