@@ -172,6 +172,8 @@ class LocalBroker:
     def _wait_ready(self, timeout: float) -> None:
         from confluent_kafka.admin import AdminClient
 
+        from airflow_kafka_spark.kafka.client import with_log
+
         admin = None
 
         def probe() -> str | None:
@@ -182,7 +184,7 @@ class LocalBroker:
                     socket.create_connection(("127.0.0.1", self.port), timeout=0.5).close()
                 except OSError as exc:
                     return str(exc)
-                admin = AdminClient({"bootstrap.servers": self.bootstrap_servers, "socket.timeout.ms": 2000})
+                admin = AdminClient(with_log({"bootstrap.servers": self.bootstrap_servers, "socket.timeout.ms": 2000}))
             try:
                 md = admin.list_topics(timeout=2)
                 if md.brokers and md.controller_id >= 0:

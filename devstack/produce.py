@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 from confluent_kafka import Producer
 
+from airflow_kafka_spark.kafka.client import with_log
+
 
 @dataclass(frozen=True)
 class ProducedRecord:
@@ -34,7 +36,7 @@ def produce(bootstrap_servers: str, topic: str, count: int, *, partitions: int =
     if transactional_id:
         conf["transactional.id"] = transactional_id
     conf.update(config or {})
-    producer = Producer(conf)
+    producer = Producer(with_log(conf))   # librdkafka's own lines (GETPID, FAIL) to logging, not the terminal
     acked: list[ProducedRecord] = []
     errors: list[str] = []
 

@@ -7,9 +7,11 @@ import time
 from confluent_kafka import TopicPartition as KTP
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 
+from airflow_kafka_spark.kafka.client import with_log
+
 
 def admin(bootstrap_servers: str) -> AdminClient:
-    return AdminClient({"bootstrap.servers": bootstrap_servers})
+    return AdminClient(with_log({"bootstrap.servers": bootstrap_servers}))
 
 
 def create_topic(bootstrap_servers: str, topic: str, partitions: int = 1, config: dict | None = None,

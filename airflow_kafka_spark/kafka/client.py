@@ -66,6 +66,19 @@ class RdkafkaLog:
         self._log.log(logging.INFO if loud else logging.DEBUG, "%s", text)
 
 
+def with_log(conf: Mapping[str, Any]) -> dict[str, Any]:
+    """``conf`` for a confluent-kafka client, its librdkafka log lines routed to Python logging.
+
+    Every client is built through this (or with a :class:`RdkafkaLog` as ``logger``): librdkafka's
+    own default writes ``%4|<time>|GETPID|...`` lines straight to the terminal (fd 2), past any
+    logging configuration. A ``logger`` the caller set is kept.
+    """
+    out = dict(conf)
+    if out.get("logger") is None:
+        out["logger"] = RdkafkaLog(out)
+    return out
+
+
 class ClientErrors:
     """Collects client-level errors (``error_cb``): the reason to give when a request times out."""
 
