@@ -10,7 +10,7 @@ Anything else is a bug and keeps its traceback.
 
 from __future__ import annotations
 
-from enum import IntEnum
+from enum import IntEnum, StrEnum
 from typing import Any
 
 
@@ -65,16 +65,49 @@ class CheckpointFormatError(UserError):
     """A checkpoint file does not have the format Spark writes."""
 
 
+class BlockReason(StrEnum):
+    """Why an operation was refused although its input was fine: the type to test, not the message.
+
+    The value is the ``code`` ``--json`` prints (unchanged); a refusal by the plan or verdict
+    carries its worst finding's code there instead, and :attr:`PLAN_BLOCKED` here.
+    """
+
+    #: a job holds the lease, or wrote batches while the operation read the checkpoint
+    QUERY_RUNNING = "QUERY_RUNNING"
+    #: a submit would start a second driver on the checkpoint (a live recorded, unrecorded or leased one)
+    ALREADY_RUNNING = "ALREADY_RUNNING"
+    #: the plan or verdict blocks (``code``: its worst finding)
+    PLAN_BLOCKED = "PLAN_BLOCKED"
+    #: a reset/restore was interrupted here and must be finished first
+    INTERRUPTED_OPERATION = "INTERRUPTED_OPERATION"
+    #: finishing an interrupted reset/restore would undo what ran since
+    STALE_INTERRUPTED_OPERATION = "STALE_INTERRUPTED_OPERATION"
+    #: an interrupted operation was finished instead; the requested one was not started
+    INTERRUPTED_OPERATION_FINISHED = "INTERRUPTED_OPERATION_FINISHED"
+
+    @classmethod
+    def of_code(cls, code: str) -> BlockReason:
+        """The reason a ``code`` string stands for (a finding code: :attr:`PLAN_BLOCKED`)."""
+        try:
+            return cls(code)
+        except ValueError:
+            return cls.PLAN_BLOCKED
+
+
 class OperationBlocked(UserError):
     """The operation was refused because doing it would lose data, break a run, or half-finish.
 
-    Exit code 3 (as a BLOCK verdict), not 2: the input was fine, the situation is not. ``details``
-    carries the plan or verdict for ``--json`` output.
+    Exit code 3 (as a BLOCK verdict), not 2: the input was fine, the situation is not. ``reason``
+    says which refusal it is (a :class:`BlockReason`: callers and tests check it, never the
+    message); ``code`` is what ``--json`` prints (the reason's value, or the blocking finding's
+    code); ``details`` carries the plan or verdict for ``--json`` output.
     """
 
     exit_code = ExitCode.BLOCKED
 
-    def __init__(self, message: str, *, code: str = "BLOCKED", details: dict[str, Any] | None = None) -> None:
+    def __init__(self, message: str, *, reason: BlockReason | None = None, code: str | None = None,
+                 details: dict[str, Any] | None = None) -> None:
         super().__init__(message)
-        self.code = code
+        self.reason = reason if reason is not None else BlockReason.of_code(code or "")
+        self.code = code if code is not None else reason.value if reason is not None else "BLOCKED"
         self.details = details or {}

@@ -37,7 +37,7 @@ from airflow_kafka_spark._util.fs import open_location, read_bytes
 from airflow_kafka_spark._util.jsonfile import JSON_MAX_BYTES
 from airflow_kafka_spark._util.lock import LockFile
 from airflow_kafka_spark._util.text import iso_seconds, now_ms
-from airflow_kafka_spark.errors import UserError
+from airflow_kafka_spark.errors import BlockReason, OperationBlocked, UserError
 from airflow_kafka_spark.lifecycle.document import HISTORY_LIMIT, RecordDocument
 from airflow_kafka_spark.lifecycle.events import LifecycleEvent
 from airflow_kafka_spark.lifecycle.model import RECORD_SUFFIX, Lease, record_location
@@ -129,8 +129,8 @@ class LifecycleRecord(RecordDocument):
     ) -> Lease:
         """Take (or renew, if ``holder`` already has it) the right to run this job for ``ttl_s``.
 
-        Fails with a :class:`UserError` naming the current holder when another live lease
-        exists (S16: orchestrator retry, double submit). An expired lease is taken over and the
+        Refuses with :class:`OperationBlocked` (``ALREADY_RUNNING``) naming the current holder when
+        another live lease exists (S16: orchestrator retry, double submit). An expired lease is taken over and the
         take-over is audited. Only the lease and one history event are written; other unsaved
         changes of this object stay in memory for a later :meth:`save`.
         """
@@ -143,11 +143,12 @@ class LifecycleRecord(RecordDocument):
             now = now_ms()
             current = stored.lease if stored is not None else None
             if current is not None and current.holder != holder and current.live(now):
-                raise UserError(
+                raise OperationBlocked(
                     f"job {self.job_name} (checkpoint {self.checkpoint_location}) is leased by "
                     f"{current.holder} (run {current.run_id}) until {iso_seconds(current.expires_at_ms)} "
                     f"({(current.expires_at_ms - now) / 1000:.0f}s left); stop that run or wait for the "
-                    "lease to expire before starting another"
+                    "lease to expire before starting another",
+                    reason=BlockReason.ALREADY_RUNNING,
                 )
             renew = current is not None and current.holder == holder and current.live(now)
             lease = Lease(

@@ -12,10 +12,8 @@ import time
 
 from airflow_kafka_spark._util.fs import Location, comparable, is_within, open_location
 from airflow_kafka_spark._util.lock import LockFile
-from airflow_kafka_spark.errors import OperationBlocked, UserError
+from airflow_kafka_spark.errors import BlockReason, OperationBlocked, UserError
 from airflow_kafka_spark.lifecycle.journal import (
-    INTERRUPTED_OPERATION,
-    STALE_INTERRUPTED_OPERATION,
     Journal,
     checkpoint_marks,
     is_operation_id,
@@ -58,7 +56,7 @@ def refuse_if_interrupted(checkpoint_location: str, storage_options: dict | None
     if journal is not None:
         raise OperationBlocked(f"an interrupted {journal.op} ({journal.operation_id}) of {ck.url} is recorded in "
                                f"{journal.location.url}; re-run aks {journal.op} on this checkpoint to finish it "
-                               "before backing up", code=INTERRUPTED_OPERATION)
+                               "before backing up", reason=BlockReason.INTERRUPTED_OPERATION)
 
 
 def refuse_stale_roll_forward(journal: Journal, checkpoint: Location) -> None:
@@ -78,7 +76,7 @@ def refuse_stale_roll_forward(journal: Journal, checkpoint: Location) -> None:
     running = running_reason(record)   # the operation itself refused to start under a live lease
     if running:
         raise OperationBlocked(f"{head}: a job holds the checkpoint's lease ({running}); stop it first, or {abandon}",
-                               code=STALE_INTERRUPTED_OPERATION)
+                               reason=BlockReason.STALE_INTERRUPTED_OPERATION)
     guard = journal.doc.get("guard")
     if not isinstance(guard, dict):
         return  # journals written before the guard existed carry none
@@ -87,7 +85,7 @@ def refuse_stale_roll_forward(journal: Journal, checkpoint: Location) -> None:
         changed = ", ".join(f"{k} {guard.get(k)!s} -> {now.get(k)!s}" for k in ("offsets", "commits", "exists")
                             if guard.get(k) != now.get(k)) or "metadata (query id) changed"
         raise OperationBlocked(f"{head}: the checkpoint moved on since the journal was written ({changed}): a query "
-                               f"ran on it meanwhile; {abandon}", code=STALE_INTERRUPTED_OPERATION)
+                               f"ran on it meanwhile; {abandon}", reason=BlockReason.STALE_INTERRUPTED_OPERATION)
 
 
 def journal_path(journal: Journal, key: str, expected: Location, storage_options: dict | None) -> Location:

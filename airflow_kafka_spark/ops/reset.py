@@ -33,7 +33,7 @@ from airflow_kafka_spark.checkpoint.initial_offsets import initial_offsets_bytes
 from airflow_kafka_spark.checkpoint.model import CheckpointState
 from airflow_kafka_spark.checkpoint.reader import read_checkpoint
 from airflow_kafka_spark.checkpoint.sink_log import read_sink_log
-from airflow_kafka_spark.errors import OperationBlocked, UserError
+from airflow_kafka_spark.errors import BlockReason, OperationBlocked, UserError
 from airflow_kafka_spark.kafka.view import KafkaView
 from airflow_kafka_spark.lifecycle.events import LifecycleEvent
 from airflow_kafka_spark.lifecycle.journal import Journal, Operation, new_operation_id
@@ -121,7 +121,7 @@ def run_reset(checkpoint_location: str, backup_root: str | None, kafka_config: d
     running = running_reason(record)
     if running:
         raise OperationBlocked(f"job {job} is running ({running}): stop it on a batch boundary before resetting its "
-                               "checkpoint", code="QUERY_RUNNING")
+                               "checkpoint", reason=BlockReason.QUERY_RUNNING)
 
     step("planning against Kafka")
     plan, state, record = plan_with_state(checkpoint_location, kafka_config, request,
@@ -153,8 +153,8 @@ def run_reset(checkpoint_location: str, backup_root: str | None, kafka_config: d
         return result
     if plan.blocked:
         worst = plan.blocking[0]
-        raise OperationBlocked(f"reset refused: {worst.code} — {worst.message}; fix: {worst.fix}", code=worst.code,
-                               details=result.to_dict())
+        raise OperationBlocked(f"reset refused: {worst.code} — {worst.message}; fix: {worst.fix}",
+                               reason=BlockReason.PLAN_BLOCKED, code=worst.code, details=result.to_dict())
 
     step("backing up the checkpoint (verified before anything moves)")
     bk = take_backup(checkpoint_location, str(backup_root), job=job,
@@ -164,7 +164,7 @@ def run_reset(checkpoint_location: str, backup_root: str | None, kafka_config: d
     again = read_checkpoint(checkpoint_location, storage_options=storage_options)
     if (again.offset_batch_ids, again.commit_batch_ids) != (state.offset_batch_ids, state.commit_batch_ids):
         raise OperationBlocked(f"checkpoint {checkpoint_location} changed while the reset was planned: is the job "
-                               "running? Stop it and re-run the reset", code="QUERY_RUNNING")
+                               "running? Stop it and re-run the reset", reason=BlockReason.QUERY_RUNNING)
     result.backup_id = bk.backup_id
     result.operation_id = op_id
     payload = {
@@ -278,7 +278,7 @@ def resumed_result(done: dict[str, Any], request: ResetRequest) -> ResetResult:
         raise OperationBlocked(
             f"finished an interrupted {done['op']} ({done['operation_id']}) of this checkpoint first; the "
             f"requested reset --mode {request.mode} was not applied: re-run it if it is still wanted",
-            code="INTERRUPTED_OPERATION_FINISHED", details=result.to_dict())
+            reason=BlockReason.INTERRUPTED_OPERATION_FINISHED, details=result.to_dict())
     result.notes.append(f"resumed interrupted reset {done['operation_id']} and finished it")
     return result
 

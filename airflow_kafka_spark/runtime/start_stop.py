@@ -20,7 +20,7 @@ from typing import Any
 
 from airflow_kafka_spark._util.fs import open_location, remove_file
 from airflow_kafka_spark.checkpoint.reader import read_checkpoint
-from airflow_kafka_spark.errors import UserError
+from airflow_kafka_spark.errors import BlockReason, OperationBlocked, UserError
 from airflow_kafka_spark.kafka.secrets import bootstrap_servers_of, scrub
 from airflow_kafka_spark.lifecycle.events import LifecycleEvent
 from airflow_kafka_spark.lifecycle.model import DriverInfo
@@ -130,8 +130,8 @@ def submit_job(spec: JobSpec, *, kafka_config: Mapping[str, Any], target: SparkT
     record = LifecycleRecord.load_or_create(spec.name, spec.checkpoint)
     try:
         record.acquire_lease(holder, lease_ttl_s, run_id=run_id)
-    except UserError as exc:
-        raise UserError(f"ALREADY_RUNNING: {exc}") from None
+    except OperationBlocked as exc:   # another run's live lease (a bad ttl, an unreachable store: as they are)
+        raise OperationBlocked(f"ALREADY_RUNNING: {exc}", reason=BlockReason.ALREADY_RUNNING) from None
     try:
         record = LifecycleRecord.load_or_create(spec.name, spec.checkpoint)
         if record.driver is not None and driver_control(record.driver, lambda: target,
@@ -148,10 +148,10 @@ def submit_job(spec: JobSpec, *, kafka_config: Mapping[str, Any], target: SparkT
                         "query_id_before": mine.get("query_id_before"),
                         "starting_offsets_file": mine.get("starting_offsets_file"),
                         "submitted_at_ms": mine.get("submitted_at_ms"), "adopted": True}
-            raise UserError(f"ALREADY_RUNNING: job {spec.name} already has a live driver ({d.kind} {d.id}"
-                            f"{' on ' + d.host if d.host else ''}); stop it first (StopStreamingJobOperator or the "
-                            "streaming_safe_restart DAG) so that two drivers never share checkpoint "
-                            f"{spec.checkpoint}")
+            raise OperationBlocked(f"ALREADY_RUNNING: job {spec.name} already has a live driver ({d.kind} {d.id}"
+                                   f"{' on ' + d.host if d.host else ''}); stop it first (StopStreamingJobOperator or "
+                                   "the streaming_safe_restart DAG) so that two drivers never share checkpoint "
+                                   f"{spec.checkpoint}", reason=BlockReason.ALREADY_RUNNING)
         state = read_checkpoint(spec.checkpoint)
         if record.next_starting_offsets and state.offset_batch_ids:
             # A previous driver already planned a batch from them: they are baked into the checkpoint.

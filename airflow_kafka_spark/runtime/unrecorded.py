@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from airflow_kafka_spark.errors import UserError
+from airflow_kafka_spark.errors import BlockReason, OperationBlocked, UserError
 from airflow_kafka_spark.lifecycle.model import DriverInfo
 from airflow_kafka_spark.registry.model import JobSpec
 from airflow_kafka_spark.runtime import detach, drivers
@@ -55,9 +55,10 @@ def adopt_local(spec: JobSpec, holder: str, log: Any) -> DriverInfo | None:
             return DriverInfo(kind=drivers.LOCAL.value, id=str(group), host=socket.gethostname(),
                               started_at=int(time.time() * 1000))
     group, submitter = next(iter(found.items()))
-    raise UserError(f"ALREADY_RUNNING: job {spec.name}: process group {group} on this host runs a driver on checkpoint "
-                    f"{spec.checkpoint} that the lifecycle record does not name (started by {submitter or 'unknown'}); "
-                    f"stop it (kill -TERM -{group}) so that two drivers never share the checkpoint")
+    raise OperationBlocked(f"ALREADY_RUNNING: job {spec.name}: process group {group} on this host runs a driver on "
+                           f"checkpoint {spec.checkpoint} that the lifecycle record does not name (started by "
+                           f"{submitter or 'unknown'}); stop it (kill -TERM -{group}) so that two drivers never share "
+                           "the checkpoint", reason=BlockReason.ALREADY_RUNNING)
 
 
 class ClusterSearch:
@@ -104,10 +105,11 @@ class ClusterSearch:
             strangers = {g: s for g, s in found.items() if s != self.holder}
             if strangers:
                 group, submitter = next(iter(strangers.items()))
-                raise UserError(f"ALREADY_RUNNING: job {self.spec.name}: a spark-submit for checkpoint "
-                                f"{self.spec.checkpoint} by {submitter or 'unknown'} is running on this host (process "
-                                f"group {group}); wait for it, or stop it (kill -TERM -{group}) and check the cluster "
-                                "for the driver it started")
+                raise OperationBlocked(f"ALREADY_RUNNING: job {self.spec.name}: a spark-submit for checkpoint "
+                                       f"{self.spec.checkpoint} by {submitter or 'unknown'} is running on this host "
+                                       f"(process group {group}); wait for it, or stop it (kill -TERM -{group}) and "
+                                       "check the cluster for the driver it started",
+                                       reason=BlockReason.ALREADY_RUNNING)
             now = time.monotonic()
             if now >= deadline:
                 group = next(iter(found))
@@ -146,8 +148,8 @@ class ClusterSearch:
         return detach.cluster_driver(self.mode, keep)
 
 
-    def _refusal(self, others: list[str]) -> UserError:
-        return UserError(f"ALREADY_RUNNING: job {self.spec.name}: {', '.join(others)} runs on checkpoint "
-                         f"{self.spec.checkpoint} (tag {self.checkpoint_tag}) and the lifecycle record does not name "
-                         "it; stop it on the cluster (e.g. yarn application -kill) so that two drivers never share "
-                         "the checkpoint")
+    def _refusal(self, others: list[str]) -> OperationBlocked:
+        return OperationBlocked(f"ALREADY_RUNNING: job {self.spec.name}: {', '.join(others)} runs on checkpoint "
+                                f"{self.spec.checkpoint} (tag {self.checkpoint_tag}) and the lifecycle record does not "
+                                "name it; stop it on the cluster (e.g. yarn application -kill) so that two drivers "
+                                "never share the checkpoint", reason=BlockReason.ALREADY_RUNNING)

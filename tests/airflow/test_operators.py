@@ -364,7 +364,7 @@ def test_a_retried_submit_adopts_the_live_driver_its_killed_first_try_recorded(e
     """The soak's finding: a worker SIGKILLed after the submit recorded its driver made Airflow's retry fail with
     ALREADY_RUNNING (and the safe restart roll back a good deploy). The same task of the same run adopts it;
     any other submitter is still refused."""
-    from airflow_kafka_spark.errors import UserError
+    from airflow_kafka_spark.errors import BlockReason, OperationBlocked
     from airflow_kafka_spark.registry.loader import load_registry
     from airflow_kafka_spark.runtime import start_stop
     from airflow_kafka_spark.runtime.submit import SparkTarget
@@ -381,8 +381,9 @@ def test_a_retried_submit_adopts_the_live_driver_its_killed_first_try_recorded(e
     assert out["adopted"] is True and out["driver"]["id"] == str(os.getpid())
     record = LifecycleRecord.load(str(ck))
     assert record.lease is None and record.driver.id == str(os.getpid())
-    with pytest.raises(UserError, match="ALREADY_RUNNING: job gamma already has a live driver"):
+    with pytest.raises(OperationBlocked, match="job gamma already has a live driver") as refused:
         start_stop.submit_job(spec, holder="soak_dag/run_2/submit", **kwargs)
+    assert refused.value.reason is BlockReason.ALREADY_RUNNING and refused.value.exit_code == 3
 
 
 def test_a_retried_submit_adopts_the_driver_its_killed_first_try_started_but_never_recorded(env):
@@ -390,7 +391,7 @@ def test_a_retried_submit_adopts_the_driver_its_killed_first_try_started_but_nev
     driver no record named, and the retry started a second one on the same checkpoint (Spark then failed with
     CONCURRENT_STREAM_LOG_UPDATE). The driver's environment names its checkpoint and submitter: the same task's
     retry adopts it, anyone else is refused."""
-    from airflow_kafka_spark.errors import UserError
+    from airflow_kafka_spark.errors import BlockReason, OperationBlocked, UserError
     from airflow_kafka_spark.registry.loader import load_registry
     from airflow_kafka_spark.runtime import drivers, start_stop
     from airflow_kafka_spark.runtime.submit import SparkTarget
@@ -429,8 +430,9 @@ def test_a_retried_submit_adopts_the_driver_its_killed_first_try_started_but_nev
     stray = orphan("other_dag/run_9/submit")
     try:
         wait_until(lambda: drivers.local_unrecorded(str(ck)), timeout=10, what="the stray's environment")
-        with pytest.raises(UserError, match=f"ALREADY_RUNNING: job beta: process group {stray.pid} "):
+        with pytest.raises(OperationBlocked, match=f"job beta: process group {stray.pid} ") as refused:
             start_stop.submit_job(spec, holder=mine, **kwargs)
+        assert refused.value.reason is BlockReason.ALREADY_RUNNING
     finally:
         stray.kill()
         stray.wait()

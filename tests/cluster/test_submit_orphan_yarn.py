@@ -27,7 +27,7 @@ import sys
 
 import pytest
 
-from airflow_kafka_spark.errors import UserError
+from airflow_kafka_spark.errors import BlockReason, OperationBlocked
 from airflow_kafka_spark.lifecycle.record import LifecycleRecord
 from airflow_kafka_spark.registry.loader import load_registry
 from airflow_kafka_spark.runtime import detach, drivers, start_stop, submit
@@ -125,13 +125,15 @@ def test_a_retry_adopts_the_application_its_killed_spark_submit_started_and_othe
     #    while the orphaned client runs, and after it, because YARN has an application on the checkpoint that no
     #    record names.
     killed_mid_spark_submit(job, second)
-    with pytest.raises(UserError, match="ALREADY_RUNNING"):
+    with pytest.raises(OperationBlocked) as refused:
         submit_as(job, stranger)
+    assert refused.value.reason is BlockReason.ALREADY_RUNNING
     wait_until(lambda: not drivers.local_unrecorded(spec.checkpoint), timeout=300, what="the orphaned client to end")
     orphan2 = [a.id for a in rm.find(tag=detach.submit_tag(spec, second))]
     assert len(orphan2) == 1
-    with pytest.raises(UserError, match=f"ALREADY_RUNNING: job {JOB}: {orphan2[0]} runs on checkpoint"):
+    with pytest.raises(OperationBlocked, match=f"job {JOB}: {orphan2[0]} runs on checkpoint") as refused:
         submit_as(job, stranger)
+    assert refused.value.reason is BlockReason.ALREADY_RUNNING
     assert LifecycleRecord.load(spec.checkpoint).driver.id == orphan[0]   # nothing changed
 
     # 3. The killed task's own retry adopts it.
@@ -183,8 +185,9 @@ def test_a_driver_that_appears_during_the_submit_is_caught_after_it(job, rm, who
     if other_tag is None:
         out = start_stop.submit_job(spec, **kwargs)
     else:
-        with pytest.raises(UserError, match=f"ALREADY_RUNNING: job {JOB}: application_\\d+_\\d+ runs on checkpoint"):
+        with pytest.raises(OperationBlocked, match=f"job {JOB}: application_\\d+_\\d+ runs on checkpoint") as refused:
             start_stop.submit_job(spec, **kwargs)
+        assert refused.value.reason is BlockReason.ALREADY_RUNNING
     apps = {a.id: a for a in rm.find(tag=ck_tag)}
     assert len(apps) == 2, [a.summary() for a in apps.values()]   # the racing one and this submit's
     wait_until(lambda: sum(rm.app(i).alive for i in apps) == 1, timeout=120, what="one of the two killed")

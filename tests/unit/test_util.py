@@ -43,6 +43,21 @@ def test_enums_keep_the_strings_and_numbers_users_already_have():
     assert UserError("x").exit_code == 2 and OperationBlocked("x").exit_code == 3
 
 
+def test_a_refusal_carries_a_typed_reason_and_keeps_the_code_json_prints():
+    from airflow_kafka_spark.errors import BlockReason
+    from airflow_kafka_spark.lifecycle.journal import INTERRUPTED_OPERATION, STALE_INTERRUPTED_OPERATION
+
+    assert OperationBlocked("x", reason=BlockReason.ALREADY_RUNNING).code == "ALREADY_RUNNING"
+    assert OperationBlocked("x", code="QUERY_RUNNING").reason is BlockReason.QUERY_RUNNING   # callers passing a code
+    plan = OperationBlocked("x", reason=BlockReason.PLAN_BLOCKED, code="OFFSETS_AHEAD")
+    assert (plan.reason, plan.code) == (BlockReason.PLAN_BLOCKED, "OFFSETS_AHEAD")
+    assert OperationBlocked("x", code="OFFSETS_AHEAD").reason is BlockReason.PLAN_BLOCKED     # a finding's code
+    assert (OperationBlocked("x").reason, OperationBlocked("x").code) == (BlockReason.PLAN_BLOCKED, "BLOCKED")
+    # the journal's finding codes and the refusals' --json codes are the same strings
+    assert (INTERRUPTED_OPERATION, STALE_INTERRUPTED_OPERATION) == (BlockReason.INTERRUPTED_OPERATION,
+                                                                    BlockReason.STALE_INTERRUPTED_OPERATION)
+
+
 def _lock(tmp_path, **kw) -> LockFile:
     return LockFile(open_location(str(tmp_path / "x.lock")), what="thing", **kw)
 
