@@ -1,9 +1,20 @@
 """The refusals every operation on a checkpoint location shares, before it changes anything.
 
 Why one module: backup, reset and restore must refuse the same situations the same way — a job
-holding the lease, a backup root inside the checkpoint (or the reverse), a second operation on the
-same location, an interrupted reset/restore that must be finished first, and finishing one that a
-new run has overtaken. Each refusal is one line and exit 3 (:class:`OperationBlocked`) or exit 2.
+holding the lease, a backup root inside the checkpoint (or the reverse), an interrupted
+reset/restore that must be finished first, and finishing one that a new run has overtaken. Each
+refusal is one line and exit 3 (:class:`OperationBlocked`, with its
+:class:`~airflow_kafka_spark.errors.BlockReason`) or exit 2.
+
+Two operations at once on one location are a different matter for each kind:
+
+* a second **reset or restore** is refused at once (:func:`operation_lock`, taken with timeout 0
+  by ``ops.commands``): it would plan against a checkpoint the first is moving aside;
+* a second **backup** of the same job *waits* for the first on the backup store's job lock
+  (``backups/<job>/.lock``, up to the lock's timeout, then one line naming the holder): both
+  copies are of the same committed state, each is published and verified on its own, and the
+  second reuses the first's blobs, so refusing would only fail a scheduled backup that met a
+  manual one.
 """
 
 from __future__ import annotations
@@ -44,7 +55,8 @@ def check_locations(checkpoint: Location, root: Location) -> None:
 
 def operation_lock(checkpoint: Location, *, timeout: float = 5.0, what: str | None = None) -> LockFile:
     """``<checkpoint>.operation.lock``: one reset/restore at a time per location (a killed holder's
-    lock is broken when its pid is gone)."""
+    lock is broken when its pid is gone). Backups do not take it: they wait for each other on the
+    backup store's job lock instead (see the module's docstring)."""
     return LockFile(checkpoint.sibling(OPERATION_LOCK_SUFFIX), what=what or f"checkpoint {checkpoint.url}",
                     timeout=timeout)
 

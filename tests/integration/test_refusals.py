@@ -213,3 +213,35 @@ def test_already_running_a_driver_no_record_names(job):
         stray.kill()
         stray.wait()
     assert LifecycleRecord.load(job.checkpoint).driver is None
+
+
+# -- two operations at once on one location (ops/guards.py): a second reset is refused, a second backup waits ---
+
+def test_a_second_backup_waits_for_the_first_and_a_second_reset_is_refused_at_once(tmp_path):
+    from airflow_kafka_spark._util.lock import LockFile
+    from airflow_kafka_spark.errors import UserError
+    from airflow_kafka_spark.ops.backup.catalog import job_location, list_backups, open_backup_root, store_path
+    from airflow_kafka_spark.ops.backup.manifest import LOCK_NAME
+    from airflow_kafka_spark.ops.guards import operation_lock
+
+    ck = write_checkpoint(tmp_path / "ck", batches=2)
+    root = tmp_path / "b"
+    first = backup_checkpoint(ck.location, str(root), job=JOB, settle_s=0)
+    job_loc = job_location(open_backup_root(str(root)), JOB)
+    with LockFile(store_path(job_loc, LOCK_NAME), what="a first backup of the job"):   # a backup in progress
+        second = subprocess.Popen([str(AKS), "backup", "--checkpoint", ck.location, "--backup-root", str(root),
+                                   "--job", JOB, "--settle", "0", "--json"], stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True)
+        time.sleep(4)
+        assert second.poll() is None, second.communicate()            # waiting, not refused
+    out, err = second.communicate(timeout=120)
+    assert second.returncode == 0, (out, err)
+    doc = json.loads(out)
+    assert doc["backup"]["backup_id"] != first.backup_id, doc                      # published once the first ended
+    assert {b.backup_id for b in list_backups(str(root), JOB).backups} == {first.backup_id, doc["backup"]["backup_id"]}
+
+    with operation_lock(open_location(ck.location)):                  # a reset or restore in progress
+        started = time.monotonic()
+        with pytest.raises(UserError, match="is locked by pid") as info:
+            reset_checkpoint(ck.location, str(root), {"bootstrap.servers": NO_KAFKA}, ResetRequest(mode="preserve"))
+        assert time.monotonic() - started < 2 and not isinstance(info.value, OperationBlocked)   # at once, exit 2
