@@ -35,7 +35,9 @@ RETRIABLE_CODES = {
     KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
     KafkaError.COORDINATOR_NOT_AVAILABLE, KafkaError.REQUEST_TIMED_OUT,
 }
-PROBE_GROUP_ID = "airflow-kafka-spark-probe"
+#: The group id librdkafka wants of the offset lister and the record lookups (nothing is committed). Its value
+#: stays as brokers' ACLs know it; ``PROBE_GROUP_ID`` is its old name.
+LOOKUP_GROUP_ID = PROBE_GROUP_ID = "airflow-kafka-spark-probe"
 FIX_CONNECTION = ("check bootstrap.servers in the Kafka connection, that the brokers are up and "
                    "reachable from this host, and the security.protocol/SASL/SSL settings")
 

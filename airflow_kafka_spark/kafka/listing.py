@@ -25,7 +25,7 @@ from confluent_kafka import Consumer, IsolationLevel, KafkaError, KafkaException
 from confluent_kafka import TopicPartition as KTP
 from confluent_kafka.admin import OffsetSpec
 
-from airflow_kafka_spark.kafka.client import CONNECTIVITY_CODES, PROBE_GROUP_ID, RETRIABLE_CODES, KafkaClient, err_of
+from airflow_kafka_spark.kafka.client import CONNECTIVITY_CODES, LOOKUP_GROUP_ID, RETRIABLE_CODES, KafkaClient, err_of
 from airflow_kafka_spark.kafka.offsets import EARLIEST, LATEST, PartitionOffsets, TopicPartition
 
 #: Partitions per ListOffsets request (librdkafka's matching is quadratic in it; 250 measured best).
@@ -53,7 +53,7 @@ class OffsetLister(KafkaClient):
         with self._lister_lock:
             if self._lister is None:
                 conf = dict(self.config)
-                conf.setdefault("group.id", PROBE_GROUP_ID)  # librdkafka wants one; nothing is committed
+                conf.setdefault("group.id", LOOKUP_GROUP_ID)  # librdkafka wants one; nothing is committed
                 conf.update({"enable.auto.commit": False, "isolation.level": "read_uncommitted",
                              "error_cb": self._errors, "logger": self._logger})
                 self._lister = self._construct(Consumer, conf, "Kafka consumer")

@@ -1,11 +1,11 @@
 """Single records, read with a short-lived consumer: offsets are not dense (S25).
 
 Transaction markers and compaction leave gaps, so "the record at C-1" may not exist:
-:meth:`RecordProbe.first_records_at_or_after` and :meth:`RecordProbe.last_records_before` read what
+:meth:`RecordLookup.first_records_at_or_after` and :meth:`RecordLookup.last_records_before` read what
 is physically there instead of assuming. A mixin over
 :class:`~airflow_kafka_spark.kafka.client.KafkaClient`; :class:`KafkaView` has it.
 
-Why batched: a probe consumer costs ~13 ms to create and one fetch round trip per partition, so one
+Why batched: a lookup consumer costs ~13 ms to create and one fetch round trip per partition, so one
 consumer per partition made a 1,000-partition job take seconds. Every call here takes all its
 partitions at once: one ``list_offsets`` for the bounds, one consumer assigned to every partition at
 its start offset, and fetches that serve all partitions together; a partition leaves the assignment
@@ -23,7 +23,7 @@ from confluent_kafka import Consumer, KafkaError
 from confluent_kafka import TopicPartition as KTP
 
 from airflow_kafka_spark.errors import UserError
-from airflow_kafka_spark.kafka.client import PROBE_GROUP_ID, KafkaClient, clean
+from airflow_kafka_spark.kafka.client import LOOKUP_GROUP_ID, KafkaClient, clean
 from airflow_kafka_spark.kafka.offsets import TopicPartition
 from airflow_kafka_spark.kafka.secrets import scrub
 
@@ -37,7 +37,7 @@ _FIRST_WINDOW = 16      # records read before C in the first pass of last_record
 _WINDOW_GROWTH = 8
 
 
-class RecordProbe(KafkaClient):
+class RecordLookup(KafkaClient):
     """The single-record calls of a Kafka view, one consumer per call whatever the partition count."""
 
     def record_timestamp(self, tp: TopicPartition, offset: int) -> int | None:
@@ -144,19 +144,19 @@ class RecordProbe(KafkaClient):
         """(earliest, latest) of every partition that exists, in one pair of ``list_offsets`` requests."""
         raise NotImplementedError  # KafkaView
 
-    def _probe_consumer(self) -> Any:
+    def _lookup_consumer(self) -> Any:
         """A throwaway consumer positioned by ``assign`` (no subscribe, no group join, no commits)."""
         conf = dict(self.config)
-        conf.setdefault("group.id", PROBE_GROUP_ID)  # librdkafka requires one; nothing is committed
+        conf.setdefault("group.id", LOOKUP_GROUP_ID)  # librdkafka requires one; nothing is committed
         conf.update({
             "enable.auto.commit": False, "enable.auto.offset.store": False,
             "enable.partition.eof": True, "auto.offset.reset": "error",
             "isolation.level": "read_uncommitted",
             # At the log end a fetch parks for fetch.wait.max.ms (500 ms default) before EOF is
-            # reported; a probe wants the answer "nothing there" now.
+            # reported; a lookup wants the answer "nothing there" now.
             "fetch.wait.max.ms": 20,
-            # A probe needs one record (or a 16-record window) per partition: small fetches keep
-            # the memory of a 5,000-partition probe bounded (a larger record still comes whole).
+            # A lookup needs one record (or a 16-record window) per partition: small fetches keep
+            # the memory of a 5,000-partition lookup bounded (a larger record still comes whole).
             "max.partition.fetch.bytes": 65536, "queued.max.messages.kbytes": 16384,
             "error_cb": self._errors, "logger": self._logger,
         })
@@ -177,7 +177,7 @@ class RecordProbe(KafkaClient):
         deadline = self._deadline() if deadline is None else deadline
         t0 = time.monotonic()
         pending = {(tp.topic, tp.partition): tp for tp, (start, stop) in ranges.items() if start < stop}
-        consumer = self._probe_consumer()
+        consumer = self._lookup_consumer()
         try:
             consumer.assign([KTP(tp.topic, tp.partition, int(ranges[tp][0])) for tp in pending.values()])
             while pending:
@@ -193,7 +193,7 @@ class RecordProbe(KafkaClient):
                 done: list[TopicPartition] = []
                 # consume() returns when it has num_messages or at the timeout: ask for one event per
                 # pending partition (a record or its EOF) and wait briefly, or every call would sit
-                # out the whole timeout waiting for messages that will never come (0.5 s per probe).
+                # out the whole timeout waiting for messages that will never come (0.5 s per lookup).
                 for msg in consumer.consume(num_messages=max(1, min(len(pending), 10_000)),
                                             timeout=min(remaining, 0.1)):
                     err = msg.error()
@@ -231,5 +231,9 @@ class RecordProbe(KafkaClient):
             try:
                 consumer.close()
             except Exception as exc:  # closing must not hide the real result
-                log.debug("closing probe consumer: %s", scrub(str(exc), self.config))
+                log.debug("closing lookup consumer: %s", scrub(str(exc), self.config))
         return out
+
+
+#: The name before "probe" was kept for the compatibility probe alone (``kafka.view`` users may import it).
+RecordProbe = RecordLookup

@@ -43,12 +43,12 @@ from airflow_kafka_spark.kafka.groups import GroupOffsets
 from airflow_kafka_spark.kafka.listing import OffsetLister
 from airflow_kafka_spark.kafka.model import BrokerState, TopicInfo
 from airflow_kafka_spark.kafka.offsets import EARLIEST, LATEST, PartitionOffsets, TopicPartition
-from airflow_kafka_spark.kafka.records import RecordProbe
+from airflow_kafka_spark.kafka.records import RecordLookup
 
 log = logging.getLogger(__name__)
 
 
-class KafkaView(GroupOffsets, RecordProbe, OffsetLister):
+class KafkaView(GroupOffsets, RecordLookup, OffsetLister):
     """Reads cluster metadata and offsets. ``config`` is a librdkafka dict (the Kafka provider's
     ``kafka`` connection extra), passed through unchanged, so SASL/SSL work.
 
@@ -337,4 +337,4 @@ class KafkaView(GroupOffsets, RecordProbe, OffsetLister):
         return ({tp: current[tp] for tp in tps if tp in current},
                 {tp: tuple(s) for tp, s in samples.items()})
 
-    # -- internals: single-record probes -----------------------------------------------------------
+    # -- internals: single-record lookups ----------------------------------------------------------

@@ -19,7 +19,7 @@ from airflow_kafka_spark.ops.backup.manifest import Manifest
 from airflow_kafka_spark.ops.plan import PartitionMove, Plan
 from airflow_kafka_spark.ops.reset import read_sink_info
 from airflow_kafka_spark.ops.reset_plan import old_positions
-from airflow_kafka_spark.verdict.evaluate import evaluate, identity_probes
+from airflow_kafka_spark.verdict.evaluate import evaluate, identity_lookups
 from airflow_kafka_spark.verdict.findings import BLOCK, INFO, WARN, Verdict
 from airflow_kafka_spark.verdict.options import DeployOptions
 
@@ -38,9 +38,9 @@ def judge_restore(manifest: Manifest, current: CheckpointState, staged: Checkpoi
                             idempotent_sink=idempotent_sink)
     with KafkaView(kafka_config, timeout=kafka_timeout) as view:
         broker = view.broker_state(topics, reference=b_c or None)
-        probes = identity_probes(staged, broker, record, options)
+        lookups = identity_lookups(staged, broker, record, options)
         timestamps = {}
-        for tp, c in probes.items():
+        for tp, c in lookups.items():
             with contextlib.suppress(UserError):
                 timestamps[tp] = view.last_record_before(tp, c)
     verdict = replace(evaluate(staged, broker, record, options, timestamps), subject=current.location)

@@ -19,8 +19,8 @@ equals the log end of every partition) and no batch in flight, the gate passes a
 result says so (``idle: true``) because the first batch of the new code is still unproven, and a
 failure that only shows in a batch (a state schema change) will show when records arrive.
 
-:func:`probe_health` is one synchronous look, pure of Airflow: the sensor calls it in poke mode,
-and :class:`airflow_kafka_spark.triggers.health.StreamingHealthTrigger` calls it in a thread from
+:func:`check_health` is one synchronous look (a :class:`HealthCheck`), pure of Airflow: the sensor
+calls it in poke mode, and :class:`airflow_kafka_spark.triggers.health.StreamingHealthTrigger` calls it in a thread from
 the triggerer (deferrable mode), so no worker slot is held while a restarted job warms up.
 """
 
@@ -57,7 +57,7 @@ MAX_SAMPLES = 30
 
 
 @dataclass
-class HealthProbe:
+class HealthCheck:
     """One look at a restarted job. ``samples`` are the broker log ends seen so far (JSON-able)."""
 
     state: HealthState
@@ -86,11 +86,11 @@ def _samples_in(samples: Sequence[Sequence[Any]]) -> list[tuple[int, dict[TopicP
     return out
 
 
-def probe_or_wait(probe: Callable[[], HealthProbe], samples: list[list[Any]]) -> HealthProbe:
-    """``probe()``; a probe that could not be made (an unreachable broker, a store that did not answer)
+def check_or_wait(check: Callable[[], HealthCheck], samples: list[list[Any]]) -> HealthCheck:
+    """``check()``; a look that could not be taken (an unreachable broker, a store that did not answer)
     is WAITING with the error as its reason, not a verdict on the job.
 
-    One rule for the sensor's own probes and the trigger's: a broker restarted during the gate must
+    One rule for the sensor's own looks and the trigger's: a broker restarted during the gate must
     not fail (and roll back) a healthy deploy; the gate's deadline still ends a wait that never
     heals, with the last error as its reason. Only a driver on another host fails at once
     (:class:`~airflow_kafka_spark.runtime.drivers.WrongHost`): waiting cannot make it visible.
@@ -98,19 +98,20 @@ def probe_or_wait(probe: Callable[[], HealthProbe], samples: list[list[Any]]) ->
     from airflow_kafka_spark.errors import UserError
 
     try:
-        return probe()
+        return check()
     except drivers.WrongHost:
         raise
     except UserError as exc:
-        return HealthProbe(WAITING, f"probe failed: {exc}", samples=samples)
+        return HealthCheck(WAITING, f"probe failed: {exc}", samples=samples)   # the reason's words: as before
 
 
-def probe_health(*, checkpoint: str, topics: Sequence[str], kafka_config: Callable[[], dict[str, Any]],
+
+def check_health(*, checkpoint: str, topics: Sequence[str], kafka_config: Callable[[], dict[str, Any]],
                  min_batches: int, baseline_batch: int | None, baseline_query_id: str | None,
                  alive: Callable[[], bool], log_tail: Callable[[], str] | None = None,
                  samples: Sequence[Sequence[Any]] = (), kafka_timeout_s: float = 10.0,
                  idle_pass_s: float | None = None, submitted_at_ms: int | None = None,
-                 now_ms: int | None = None) -> HealthProbe:
+                 now_ms: int | None = None) -> HealthCheck:
     """One health look: FAILED if the driver is gone or the job rewinds, HEALTHY once ``min_batches``
     new batches are committed and the lag is not growing, WAITING otherwise.
 
@@ -128,27 +129,27 @@ def probe_health(*, checkpoint: str, topics: Sequence[str], kafka_config: Callab
             "query_id": state.query_id, "samples": kept}
     if not alive():
         tail = log_tail() if log_tail else ""
-        return HealthProbe(FAILED, f"the driver exited after {new} new committed batch(es)"
+        return HealthCheck(FAILED, f"the driver exited after {new} new committed batch(es)"
                            + (f"; last driver output:\n{tail}" if tail else ""), **base)
     wrong = None if same_query or not state.offset_batch_ids else first_batch_mismatch(state, planned_start(checkpoint))
     if wrong:
-        return HealthProbe(FAILED, wrong, **base)
+        return HealthCheck(FAILED, wrong, **base)
     if new < min_batches:
         waiting = f"{new} of {min_batches} new batches committed"
         alive_s = ((now_ms or int(time.time() * 1000)) - submitted_at_ms) / 1000 if submitted_at_ms else None
         if idle_pass_s is None or alive_s is None or alive_s < idle_pass_s:
-            return HealthProbe(WAITING, waiting, **base)
+            return HealthCheck(WAITING, waiting, **base)
         position = _position_if_idle(state)
         if position is None:
-            return HealthProbe(WAITING, f"{waiting}; not idle: a batch is in flight or no start position is "
+            return HealthCheck(WAITING, f"{waiting}; not idle: a batch is in flight or no start position is "
                                "known yet", **base)
         with KafkaView(kafka_config(), timeout=kafka_timeout_s) as view:
             latest = view.broker_state(list(topics)).latest
         behind = {tp: end - position.get(tp, 0) for tp, end in latest.items() if end > position.get(tp, 0)}
         if behind:
-            return HealthProbe(WAITING, f"{waiting}; {sum(behind.values())} records to read on {len(behind)} "
+            return HealthCheck(WAITING, f"{waiting}; {sum(behind.values())} records to read on {len(behind)} "
                                "partition(s)", **base, lag_records=sum(behind.values()))
-        return HealthProbe(HEALTHY, f"idle: the driver has run {alive_s:.0f}s with nothing to read (position = "
+        return HealthCheck(HEALTHY, f"idle: the driver has run {alive_s:.0f}s with nothing to read (position = "
                            f"log end on all {len(latest)} partitions) and {new} new committed batch(es); the "
                            "first batch of this code is not proven until records arrive", **base,
                            lag_records=0, idle=True)
@@ -162,10 +163,10 @@ def probe_health(*, checkpoint: str, topics: Sequence[str], kafka_config: Callab
     base.update(samples=kept)
     extra = {"status": str(st.status), "lag_records": st.numbers.get("lag_records"), "trend_growing": growing}
     if st.status is Status.REWIND:
-        return HealthProbe(FAILED, f"the job rewinds: {st.reason}", **base, **extra)
+        return HealthCheck(FAILED, f"the job rewinds: {st.reason}", **base, **extra)
     if growing:
-        return HealthProbe(WAITING, f"{new} new batches committed but the lag grows: {st.reason}", **base, **extra)
-    return HealthProbe(HEALTHY, f"{new} new batches committed (last {base['last_committed']}), lag "
+        return HealthCheck(WAITING, f"{new} new batches committed but the lag grows: {st.reason}", **base, **extra)
+    return HealthCheck(HEALTHY, f"{new} new batches committed (last {base['last_committed']}), lag "
                        f"{extra['lag_records']} records, not growing ({st.status})", **base, **extra)
 
 
@@ -208,3 +209,10 @@ def record_failed_gate(job: str, checkpoint: str, *, actor: str, state: str, rea
     record.add_event(LifecycleEvent.HEALTH_GATE_FAILED, actor=actor, state=state, reason=reason,
                      lag_records=lag_records)
     record.save()
+
+
+# The names before "probe" was kept for the compatibility probe alone (sensors/health.py and users' code import
+# them); nothing Airflow stores names them (the trigger's path is triggers.health.StreamingHealthTrigger).
+HealthProbe = HealthCheck
+probe_health = check_health
+probe_or_wait = check_or_wait

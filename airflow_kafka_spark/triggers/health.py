@@ -1,4 +1,4 @@
-"""The health gate's trigger: polls :func:`airflow_kafka_spark.runtime.health.probe_health` from the triggerer.
+"""The health gate's trigger: polls :func:`airflow_kafka_spark.runtime.health.check_health` from the triggerer.
 
 The rules of the gate (what counts as healthy, idle, failed) live in :mod:`airflow_kafka_spark.runtime.health`,
 shared with the sensor's poke mode. This class path is stored by Airflow with deferred tasks: it never moves.
@@ -19,17 +19,17 @@ from airflow_kafka_spark.runtime.drivers import WrongHost
 from airflow_kafka_spark.runtime.health import (
     FAILED,
     HEALTHY,
-    HealthProbe,
+    HealthCheck,
+    check_health,
+    check_or_wait,
     failed_gate_log,
     make_control,
-    probe_health,
-    probe_or_wait,
 )
 from airflow_kafka_spark.triggers._pace import first_look
 
 
 class StreamingHealthTrigger(BaseTrigger):
-    """Polls :func:`probe_health` from the triggerer until the job is healthy, failed or out of time.
+    """Polls :func:`check_health` from the triggerer until the job is healthy, failed or out of time.
 
     Every blocking call (checkpoint listing, Kafka admin requests, the connection lookup, process
     checks) runs in a thread (``asyncio.to_thread``): the triggerer's event loop serves every
@@ -69,7 +69,7 @@ class StreamingHealthTrigger(BaseTrigger):
             "master": self.master, "spark_binary": self.spark_binary, "log_path": self.log_path,
             "idle_pass_s": self.idle_pass_s, "submitted_at_ms": self.submitted_at_ms, "endpoint": self.endpoint})
 
-    def _probe(self, samples: list[list[Any]]) -> HealthProbe:
+    def _check(self, samples: list[list[Any]]) -> HealthCheck:
         from airflow_kafka_spark.hooks.streaming import StreamingKafkaHook
 
         config_cache: dict[str, Any] = {}
@@ -81,7 +81,7 @@ class StreamingHealthTrigger(BaseTrigger):
 
         ctl = make_control(self.driver, endpoint=self.endpoint)
         local_tail = lambda: submit.log_tail(self.log_path, kafka_config=config_cache.get("c"))  # noqa: E731
-        return probe_health(checkpoint=self.checkpoint, topics=self.topics, kafka_config=config,
+        return check_health(checkpoint=self.checkpoint, topics=self.topics, kafka_config=config,
                             min_batches=self.min_batches, baseline_batch=self.baseline_batch,
                             baseline_query_id=self.baseline_query_id, alive=ctl.is_alive,
                             log_tail=failed_gate_log(ctl, local_tail),
@@ -93,22 +93,22 @@ class StreamingHealthTrigger(BaseTrigger):
         self.log.info("health gate: waiting in the triggerer; first look in %.0f s", self.poll_interval_s)
         await first_look(self.poll_interval_s, self.deadline_epoch_s)   # the worker has just looked
         while True:
-            try:   # an unreachable broker is WAITING (probe_or_wait), until the deadline
-                probe = await asyncio.to_thread(probe_or_wait, functools.partial(self._probe, samples), samples)
+            try:   # an unreachable broker is WAITING (check_or_wait), until the deadline
+                check = await asyncio.to_thread(check_or_wait, functools.partial(self._check, samples), samples)
             except WrongHost as exc:
                 # Waiting cannot make a pid on another host visible: fail now, with the fix, instead of
                 # timing out and rolling back a deploy that may well be healthy.
                 yield TriggerEvent({"state": FAILED, "reason": str(exc), "wrong_host": True,
                                     "waited_s": round(time.time() - started, 1)})
                 return
-            samples = probe.samples
-            if probe.state in (HEALTHY, FAILED):
-                yield TriggerEvent({**probe.to_dict(), "samples": [], "waited_s": round(time.time() - started, 1)})
+            samples = check.samples
+            if check.state in (HEALTHY, FAILED):
+                yield TriggerEvent({**check.to_dict(), "samples": [], "waited_s": round(time.time() - started, 1)})
                 return
             if time.time() >= self.deadline_epoch_s:
-                yield TriggerEvent({**probe.to_dict(), "samples": [], "state": FAILED,
-                                    "reason": f"timed out after {time.time() - started:.0f}s: {probe.reason}",
+                yield TriggerEvent({**check.to_dict(), "samples": [], "state": FAILED,
+                                    "reason": f"timed out after {time.time() - started:.0f}s: {check.reason}",
                                     "waited_s": round(time.time() - started, 1)})
                 return
-            self.log.info("health gate: %s", probe.reason)
+            self.log.info("health gate: %s", check.reason)
             await asyncio.sleep(max(0.1, min(self.poll_interval_s, self.deadline_epoch_s - time.time())))

@@ -57,11 +57,11 @@ def subscribed_topics(checkpoint: CheckpointState, record: LifecycleRecord | Non
     return list(names)
 
 
-def identity_probes(checkpoint: CheckpointState, broker: BrokerState, record: LifecycleRecord | None,
+def identity_lookups(checkpoint: CheckpointState, broker: BrokerState, record: LifecycleRecord | None,
                     options: DeployOptions) -> dict[TopicPartition, int]:
-    """Partitions whose identity must be checked by record timestamps, and the offset ``C`` to probe
+    """Partitions whose identity must be checked by record timestamps, and the offset ``C`` to look up
     below: only where the lifecycle record cannot settle it (no record, or no topic id for that topic)
-    and where a record below ``C`` can exist (``LS < C ≤ LE``). :func:`evaluate` expects the probes'
+    and where a record below ``C`` can exist (``LS < C ≤ LE``). :func:`evaluate` expects the lookups'
     answers in ``timestamps``."""
     pos = resume_position(checkpoint)
     if pos is None or not pos.known or pos.reference_ts is None or cluster_mismatch(record, broker):
@@ -83,7 +83,7 @@ def evaluate(checkpoint: CheckpointState, broker: BrokerState, record: Lifecycle
              recent: RecentBatches | None = None) -> Verdict:
     """Judge whether starting the deploy on this checkpoint against this cluster is safe.
 
-    ``timestamps`` holds the answers to :func:`identity_probes` (missing entries are simply not
+    ``timestamps`` holds the answers to :func:`identity_lookups` (missing entries are simply not
     evidence). ``previous``: a checkpoint of the same job beside this one (S29,
     :func:`~.previous.find_previous_checkpoint`), judged only when this one holds no batches and no
     reset carried offsets over. ``group``: the coordinator's view of ``options.kafka_group_id`` (S24).
@@ -118,3 +118,7 @@ def evaluate(checkpoint: CheckpointState, broker: BrokerState, record: Lifecycle
     if not options.fail_on_data_loss:
         findings.append(fail_on_data_loss_finding(findings))
     return Verdict.of(apply_strict(findings, options), source="checkpoint", subject=checkpoint.location)
+
+
+#: The name before "probe" was kept for the compatibility probe alone.
+identity_probes = identity_lookups

@@ -23,7 +23,7 @@ if TYPE_CHECKING:  # types only: the verdict stays free of Kafka client and fssp
     from airflow_kafka_spark.kafka.model import BrokerState
     from airflow_kafka_spark.lifecycle.record import LifecycleRecord
 
-#: A record-timestamp probe for the identity heuristic: ``(offset, timestamp_ms)`` of the last
+#: A record-timestamp lookup for the identity heuristic: ``(offset, timestamp_ms)`` of the last
 #: readable record below ``C`` (KafkaView.last_record_before), or None if nothing is readable.
 ProbedRecord = tuple[int, int | None] | None
 

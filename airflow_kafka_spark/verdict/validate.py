@@ -31,7 +31,7 @@ from airflow_kafka_spark.lifecycle.events import LifecycleEvent
 from airflow_kafka_spark.lifecycle.model import record_location
 from airflow_kafka_spark.lifecycle.record import LifecycleRecord
 from airflow_kafka_spark.names import default_job_name, validate_job_name
-from airflow_kafka_spark.verdict.evaluate import evaluate, identity_probes, subscribed_topics
+from airflow_kafka_spark.verdict.evaluate import evaluate, identity_lookups, subscribed_topics
 from airflow_kafka_spark.verdict.findings import BLOCK, INFO, Finding, Verdict
 from airflow_kafka_spark.verdict.first_batch import read_recent_batches
 from airflow_kafka_spark.verdict.group import evaluate_group
@@ -54,7 +54,7 @@ def validate(checkpoint_location: str | None = None, group_id: str | None = None
     Exactly one of ``checkpoint_location`` and ``group_id``. ``kafka_config`` is the librdkafka dict
     (the Kafka connection's extra). ``lifecycle_location`` defaults to the record beside the
     checkpoint. ``timeout`` bounds each Kafka request; ``probe_budget_s`` (default ``timeout``) bounds
-    the record-timestamp probes of the identity heuristic in total. ``view`` lets callers (tests,
+    the record-timestamp lookups of the identity heuristic in total. ``view`` lets callers (tests,
     the S26 seam) pass their own :class:`KafkaView`.
     """
     if (checkpoint_location is None) == (group_id is None):
@@ -118,7 +118,7 @@ def _validate_checkpoint(kafka: KafkaView, location: str, options: DeployOptions
             topics += [t for t in dict.fromkeys(tp.topic for tp in previous.position) if t not in topics]
     start = resume_offsets(checkpoint)
     broker = kafka.broker_state(topics, reference=start or None)
-    timestamps, unprobed = _probe_identity(kafka, checkpoint, broker, record, options, probe_budget_s)
+    timestamps, unprobed = _lookup_identity(kafka, checkpoint, broker, record, options, probe_budget_s)
     # The job's recent batch sizes only size an unlimited first batch (S28): not read under a rate
     # limit, nor when no partition's log end is past the position (no backlog, no first batch to size).
     recent = None
@@ -153,16 +153,16 @@ def _group(kafka: KafkaView, group_id: str | None) -> GroupInfo | None:
         return None
 
 
-def _probe_identity(kafka: KafkaView, checkpoint: CheckpointState, broker: BrokerState,
+def _lookup_identity(kafka: KafkaView, checkpoint: CheckpointState, broker: BrokerState,
                     record: LifecycleRecord | None, options: DeployOptions, budget_s: float
                     ) -> tuple[dict[TopicPartition, ProbedRecord], list[TopicPartition]]:
     """Read the last record below ``C`` where only timestamps can tell a recreated topic (§1.3 item 5).
 
-    All partitions are read by one probe consumer (``last_records_before``) until the budget is
+    All partitions are read by one lookup consumer (``last_records_before``) until the budget is
     spent; partitions not answered by then are reported as unverified rather than slowing the
     deploy down.
     """
-    wanted = identity_probes(checkpoint, broker, record, options)
+    wanted = identity_lookups(checkpoint, broker, record, options)
     found: dict[TopicPartition, ProbedRecord] = {}
     if wanted:
         bounds = {tp: (broker.earliest[tp], broker.latest[tp]) for tp in wanted

@@ -1,6 +1,6 @@
 """The DStream health gate waits out a broker that is down as it starts (issues 12 and 16).
 
-The same rule as the Structured Streaming gate (``runtime.health.probe_or_wait``): a probe that cannot
+The same rule as the Structured Streaming gate (``runtime.health.check_or_wait``): a probe that cannot
 reach Kafka is no verdict on the job, so a broker restarted during a deploy must not fail the gate
 and roll back a healthy build. Real Airflow (``dag.test()``), the real broker behind a TCP proxy that
 refuses connections for the first 25 s (as a restarting broker does), and the group's commits

@@ -18,7 +18,7 @@ from airflow_kafka_spark.checkpoint.position import resume_offsets
 from airflow_kafka_spark.errors import UserError
 from airflow_kafka_spark.kafka.offsets import TopicPartition
 from airflow_kafka_spark.lifecycle.model import Lease
-from airflow_kafka_spark.verdict.evaluate import evaluate, identity_probes, subscribed_topics
+from airflow_kafka_spark.verdict.evaluate import evaluate, identity_lookups, subscribed_topics
 from airflow_kafka_spark.verdict.findings import (
     BLOCK,
     CODES,
@@ -169,13 +169,13 @@ def test_s03_topic_reset_by_topic_id():
 def test_same_topic_id_is_no_reset_and_needs_no_probe():
     rec = record(topic_ids={"t": "id-t"})
     cp, br = checkpoint({("t", 0): 100}), broker({("t", 0): (0, 300)})
-    assert identity_probes(cp, br, rec, DeployOptions()) == {}
+    assert identity_lookups(cp, br, rec, DeployOptions()) == {}
     assert run(cp, br, rec).severity == PASS
 
 
 def test_s03_topic_reset_inferred_from_record_timestamps():
     cp, br = checkpoint({("t", 0): 100, ("t", 1): 100}), broker({("t", 0): (0, 300), ("t", 1): (0, 300)})
-    assert identity_probes(cp, br, None, DeployOptions()) == {T0: 100, T1: 100}
+    assert identity_lookups(cp, br, None, DeployOptions()) == {T0: 100, T1: 100}
     newer = {T0: (99, BATCH_TS + 60_000), T1: (99, BATCH_TS - 5_000)}
     v = run(cp, br, None, newer)
     f = at(v, "TOPIC_RESET", T0)
@@ -204,7 +204,7 @@ def test_clock_skew_tolerance_is_configurable():
 def test_no_probe_where_no_record_can_be_below_c():
     cp = checkpoint({("t", 0): 100, ("t", 1): 0, ("t", 2): 100, ("t", 3): 100})
     br = broker({("t", 0): (100, 300), ("t", 1): (0, 10), ("t", 2): (0, 50), ("t", 3): (0, 100)})
-    assert identity_probes(cp, br, None, DeployOptions()) == {TopicPartition("t", 3): 100}
+    assert identity_lookups(cp, br, None, DeployOptions()) == {TopicPartition("t", 3): 100}
 
 
 def test_s06_cluster_mismatch_blocks_and_skips_topic_id_comparison():
@@ -214,7 +214,7 @@ def test_s06_cluster_mismatch_blocks_and_skips_topic_id_comparison():
     f = at(v, "CLUSTER_MISMATCH")
     assert f.severity == BLOCK and f.numbers == {"recorded_cluster_id": "cluster-A", "cluster_id": "cluster-B"}
     assert "TOPIC_RESET" not in codes(v)
-    assert identity_probes(cp, br, rec, DeployOptions()) == {}
+    assert identity_lookups(cp, br, rec, DeployOptions()) == {}
 
 
 # --------------------------------------------------------------------------- S04 / S05 / S13 partitions
@@ -732,7 +732,7 @@ def test_generated_topic_reset_evidence_only_from_newer_records():
     """A probe at or before the batch time (+ tolerance) never produces TOPIC_RESET; a newer one always does."""
     rng = random.Random(10)
     for cp, br, opts in _cases(10, n=200, inside=True):
-        probes = identity_probes(cp, br, None, opts)
+        probes = identity_lookups(cp, br, None, opts)
         old = {tp: (c - 1, BATCH_TS - rng.randint(0, 10**9)) for tp, c in probes.items()}
         assert "TOPIC_RESET" not in codes(evaluate(cp, br, None, opts, old))
         if probes:
