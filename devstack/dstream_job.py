@@ -1,4 +1,4 @@
-"""Build and run the DStream reference job (issue 12) on the Spark 3.5 runtime.
+"""Build and run the DStream reference job (docs/scenarios.md, DStream jobs) on the Spark 3.5 runtime.
 
 The job is Java (``devstack/jvm/dstream-job/``): PySpark 4 has no Kafka DStream and the 4.x DStream
 connector does not resolve from Maven Central, while ``spark-streaming-kafka-0-10_2.12:3.5.1`` does.

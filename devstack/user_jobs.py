@@ -1,7 +1,7 @@
 """Build the users'-style Java application (tests/support/user_jobs/orders-java) for both Spark lines.
 
 Test material, not product: ``com.example.orders.OrdersStream`` stands for a user's jar that the
-product must stop on a batch boundary without changing it (issue 25). Built by Maven like
+product must stop on a batch boundary without changing it (docs/your-jobs.md, docs/agent.md). Built by Maven like
 ``devstack/dstream_job.py``: once per (line, variant, source digest) into
 ``<cache>/user-jobs/<profile>-<variant>-<digest>/orders-stream.jar``, offline first, Maven Central
 only when the local repository lacks something. ``v2`` is a real recompile with a stateful operator

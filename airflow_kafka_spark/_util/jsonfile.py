@@ -1,4 +1,4 @@
-"""Untrusted JSON (issue 17): one bounded loader for every file a user or a third party can write."""
+"""Untrusted JSON (docs/security.md): one bounded loader for every file a user or a third party can write."""
 
 from __future__ import annotations
 

@@ -4,7 +4,8 @@ A mixin over :class:`~airflow_kafka_spark.kafka.client.KafkaClient`; :class:`Kaf
 
 Why not the AdminClient's ``list_offsets``: confluent-kafka makes one Python future per partition
 and librdkafka matches answers to requests by a linear search, so 5,000 partitions × 2 kinds cost
-~0.45 s of CPU (measured, issue 15). A consumer's ``offsets_for_times`` takes the same request
+~0.45 s of CPU (measured; docs/benchmarks.md has the ``aks validate`` and ``aks lag`` figures).
+A consumer's ``offsets_for_times`` takes the same request
 (ListOffsets; -2 = earliest, -1 = latest, else a timestamp) and returns a plain list; asked in
 chunks of :data:`CHUNK` partitions the search stays short: the same 10,000 answers in ~30 ms.
 ``isolation.level`` is ``read_uncommitted``, so "latest" is the high watermark, as before.

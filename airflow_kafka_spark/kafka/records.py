@@ -44,7 +44,8 @@ class RecordLookup(KafkaClient):
         """Timestamp (ms) of the record stored at exactly ``offset``; None if there is none.
 
         None means: below log start, at/after log end, or a gap (transaction marker, compacted
-        away). The §1.3 identity heuristic needs the *physical* record, so this reads with
+        away). The identity heuristic (a recreated topic told by timestamps, ``verdict.evaluate.identity_lookups``)
+        needs the *physical* record, so this reads with
         ``read_uncommitted`` and never commits.
         """
         tp = TopicPartition(*tp)

@@ -1,8 +1,8 @@
 """Per-partition alignment of an existing checkpoint with the broker's logs.
 
-What is checked, per topic-partition (failure-scenarios.md §1.3), with ``C`` the position Spark
-resumes from (end offsets of the last committed batch), ``P`` the end of a pending (planned but
-uncommitted) batch, ``LS``/``LE`` the broker's log start/end:
+What is checked, per topic-partition (the codes: docs/findings.md; what Spark did: docs/scenarios.md),
+with ``C`` the position Spark resumes from (end offsets of the last committed batch), ``P`` the end
+of a pending (planned but uncommitted) batch, ``LS``/``LE`` the broker's log start/end:
 
 * ``LS ≤ C`` (else records are gone: ``OFFSET_BELOW_LOG_START``, ``records_lost = LS − C``),
 * ``C ≤ LE`` (else the log went backwards: ``OFFSET_AHEAD_OF_LOG_END``),

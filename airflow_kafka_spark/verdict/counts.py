@@ -1,4 +1,5 @@
-"""Record counts of the query-level findings: what Spark does to each partition's records (issue 14).
+"""Record counts of the query-level findings: what Spark does to each partition's records
+(docs/scenarios.md, "Announced vs observed record counts", checks them against what Spark did).
 
 Why here: CLUSTER_MISMATCH and MISSING_QUERY_ID are raised before the per-partition checks (from the
 lifecycle record and the checkpoint's own files), but what they cost is per partition — it needs the

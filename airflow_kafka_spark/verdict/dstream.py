@@ -1,4 +1,4 @@
-"""The verdict for a DStream job's own checkpoint (``ssc.checkpoint(dir)``; user story 2).
+"""The verdict for a DStream job's own checkpoint (``ssc.checkpoint(dir)``; docs/scenarios.md, DStream jobs).
 
 A DStream checkpoint (``checkpoint-<time>`` files) is the Java-serialized ``DStreamGraph``: the
 job's function objects with their classes' ``serialVersionUID``. After a recompile,

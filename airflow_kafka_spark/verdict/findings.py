@@ -1,6 +1,6 @@
 """Findings and verdicts: what the pre-deploy check says, with a stable code, a severity and numbers.
 
-Vocabulary (failure-scenarios.md §0): every :class:`Finding` has a severity PASS < INFO < WARN <
+Vocabulary (docs/findings.md lists every code): every :class:`Finding` has a severity PASS < INFO < WARN <
 BLOCK. The :class:`Verdict` is the worst one, except that INFO never raises a verdict above PASS
 (INFO is "worth knowing", not "worth a warning"). Exit codes: 0 for PASS/WARN, 3 for BLOCK.
 :data:`CODES` lists every code with its usual severity; the codes are part of the JSON output and
@@ -116,7 +116,7 @@ CODES: dict[str, tuple[Severity, str]] = {
     "ALREADY_RUNNING": (BLOCK, "another run holds a live lease on this job (S16)"),
     "NO_GROUP_OFFSETS": (INFO, "the consumer group has no committed offsets: auto.offset.reset decides"),
     "GROUP_COMMIT_TRAILS_ONE_BATCH": (WARN, "commitAsync commits one batch late: the last processed batch "
-                                            "replays (user story 1)"),
+                                            "replays (docs/scenarios.md, DStream jobs)"),
     # the DStream checkpoint beside a consumer group (verdict/dstream.py):
     "DSTREAM_CHECKPOINT_SAME_BUILD": (PASS, "the DStream checkpoint was written by the build being deployed"),
     "DSTREAM_CHECKPOINT_OTHER_BUILD": (BLOCK, "the DStream checkpoint holds another build's serialized classes: "
@@ -150,7 +150,8 @@ class Bound(StrEnum):
 
 @dataclass(frozen=True)
 class RecordCounts:
-    """What a restart does to the records of one partition, counted (issue 14):
+    """What a restart does to the records of one partition, counted (docs/scenarios.md, "Announced vs
+    observed record counts"):
 
     * ``lost``: deleted from Kafka before the query read them — no restart can read them;
     * ``skipped``: Spark will never read them although they are (or were, when planned) in the log;

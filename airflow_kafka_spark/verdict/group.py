@@ -23,7 +23,7 @@ def evaluate_group(group_offsets: PartitionOffsets, broker: BrokerState, options
                    batch_trail_note: bool = True, *, group_id: str | None = None,
                    processed_end: PartitionOffsets | None = None) -> Verdict:
     """The same alignment checks for a consumer group's committed offsets (DStream direct-API jobs
-    that ``commitAsync``), plus the one-batch trail of ``commitAsync`` (user-stories.md story 1).
+    that ``commitAsync``), plus the one-batch trail of ``commitAsync`` (docs/scenarios.md, DStream jobs).
 
     For such a job the reset policy of the consumer (``auto.offset.reset``, given here as
     ``options.starting_offsets``; Kafka's default is ``latest``) decides where partitions without a

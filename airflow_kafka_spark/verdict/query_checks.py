@@ -28,7 +28,8 @@ if TYPE_CHECKING:  # types only: the verdict stays free of Kafka client and fssp
 
 
 def empty_kafka_findings(cp: CheckpointState) -> list[Finding]:
-    """A Kafka source whose restart offsets are ``{}``: no position at all (issue 17).
+    """A Kafka source whose restart offsets are ``{}``: no position at all (a hostile or damaged checkpoint;
+    docs/security.md, tests/integration/test_hostile_corpus.py).
 
     BLOCK, like reset (which refuses to preserve it): Spark treats every partition as new and reads
     it from the earliest offset, so the restart silently replays whole topics — or, if the file was

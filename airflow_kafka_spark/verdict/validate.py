@@ -7,9 +7,10 @@ file instead of a folder, an unreachable broker, a corrupt record) ends as one
 :class:`~airflow_kafka_spark.errors.UserError` line, never a traceback.
 
 Side effect, on purpose: after a verdict that is not BLOCK, the cluster id and topic ids seen now
-are saved to the lifecycle record beside the checkpoint (failure-scenarios.md §1.3 item 5: identity
-"recorded by the product when the checkpoint was last validated"). That is what lets the next
-validation catch a recreated topic or another cluster for certain instead of by timestamps. A
+are saved to the lifecycle record beside the checkpoint: the identity "recorded by the product when
+the checkpoint was last validated". That is what lets the next validation catch a recreated topic
+(S03) or another cluster (S04) for certain instead of by timestamps (docs/scenarios.md,
+docs/findings.md ``TOPIC_RESET``). A
 BLOCK is never recorded as the new baseline. Pass ``record_identity=False`` for a read-only check.
 """
 
@@ -156,7 +157,8 @@ def _group(kafka: KafkaView, group_id: str | None) -> GroupInfo | None:
 def _lookup_identity(kafka: KafkaView, checkpoint: CheckpointState, broker: BrokerState,
                     record: LifecycleRecord | None, options: DeployOptions, budget_s: float
                     ) -> tuple[dict[TopicPartition, ProbedRecord], list[TopicPartition]]:
-    """Read the last record below ``C`` where only timestamps can tell a recreated topic (§1.3 item 5).
+    """Read the last record below ``C`` where only timestamps can tell a recreated topic (no lifecycle record
+    yet: the identity heuristic of :func:`~airflow_kafka_spark.verdict.evaluate.identity_lookups`).
 
     All partitions are read by one lookup consumer (``last_records_before``) until the budget is
     spent; partitions not answered by then are reported as unverified rather than slowing the

@@ -31,9 +31,9 @@ def parse_version(text: str | None) -> tuple[int, ...] | None:
     return tuple(int(g) for g in m.groups() if g is not None)
 
 
-# Highest log versions a Spark release reads (failure-scenarios S27, format reference §1.3/§1.4/§2.5).
-# Inferred, not confirmed against every release: offsets v2 ("OffsetMap") is read from 4.1 on per the
-# project's compatibility table (the reference calls the exact release UNVERIFIED); commits v2
+# Highest log versions a Spark release reads (S27 upgrade / rollback; docs/scenarios.md, "Spark versions").
+# Inferred, not confirmed against every release: offsets v2 ("OffsetMap") is read from 4.1 on (the exact
+# release is unverified: only 3.5.1 and 4.2.0 run in the tests, tests/spark35/test_matrix.py); commits v2
 # (checkpointFormatVersion=2) from 4.0 on.
 def _max_offsets_version(spark: tuple[int, ...]) -> int:
     return 2 if spark[:2] >= (4, 1) else 1
