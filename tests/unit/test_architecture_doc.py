@@ -44,3 +44,34 @@ def test_every_module_path_the_page_names_exists():
     paths = set(re.findall(r"`((?:\w+/)+\w+\.py)`", DOC)) | set(re.findall(r"\| `((?:\w+/)+\w+\.py)`", DOC))
     assert paths
     assert sorted(p for p in paths if not (PACKAGE / p).exists() and not (ROOT / p).exists()) == []
+
+
+# -- references from the code lead somewhere in the repository ---------------------------------------------------
+
+#: Cited where they were written, left for the refactor editing those modules now (ops/backup, the registry model).
+_LEFT = {"ops/backup/precopy.py": "issue 28", "registry/model.py": "user story 1"}
+
+
+def _sources() -> dict[str, str]:
+    return {p.relative_to(PACKAGE).as_posix(): p.read_text() for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def test_every_scenario_id_the_code_cites_is_in_docs_scenarios():
+    scenarios = (ROOT / "docs" / "scenarios.md").read_text()
+    cited = {s for text in _sources().values() for s in re.findall(r"\bS\d{2}\b", text)}
+    assert len(cited) > 20
+    assert sorted(s for s in cited if not re.search(rf"\b{s}\b", scenarios)) == []
+
+
+def test_every_document_the_code_cites_is_in_the_repository():
+    missing = []
+    for rel, text in _sources().items():
+        for doc in re.findall(r"\b((?:docs/)?[\w-]+\.md)\b", text):
+            if doc in ("latest.md",):   # a file the audit writes, not a document
+                continue
+            if not ((ROOT / doc).exists() or (ROOT / "docs" / doc).exists()):
+                missing.append(f"{rel}: {doc}")
+        for ref in re.findall(r"\b(?:issue \d+|user[- ]stor(?:y|ies)\b[^)]*|failure-scenarios)", text):
+            if _LEFT.get(rel) != ref:
+                missing.append(f"{rel}: {ref}")
+    assert missing == []
