@@ -69,7 +69,10 @@ class BlockReason(StrEnum):
     """Why an operation was refused although its input was fine: the type to test, not the message.
 
     The value is the ``code`` ``--json`` prints (unchanged); a refusal by the plan or verdict
-    carries its worst finding's code there instead, and :attr:`PLAN_BLOCKED` here.
+    carries its worst finding's code there instead, and :attr:`PLAN_BLOCKED` here. A refusal raised
+    with a ``code`` only (``ops/restore.py`` and ``ops/backup/take.py`` still pass
+    ``code="QUERY_RUNNING"`` or the worst finding's code) gets the reason of that name, else
+    :attr:`PLAN_BLOCKED` (:meth:`of_code`).
     """
 
     #: a job holds the lease, or wrote batches while the operation read the checkpoint
