@@ -1,7 +1,7 @@
 """Audit many jobs at once: jobs in threads, one Kafka view and one broker sample per cluster.
 
 Why: an audit of 50 jobs one after the other spent most of its time waiting — every job built its
-own admin client and probe consumers and asked the same cluster for the same topics twice (once for
+own admin client and lookup consumers and asked the same cluster for the same topics twice (once for
 the observation, once for the pre-deploy verdict). Here the jobs of one cluster (the same Kafka
 settings) share one :class:`FleetView`, whose :meth:`~FleetView.broker_state` answers from one
 sample of every topic those jobs asked for, taken at most :data:`MAX_AGE_S` seconds ago; the jobs
