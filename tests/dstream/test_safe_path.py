@@ -1,5 +1,5 @@
 """The safe path for a DStream job through a recompile, with the real job and records produced throughout
-(user stories 1 and 2; the unsafe deploy — the new build on the old DStream checkpoint — is run too):
+(docs/scenarios.md, DStream jobs; the unsafe deploy — the new build on the old DStream checkpoint — is run too):
 plan (group + DStream checkpoint) → graceful stop → plan again (the trail is final now: the announced
 replay) → back up group offsets and checkpoint → move the checkpoint aside → the new build starts from
 the group → health gate on the group's progress → the sink compared record by record; then the
@@ -89,7 +89,7 @@ def test_recompile_through_the_safe_path(broker, dstream_v1, dstream_v2, topic_n
         ranges = processed_end_from_log(old.log.read_text(errors="replace"))
         plan = plan_dstream_restart(spec, str(dstream_v2.jar), kafka=view, processed_end=ranges)
 
-        # user story 2: what the unsafe deploy (the new build on the old checkpoint) does, as the verdict said
+        # what the unsafe deploy (the new build on the old checkpoint) does, as the verdict said
         assert dstream_checkpoint_verdict(str(ck), str(dstream_v1.jar)).severity == "PASS"
         unsafe = dstream_checkpoint_verdict(str(ck), str(dstream_v2.jar))
         assert unsafe.severity == "BLOCK" and unsafe.codes == {"DSTREAM_CHECKPOINT_OTHER_BUILD"}

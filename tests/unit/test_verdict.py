@@ -1,6 +1,6 @@
 """The pre-deploy verdict as a pure function: every code by hand, then generated states.
 
-Hand-built cases pin each finding code to the scenario it exists for (failure-scenarios.md S01–S31);
+Hand-built cases pin each finding code to the scenario it exists for (S01–S31, docs/scenarios.md);
 the generated cases (``random`` with fixed seeds, no hypothesis) check the invariants that must hold
 for *any* state: the verdict is the worst finding, data loss always blocks and is counted exactly,
 everything inside the window never blocks, failOnDataLoss=false never lowers anything.
