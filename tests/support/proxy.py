@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import socket
 import threading
+import time
 
 from devstack.broker import free_port
 
@@ -18,6 +19,7 @@ class LateProxy:
         self.target_port = int(port)
         self.port = free_port()   # listened on only after delay_s: below the ephemeral range, see free_port
         self.delay_s, self._stop = delay_s, threading.Event()
+        self.listening_at: float | None = None   # time.monotonic() when connections were first accepted
         self._thread = threading.Thread(target=self._serve, daemon=True)
 
     def __enter__(self) -> LateProxy:
@@ -33,6 +35,7 @@ class LateProxy:
             return
         with socket.create_server(("127.0.0.1", self.port)) as server:
             server.settimeout(0.2)
+            self.listening_at = time.monotonic()
             while not self._stop.is_set():
                 try:
                     client, _ = server.accept()
