@@ -5,6 +5,8 @@ line of code knowing this product) with the product's agent confs for a job that
 against the session broker. The oracle on both sides is independent of the agent: the group's
 committed offsets are read from Kafka (the product's ``KafkaView``), the position from Spark's files
 (the product's checkpoint reader, ``latest_committed``). The agent's report and log only say why.
+The Java application on Spark 3.5.1 is mirrored in tests/agent/test_agent_stop.py's stop cycles (the
+group equals the checkpoint right after each driver is gone), which costs no spark-submit of its own.
 """
 
 from __future__ import annotations
@@ -17,9 +19,10 @@ from confluent_kafka import Consumer
 
 from airflow_kafka_spark import agent
 from airflow_kafka_spark.checkpoint.reader import read_checkpoint
+from airflow_kafka_spark.errors import UserError
 from airflow_kafka_spark.kafka.offsets import PartitionOffsets
 from airflow_kafka_spark.kafka.view import KafkaView
-from devstack import agent_build, user_jobs
+from devstack import agent_build
 from devstack.spark_runtimes import runtime
 from devstack.topics import create_topic
 from tests.support import agent_harness as h
@@ -53,6 +56,15 @@ def produce(bs: str, topic: str, seconds: float, rate: float = 100) -> int:
 
 def group_offsets(view: KafkaView, group: str) -> PartitionOffsets:
     return view.group_offsets(group)
+
+
+def group_offsets_soon(view: KafkaView, group: str) -> PartitionOffsets | None:
+    """The group's offsets, or None while a fresh broker still loads its group coordinator (a test
+    run alone starts the broker just before; librdkafka then answers DescribeGroups with an error)."""
+    try:
+        return view.group_offsets(group)
+    except UserError:
+        return None
 
 
 def caught_up(ck: Path, bs: str, topic: str) -> bool:
@@ -128,7 +140,7 @@ def test_the_shadow_group_follows_the_checkpoint_refuses_a_live_group_and_flushe
         more += produce(bs, topic_name, 1.0)
         wait_until(lambda: caught_up(ck, bs, topic_name), timeout=60, interval=0.5, what="the new records' batch")
         batch, position = committed(ck)
-        wait_until(lambda: group_offsets(view, group) == position, timeout=20, interval=0.5,
+        wait_until(lambda: group_offsets_soon(view, group) == position, timeout=20, interval=0.5,
                    what=f"the group at batch {batch}'s end {position}")
         assert sum(position.values()) == produced + more
         assert batch > refused_at
@@ -149,37 +161,3 @@ def test_the_shadow_group_follows_the_checkpoint_refuses_a_live_group_and_flushe
     assert m["checkpoint"].endswith(str(ck)), m
     print(f"\n[mirror] spark {rt.version}: {m['commits']} commits, {m['refused']} refused while a member was live, "
           f"final batch {final_batch}, group == checkpoint {dict(sorted((str(k), v) for k, v in final.items()))}")
-
-
-@pytest.mark.spark35
-def test_the_java_job_mirrors_on_spark35(broker, tmp_path, topic_name):
-    """The Java ``OrdersStream`` jar (own main, own properties file) on Spark 3.5.1."""
-    rt, bs = runtime("3.5"), broker.bootstrap_servers
-    jar = user_jobs.build("3.5", "v1")
-    group = f"aks-mirror-{topic_name}"
-    create_topic(bs, topic_name, 3)
-    ck, out, marker = tmp_path / "ck", tmp_path / "out", tmp_path / "stop.marker"
-    report = Path(agent.report_path(str(ck)))
-    produced = produce(bs, topic_name, 1.5)
-    props = user_jobs.write_properties(tmp_path / "orders.properties", bootstrap=bs, topic=topic_name,
-                                       checkpoint=ck, output=out)
-    view = KafkaView({"bootstrap.servers": bs}, timeout=15)
-    driver = h.submit(rt, jar, [str(props)], tmp_path / "driver.log", main_class=user_jobs.MAIN_CLASS,
-                      jars=rt.kafka_jars(), conf=mirror_conf(rt, ck, marker, report, bs, group))
-    try:
-        wait_until(lambda: driver.proc.poll() is not None or caught_up(ck, bs, topic_name), timeout=START_TIMEOUT,
-                   interval=0.5, what="the job to read all it was given")
-        assert driver.proc.poll() is None, f"the application ended:\n{driver.text()[-3000:]}"
-        batch, position = committed(ck)
-        wait_until(lambda: group_offsets(view, group) == position, timeout=20, interval=0.5,
-                   what=f"the group at batch {batch}'s end {position}")
-        assert sum(position.values()) == produced
-        final_batch, final = stop_and_compare(driver, marker, ck, view, group, bs, topic_name)
-    finally:
-        if driver.proc.poll() is None:
-            driver.kill()
-        view.close()
-    assert final_batch > batch and sum(final.values()) > produced
-    m = h.read_report(report)["mirror"]
-    assert m["committed_batch"] == final_batch and m["errors"] == 0 and m["refused"] == 0, m
-    print(f"\n[mirror] spark {rt.version} java: {m['commits']} commits, final batch {final_batch}")
