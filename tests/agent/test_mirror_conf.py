@@ -4,6 +4,8 @@ The agent's behaviour with them is tests/agent/test_mirror_agent.py (real broker
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from airflow_kafka_spark import agent
@@ -78,3 +80,16 @@ def test_a_spark_generated_group_name_is_refused(jars):
 def test_the_mirror_needs_bootstrap_servers(jars):
     with pytest.raises(UserError, match=r"bootstrap\.servers"):
         agent.agent_conf("m", "ck", "r", "4.2.0", {}, mirror_group="g-mirror", mirror_kafka={})
+
+
+def test_the_stop_witness_says_where_the_group_was_left(tmp_path):
+    """The stop's result carries the agent's account of the mirror: a refused or failing group shows in the task log."""
+    ck = tmp_path / "ck"
+    report = {"stop": {"stopped_on_boundary": True, "duration_ms": 12, "last_committed_batch": 7}, "queries": [],
+              "mirror": {"group": "aks-mirror-orders", "committed_batch": 6, "commits": 5, "errors": 1, "refused": 2,
+                         "last_problem": "consumer group aks-mirror-orders has 1 live member(s)", "committed": {}}}
+    (tmp_path / "ck.agent.json").write_text(json.dumps(report))
+    witness = integrations.integration_for(spec(checkpoint=str(ck))).stop_witness(spec(checkpoint=str(ck)))
+    assert witness["last_committed_batch"] == 7
+    assert witness["mirror"] == {"group": "aks-mirror-orders", "committed_batch": 6, "commits": 5, "errors": 1,
+                                 "refused": 2, "last_problem": "consumer group aks-mirror-orders has 1 live member(s)"}

@@ -52,9 +52,14 @@ class AgentIntegration:
         if not isinstance(stop, dict):
             return None
         hows = [((q.get("stop") or {}).get("how")) for q in doc.get("queries") or () if isinstance(q, dict)]
-        return {"stopped_on_boundary": stop.get("stopped_on_boundary"), "duration_ms": stop.get("duration_ms"),
-                "last_committed_batch": stop.get("last_committed_batch"), "how": [h for h in hows if h],
-                "application_id": doc.get("application_id"), "spark_version": doc.get("spark_version")}
+        out = {"stopped_on_boundary": stop.get("stopped_on_boundary"), "duration_ms": stop.get("duration_ms"),
+               "last_committed_batch": stop.get("last_committed_batch"), "how": [h for h in hows if h],
+               "application_id": doc.get("application_id"), "spark_version": doc.get("spark_version")}
+        mirror = doc.get("mirror")
+        if isinstance(mirror, dict):   # where the shadow group was left (the group itself is Kafka's to say)
+            out["mirror"] = {k: mirror.get(k) for k in ("group", "committed_batch", "commits", "errors", "refused",
+                                                        "last_problem")}
+        return out
 
 
 def mirror_kafka(spec: JobSpec, facts: LaunchFacts) -> dict[str, str]:
