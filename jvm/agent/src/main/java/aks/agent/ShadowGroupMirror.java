@@ -330,18 +330,24 @@ final class ShadowGroupMirror {
     if (admin != null || unavailable) {
       return admin;
     }
+    Throwable failure;
     try {
       Class<?> c = Class.forName("aks.agent.KafkaGroupAdmin", true, ShadowGroupMirror.class.getClassLoader());
       admin = (GroupAdmin) c.getDeclaredConstructor(Map.class, long.class).newInstance(clientConf, timeoutMs);
-    } catch (LinkageError | ClassNotFoundException e) {
-      unavailable = true;
-      problem("Kafka's Java client (kafka-clients) is not on the driver's classpath: group " + group
-          + " is not mirrored (" + e + ")", true);
-    } catch (ReflectiveOperationException | RuntimeException e) {
-      Throwable cause = e.getCause() != null ? e.getCause() : e;
-      problem("could not create a Kafka admin client for group " + group + ": " + firstLine(cause), true);
+      return admin;
+    } catch (java.lang.reflect.InvocationTargetException e) {
+      failure = e.getCause() != null ? e.getCause() : e;
+    } catch (LinkageError | ReflectiveOperationException | RuntimeException e) {
+      failure = e;
     }
-    return admin;
+    if (failure instanceof LinkageError || failure instanceof ClassNotFoundException) {
+      unavailable = true; // not on this classpath now, nor later: no retry per batch
+      problem("Kafka's Java client (kafka-clients) is not on the driver's classpath: group " + group
+          + " is not mirrored (" + failure + ")", true);
+    } else {
+      problem("could not create a Kafka admin client for group " + group + ": " + firstLine(failure), true);
+    }
+    return null;
   }
 
   /** Logs a problem when it differs from the previous one (a broker down for an hour is one line). */
