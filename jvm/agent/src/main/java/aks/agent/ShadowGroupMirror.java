@@ -186,7 +186,7 @@ final class ShadowGroupMirror {
         continue;
       }
       try {
-        mergeMin(offsets, parseOffsets(s.endOffset()));
+        KafkaOffsetsJson.mergeMin(offsets, KafkaOffsetsJson.parse(s.endOffset()));
       } catch (RuntimeException e) {
         Log.warn("mirror: skipping an unreadable Kafka endOffset of " + d + ": " + e.getMessage());
       }
@@ -201,7 +201,7 @@ final class ShadowGroupMirror {
       byQuery.put(id, offsets);
       Map<String, Map<Integer, Long>> merged = new TreeMap<>();
       for (Map<String, Map<Integer, Long>> q : byQuery.values()) {
-        mergeMin(merged, q);
+        KafkaOffsetsJson.mergeMin(merged, q);
       }
       pending = merged;
       pendingBatch = p.batchId();
@@ -382,100 +382,6 @@ final class ShadowGroupMirror {
   }
 
   // -- helpers -------------------------------------------------------------------------------------------
-
-  static void mergeMin(Map<String, Map<Integer, Long>> into, Map<String, Map<Integer, Long>> from) {
-    for (Map.Entry<String, Map<Integer, Long>> t : from.entrySet()) {
-      Map<Integer, Long> parts = into.computeIfAbsent(t.getKey(), k -> new TreeMap<>());
-      for (Map.Entry<Integer, Long> p : t.getValue().entrySet()) {
-        parts.merge(p.getKey(), p.getValue(), Math::min);
-      }
-    }
-  }
-
-  /** Spark's Kafka offset JSON, {@code {"topic":{"0":12,"1":34}}}; negative (unresolved) offsets refused. */
-  static Map<String, Map<Integer, Long>> parseOffsets(String json) {
-    Scanner s = new Scanner(json);
-    Map<String, Map<Integer, Long>> out = new TreeMap<>();
-    s.expect('{');
-    if (!s.peek('}')) {
-      do {
-        String topic = s.string();
-        s.expect(':');
-        s.expect('{');
-        Map<Integer, Long> parts = new TreeMap<>();
-        if (!s.peek('}')) {
-          do {
-            int partition = Integer.parseInt(s.string());
-            s.expect(':');
-            long offset = s.number();
-            if (offset < 0) {
-              throw new IllegalArgumentException("unresolved offset " + offset + " for " + topic + "-" + partition);
-            }
-            parts.put(partition, offset);
-          } while (s.comma());
-        }
-        s.expect('}');
-        out.put(topic, parts);
-      } while (s.comma());
-    }
-    s.expect('}');
-    return out;
-  }
-
-  private static final class Scanner {
-    private final String text;
-    private int i;
-
-    Scanner(String text) {
-      this.text = text;
-    }
-
-    private void skip() {
-      while (i < text.length() && Character.isWhitespace(text.charAt(i))) {
-        i++;
-      }
-    }
-
-    boolean peek(char c) {
-      skip();
-      return i < text.length() && text.charAt(i) == c;
-    }
-
-    void expect(char c) {
-      if (!peek(c)) {
-        throw new IllegalArgumentException("expected '" + c + "' at " + i + " of " + text);
-      }
-      i++;
-    }
-
-    boolean comma() {
-      if (peek(',')) {
-        i++;
-        return true;
-      }
-      return false;
-    }
-
-    String string() {
-      expect('"');
-      int end = text.indexOf('"', i);
-      if (end < 0 || text.lastIndexOf('\\', end) >= i) {
-        throw new IllegalArgumentException("unsupported string at " + i + " of " + text);
-      }
-      String v = text.substring(i, end);
-      i = end + 1;
-      return v;
-    }
-
-    long number() {
-      skip();
-      int start = i;
-      while (i < text.length() && (text.charAt(i) == '-' || Character.isDigit(text.charAt(i)))) {
-        i++;
-      }
-      return Long.parseLong(text.substring(start, i));
-    }
-  }
 
   private static String qualified(String checkpoint) {
     if (checkpoint == null || checkpoint.trim().isEmpty()) {
