@@ -12,7 +12,7 @@ from airflow_kafka_spark import agent
 from airflow_kafka_spark.errors import UserError
 from airflow_kafka_spark.registry.model import Integration, JobSpec, Sink
 from airflow_kafka_spark.runtime import integrations
-from airflow_kafka_spark.runtime.submit import kafka_job_options
+from airflow_kafka_spark.runtime.submit import hook_kwargs, kafka_job_options
 
 
 @pytest.fixture
@@ -93,3 +93,13 @@ def test_the_stop_witness_says_where_the_group_was_left(tmp_path):
     assert witness["last_committed_batch"] == 7
     assert witness["mirror"] == {"group": "aks-mirror-orders", "committed_batch": 6, "commits": 5, "errors": 1,
                                  "refused": 2, "last_problem": "consumer group aks-mirror-orders has 1 live member(s)"}
+
+
+def test_the_jobs_own_properties_file_reaches_the_submit(jars):
+    """Credentials the job keeps in its own file: the job names it in spark_conf, the product keeps it."""
+    s = spec(spark_conf={agent.MIRROR_PROPERTIES_FILE: "kafka-client.properties"},
+             files=("/apps/kafka-client.properties",))
+    kwargs = hook_kwargs(s, args=[], extra_conf=launch(s, SECRET_CONFIG).conf)
+    assert kwargs["conf"][agent.MIRROR_PROPERTIES_FILE] == "kafka-client.properties"
+    assert kwargs["conf"][agent.MIRROR_GROUP] == "aks-mirror-orders"
+    assert kwargs["files"] == "/apps/kafka-client.properties"
