@@ -109,6 +109,9 @@ def _run_cycles(broker, tmp_path: Path, topic: str, rt: SparkRuntime, cycles: in
 
     ``mirror_group``: the agent also mirrors to that shadow group, which must hold the checkpoint's
     committed position as soon as each run's driver is gone (tests/agent/test_mirror_agent.py has the rest).
+    The mirror's throttle is set to 10 minutes: a run's first commit goes through, every later one
+    waits, so a final batch past the run's first progress reaches the group only by the flush on
+    query termination.
 
     No drain run after the load: the sink is compared with the acknowledged records *below the
     checkpoint's committed position* (where the next run resumes) - each exactly once - and none
@@ -119,8 +122,10 @@ def _run_cycles(broker, tmp_path: Path, topic: str, rt: SparkRuntime, cycles: in
     report = Path(agent.report_path(str(ck)))
     conf = agent.agent_conf(str(marker), str(ck), str(report), rt.version, {}, mirror_group=mirror_group,
                             mirror_kafka={"bootstrap.servers": broker.bootstrap_servers})
+    if mirror_group:
+        conf[agent.MIRROR_MIN_INTERVAL_MS] = "600000"
     launch = make_launch(ck, out, conf)
-    mirrored = []
+    mirrored, by_flush = [], 0
     rng = random.Random(25)
     tally = Tally()
     producer = h.ContinuousProducer(broker.bootstrap_servers, topic, 3, rate=100).start()
@@ -132,6 +137,8 @@ def _run_cycles(broker, tmp_path: Path, topic: str, rt: SparkRuntime, cycles: in
                 with KafkaView({"bootstrap.servers": broker.bootstrap_servers}, timeout=15) as view:
                     assert view.group_offsets(mirror_group) == position, f"run {i}: the group is not at {position}"
                 mirrored.append(sum(position.values()))
+                [q] = [q for q in tally.reports[-1]["queries"] if q.get("status") == "stopped_by_agent"]
+                by_flush += h.newest(ck, "commits") > q["first_progress"]["batch_id"]
     finally:
         produced = producer.stop()
     position = h.committed_position(ck, topic)
@@ -142,7 +149,9 @@ def _run_cycles(broker, tmp_path: Path, topic: str, rt: SparkRuntime, cycles: in
           f"{[r['stop']['duration_ms'] for r in tally.reports]}, waited for a running batch "
           f"{tally.waited_for_batch}, held at the gate {tally.held_at_gate}; acknowledged {len(produced)}, "
           f"below the committed position {len(below)}: sink {cmp.summary()}"
-          + (f"; group {mirror_group} == checkpoint after each stop, records {mirrored}" if mirror_group else ""))
+          + (f"; group {mirror_group} == checkpoint after each stop, records {mirrored}, {by_flush} of them "
+             "reachable only by the termination flush" if mirror_group else ""))
+    assert not mirror_group or by_flush >= 1, "no run proved the flush: every final batch was its run's first"
     assert sum(end_offsets(broker.bootstrap_servers, topic, 3).values()) == len(produced)
     assert len(below) > len(produced) / 2, "the runs consumed most of what was produced"
     assert cmp.missing == [] and cmp.duplicated == {} and cmp.unexpected == [], cmp.summary()
