@@ -20,7 +20,7 @@ import org.apache.spark.sql.streaming.StreamingQueryProgress;
 import scala.Tuple2;
 
 /**
- * The shadow-group mirror (issue 25, item 2): commits each finished batch's Kafka end offsets to a
+ * The shadow-group mirror: commits each finished batch's Kafka end offsets to a
  * consumer group nobody consumes with, so Kafka's own lag tools (kafka-consumer-groups, Burrow,
  * kafka-lag-exporter) see a Structured Streaming job, which never commits to a group itself. The
  * JVM twin of {@code airflow_kafka_spark.jobs.listener} (PySpark only), with the same rules:
