@@ -7,8 +7,9 @@ not), which the next run replays. The agent is switched on by configuration alon
 (``spark.plugins``, ``spark.sql.streaming.streamingQueryListeners``,
 ``spark.sql.streaming.checkpointFileManagerClass`` and ``spark.jars``), closes a gate before the next
 ``offsets/N`` once a stop marker exists, stops each query between batches, and writes a JSON report
-of what it observed (docs/agent.md). This module is the product's side: which jar for which Spark,
-and the confs to add. Core: no Airflow, no PySpark (both would cost the command line its start-up).
+of what it observed (docs/agent.md); for a job with ``mirror_group`` it also commits each batch's
+end offsets to that shadow consumer group. This module is the product's side: which jar for which
+Spark, and the confs to add. Core: no Airflow, no PySpark (both would cost the command line its start-up).
 """
 
 from __future__ import annotations
@@ -28,6 +29,14 @@ DELEGATE_FILE_MANAGER = PREFIX + "delegateCheckpointFileManagerClass"
 PROBE_COPY = PREFIX + "probe.copy"
 PROBE_ROOT = PREFIX + "probe.root"
 PROBE_TEST_SKIP_REWRITE = PREFIX + "probe.testSkipRewrite"   # tests only: the start check must halt
+# The shadow-group mirror (aks.agent.ShadowGroupMirror): the group switches it on; Kafka's Java admin
+# client settings go as MIRROR_KAFKA + <key> (bootstrap.servers and non-secret keys only: --conf is
+# visible in ps); secrets, if any, from the user's own properties file (MIRROR_PROPERTIES_FILE).
+MIRROR_GROUP = PREFIX + "mirror.group"
+MIRROR_KAFKA = PREFIX + "mirror.kafka."
+MIRROR_PROPERTIES_FILE = PREFIX + "mirror.propertiesFile"
+MIRROR_MIN_INTERVAL_MS = PREFIX + "mirror.minIntervalMs"
+MIRROR_FLUSH_TIMEOUT_MS = PREFIX + "mirror.flushTimeoutMs"
 
 PLUGIN_CLASS = "aks.agent.AgentPlugin"
 LISTENER_CLASS = "aks.agent.AgentListener"
@@ -86,12 +95,20 @@ def agent_conf(
     report_path: str,
     spark_version: str,
     user_conf: Mapping[str, str],
+    *,
+    mirror_group: str | None = None,
+    mirror_kafka: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
     """The Spark confs to add to the user's (``--conf k=v`` each), given the user's own ``user_conf``.
 
     Appends to ``spark.jars``, ``spark.plugins`` and the listeners list rather than replacing them;
     a user's own ``checkpointFileManagerClass`` is kept as the agent's delegate (the agent's manager
     wraps it). Paths are Hadoop paths as the driver sees them (``hdfs://``, ``s3a://``, local).
+
+    ``mirror_group``: the agent also commits each batch's end offsets to this shadow group, with
+    Kafka's Java admin client configured by ``mirror_kafka`` (Java client keys; ``bootstrap.servers``
+    required). The caller passes non-secret keys only: every ``--conf`` is on spark-submit's command
+    line, which ``ps`` shows to every user of the host (docs/agent.md, "The shadow-group mirror").
     """
     jar = jar_for(spark_version)
     conf = {
@@ -106,7 +123,16 @@ def agent_conf(
     users = (user_conf.get(SPARK_FILE_MANAGER) or "").strip()
     if users and users != FILE_MANAGER_CLASS:
         conf[DELEGATE_FILE_MANAGER] = users
+    if mirror_group:
+        conf.update(mirror_conf(mirror_group, mirror_kafka or {}))
     return conf
+
+
+def mirror_conf(group: str, kafka: Mapping[str, str]) -> dict[str, str]:
+    """The agent's shadow-group settings: the group and the admin client's (non-secret) settings."""
+    if not str(kafka.get("bootstrap.servers") or "").strip():
+        raise UserError(f"the agent cannot mirror to group {group}: no bootstrap.servers for its Kafka client")
+    return {MIRROR_GROUP: group, **{MIRROR_KAFKA + k: str(v) for k, v in sorted(kafka.items())}}
 
 
 def probe_conf(

@@ -22,6 +22,8 @@ from pathlib import Path
 import pytest
 
 from airflow_kafka_spark import agent
+from airflow_kafka_spark.checkpoint.reader import read_checkpoint
+from airflow_kafka_spark.kafka.view import KafkaView
 from devstack import agent_build, user_jobs
 from devstack.oracle import compare, read_sink
 from devstack.spark_runtimes import SparkRuntime, runtime
@@ -101,8 +103,15 @@ def _stop_cycle(launch, ck: Path, marker: Path, report: Path, log: Path, tally: 
     assert q["checkpoint"].endswith(str(ck))
 
 
-def _run_cycles(broker, tmp_path: Path, topic: str, rt: SparkRuntime, cycles: int, make_launch) -> Tally:
+def _run_cycles(broker, tmp_path: Path, topic: str, rt: SparkRuntime, cycles: int, make_launch,
+                mirror_group: str | None = None) -> Tally:
     """``cycles`` stop/restart runs on one checkpoint under continuous load, then the oracle.
+
+    ``mirror_group``: the agent also mirrors to that shadow group, which must hold the checkpoint's
+    committed position as soon as each run's driver is gone (tests/agent/test_mirror_agent.py has the rest).
+    The mirror's throttle is set to 10 minutes: a run's first commit goes through, every later one
+    waits, so a final batch past the run's first progress reaches the group only by the flush on
+    query termination.
 
     No drain run after the load: the sink is compared with the acknowledged records *below the
     checkpoint's committed position* (where the next run resumes) - each exactly once - and none
@@ -111,14 +120,25 @@ def _run_cycles(broker, tmp_path: Path, topic: str, rt: SparkRuntime, cycles: in
     create_topic(broker.bootstrap_servers, topic, 3)
     ck, out, marker = tmp_path / "ck", tmp_path / "out", tmp_path / "stop.marker"
     report = Path(agent.report_path(str(ck)))
-    conf = agent.agent_conf(str(marker), str(ck), str(report), rt.version, {})
+    conf = agent.agent_conf(str(marker), str(ck), str(report), rt.version, {}, mirror_group=mirror_group,
+                            mirror_kafka={"bootstrap.servers": broker.bootstrap_servers})
+    if mirror_group:
+        conf[agent.MIRROR_MIN_INTERVAL_MS] = "600000"
     launch = make_launch(ck, out, conf)
+    mirrored, by_flush = [], 0
     rng = random.Random(25)
     tally = Tally()
     producer = h.ContinuousProducer(broker.bootstrap_servers, topic, 3, rate=100).start()
     try:
         for i in range(cycles):
             _stop_cycle(launch, ck, marker, report, tmp_path / f"driver-{i}.log", tally, rng, held=i == 1)
+            if mirror_group:
+                position = read_checkpoint(str(ck)).latest_committed.kafka_offsets
+                with KafkaView({"bootstrap.servers": broker.bootstrap_servers}, timeout=15) as view:
+                    assert view.group_offsets(mirror_group) == position, f"run {i}: the group is not at {position}"
+                mirrored.append(sum(position.values()))
+                [q] = [q for q in tally.reports[-1]["queries"] if q.get("status") == "stopped_by_agent"]
+                by_flush += h.newest(ck, "commits") > q["first_progress"]["batch_id"]
     finally:
         produced = producer.stop()
     position = h.committed_position(ck, topic)
@@ -128,7 +148,10 @@ def _run_cycles(broker, tmp_path: Path, topic: str, rt: SparkRuntime, cycles: in
           f"{[round(x, 2) for x in tally.latencies]}, agent stop durations (ms) "
           f"{[r['stop']['duration_ms'] for r in tally.reports]}, waited for a running batch "
           f"{tally.waited_for_batch}, held at the gate {tally.held_at_gate}; acknowledged {len(produced)}, "
-          f"below the committed position {len(below)}: sink {cmp.summary()}")
+          f"below the committed position {len(below)}: sink {cmp.summary()}"
+          + (f"; group {mirror_group} == checkpoint after each stop, records {mirrored}, {by_flush} of them "
+             "reachable only by the termination flush" if mirror_group else ""))
+    assert not mirror_group or by_flush >= 1, "no run proved the flush: every final batch was its run's first"
     assert sum(end_offsets(broker.bootstrap_servers, topic, 3).values()) == len(produced)
     assert len(below) > len(produced) / 2, "the runs consumed most of what was produced"
     assert cmp.missing == [] and cmp.duplicated == {} and cmp.unexpected == [], cmp.summary()
@@ -161,7 +184,7 @@ def test_java_job_stops_on_a_boundary_under_load_spark35(broker, tmp_path, topic
         return lambda log, extra: h.submit(rt, jar, [str(props)], log, conf={**conf, **extra},
                                            main_class=user_jobs.MAIN_CLASS, jars=rt.kafka_jars())
 
-    _run_cycles(broker, tmp_path, topic_name, rt, 2, make_launch)
+    _run_cycles(broker, tmp_path, topic_name, rt, 2, make_launch, mirror_group=f"aks-mirror-{topic_name}")
 
 
 def test_without_the_agent_a_stop_cuts_the_running_batch(broker, tmp_path, topic_name):

@@ -18,6 +18,7 @@ from airflow_kafka_spark import agent
 from airflow_kafka_spark._util.fs import open_location, read_bytes
 from airflow_kafka_spark._util.jsonfile import load_json
 from airflow_kafka_spark.errors import UserError
+from airflow_kafka_spark.kafka.secrets import is_secret_key
 from airflow_kafka_spark.registry.model import JobSpec
 from airflow_kafka_spark.runtime.integrations import Launch, LaunchFacts, own_arguments
 
@@ -31,7 +32,8 @@ class AgentIntegration:
         version = spec.spark_version or facts.spark_version()
         conf = agent.agent_conf(stop_marker=spec.stop_marker, checkpoint=spec.checkpoint,
                                 report_path=agent.report_path(spec.checkpoint), spark_version=version,
-                                user_conf=spec.spark_conf)
+                                user_conf=spec.spark_conf, mirror_group=spec.mirror_group,
+                                mirror_kafka=mirror_kafka(spec, facts) if spec.mirror_group else None)
         return Launch(args=tuple(own_arguments(spec, facts)), conf=conf)
 
     def stop_witness(self, spec: JobSpec) -> dict[str, Any] | None:
@@ -50,9 +52,39 @@ class AgentIntegration:
         if not isinstance(stop, dict):
             return None
         hows = [((q.get("stop") or {}).get("how")) for q in doc.get("queries") or () if isinstance(q, dict)]
-        return {"stopped_on_boundary": stop.get("stopped_on_boundary"), "duration_ms": stop.get("duration_ms"),
-                "last_committed_batch": stop.get("last_committed_batch"), "how": [h for h in hows if h],
-                "application_id": doc.get("application_id"), "spark_version": doc.get("spark_version")}
+        out = {"stopped_on_boundary": stop.get("stopped_on_boundary"), "duration_ms": stop.get("duration_ms"),
+               "last_committed_batch": stop.get("last_committed_batch"), "how": [h for h in hows if h],
+               "application_id": doc.get("application_id"), "spark_version": doc.get("spark_version")}
+        mirror = doc.get("mirror")
+        if isinstance(mirror, dict):   # where the shadow group was left (the group itself is Kafka's to say)
+            out["mirror"] = {k: mirror.get(k) for k in ("group", "committed_batch", "commits", "errors", "refused",
+                                                        "last_problem")}
+        return out
+
+
+def mirror_kafka(spec: JobSpec, facts: LaunchFacts) -> dict[str, str]:
+    """The shadow-group mirror's Kafka client settings for the agent (Java client keys), secrets never.
+
+    The same route as the reference job's Kafka options: the connection's bootstrap servers and its
+    non-secret keys (``FORWARDED_KAFKA_KEYS``: security protocol, SASL mechanism...), nothing else,
+    since each lands on spark-submit's command line. Credentials reach the agent's admin client the
+    way they reach the job's own Kafka source: the JVM's JAAS file (``java.security.auth.login.config``
+    in ``spark_conf``, the file shipped with ``files``), or a properties file the job names in its
+    ``spark_conf`` as ``spark.aks.agent.mirror.propertiesFile``.
+    """
+    from airflow_kafka_spark.watch.mirror import check_group_name  # refuses Spark's own group names
+
+    check_group_name(str(spec.mirror_group))
+    if not facts.bootstrap_servers:
+        raise UserError(f"job {spec.name}: mirror_group {spec.mirror_group} needs the Kafka connection's "
+                        f"bootstrap.servers ({spec.kafka_conn_id!r} has none)")
+    out = {"bootstrap.servers": facts.bootstrap_servers}
+    for option in facts.kafka_options:          # "kafka.<key>=<value>", non-secret by construction
+        key, _, value = option.partition("=")
+        key = key.removeprefix("kafka.")
+        if key and not is_secret_key(key):
+            out[key] = value
+    return out
 
 
 INTEGRATION = AgentIntegration()

@@ -17,9 +17,16 @@ import org.apache.spark.sql.streaming.StreamingQueryProgress;
  * checks that a reset's first batch started where the plan said.
  */
 public final class AgentListener extends StreamingQueryListener {
-  public AgentListener() {}
+  /** The shadow-group mirror, null unless {@code spark.aks.agent.mirror.group} is set. */
+  private final ShadowGroupMirror mirror;
 
-  public AgentListener(SparkConf conf) {}
+  public AgentListener() {
+    this(org.apache.spark.SparkEnv.get() == null ? null : org.apache.spark.SparkEnv.get().conf());
+  }
+
+  public AgentListener(SparkConf conf) {
+    mirror = ShadowGroupMirror.forConf(conf);
+  }
 
   @Override
   public void onQueryStarted(QueryStartedEvent event) {
@@ -42,6 +49,9 @@ public final class AgentListener extends StreamingQueryListener {
       q.put("started_at", Report.now());
       q.put("last_batch_id", null);
     }
+    if (mirror != null) {
+      mirror.started(event.id().toString(), root);
+    }
     Report.write();
     Probe.checkStarted(runId, event.name(), sink, root);
   }
@@ -49,6 +59,9 @@ public final class AgentListener extends StreamingQueryListener {
   @Override
   public void onQueryProgress(QueryProgressEvent event) {
     StreamingQueryProgress p = event.progress();
+    if (mirror != null) {
+      mirror.progress(p); // hands the offsets to the mirror's thread; never waits on Kafka
+    }
     Map<String, Object> progress = progress(p);
     synchronized (Report.class) {
       Map<String, Object> q = Report.query(p.runId().toString());
@@ -70,6 +83,9 @@ public final class AgentListener extends StreamingQueryListener {
   public void onQueryTerminated(QueryTerminatedEvent event) {
     String runId = event.runId().toString();
     Queries.forget(runId);
+    if (mirror != null) {
+      mirror.terminated(event.id().toString()); // the final position reaches the group before the driver exits
+    }
     synchronized (Report.class) {
       Map<String, Object> q = Report.query(runId);
       q.put("terminated_at", Report.now());
