@@ -88,6 +88,10 @@ final class Report {
     List<Object> queries = new ArrayList<>(QUERIES.values());
     doc.put("queries", queries);
     doc.put("stop", stop == null ? null : new LinkedHashMap<>(stop));
+    Map<String, Object> dstream = DStreams.section();
+    if (dstream != null) {
+      doc.put("dstream", dstream);
+    }
     Map<String, Object> probe = Probe.section();
     if (probe != null) {
       doc.put("probe", probe);
