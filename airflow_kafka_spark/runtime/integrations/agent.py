@@ -50,9 +50,20 @@ class AgentIntegration:
         if not isinstance(stop, dict):
             return None
         hows = [((q.get("stop") or {}).get("how")) for q in doc.get("queries") or () if isinstance(q, dict)]
-        return {"stopped_on_boundary": stop.get("stopped_on_boundary"), "duration_ms": stop.get("duration_ms"),
-                "last_committed_batch": stop.get("last_committed_batch"), "how": [h for h in hows if h],
-                "application_id": doc.get("application_id"), "spark_version": doc.get("spark_version")}
+        out = {"stopped_on_boundary": stop.get("stopped_on_boundary"), "duration_ms": stop.get("duration_ms"),
+               "last_committed_batch": stop.get("last_committed_batch"), "how": [h for h in hows if h],
+               "application_id": doc.get("application_id"), "spark_version": doc.get("spark_version")}
+        dstream = doc.get("dstream") if isinstance(doc.get("dstream"), dict) else None
+        if dstream is not None:   # a DStream application: its StreamingContext's graceful stop (docs/agent.md)
+            ds_stop = dstream.get("stop") or {}
+            last = dstream.get("last_completed_batch") or {}
+            out["how"].append(f"dstream_{ds_stop.get('how') or 'not_stopped'}")
+            out["dstream"] = {"graceful_stop_returned": ds_stop.get("graceful_stop_returned"),
+                              "batches_not_completed": ds_stop.get("batches_not_completed"),
+                              "last_completed_batch": last.get("time"),
+                              "last_offset_ranges": last.get("offset_ranges"),
+                              "processed_end": dstream.get("processed_end")}
+        return out
 
 
 INTEGRATION = AgentIntegration()
