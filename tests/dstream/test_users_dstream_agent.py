@@ -89,6 +89,7 @@ def test_a_users_dstream_jar_on_spark_42_stops_gracefully_and_restarts_exactly(b
         doc = ud.report(spec)
         assert doc["spark_version"] == rt.version and doc["application_name"] == "payments-dstream"
         ds_stop = ud.check_graceful_stop(stop, doc, staged.output)
+        assert ud.check_stop_witness(stop) == {(tp.topic, tp.partition): o for tp, o in ud.processed_end(doc).items()}
         ds = ud.dstream(doc)
 
         view = KafkaView({"bootstrap.servers": bs})
@@ -113,18 +114,7 @@ def test_a_users_dstream_jar_on_spark_42_stops_gracefully_and_restarts_exactly(b
         time.sleep(4)
         produced = producer.stop()
         acked = {(r.topic, r.partition, r.offset) for r in produced}
-        ends = {}
-        for r in produced:
-            ends[(r.topic, r.partition)] = max(ends.get((r.topic, r.partition), 0), r.offset + 1)
-
-        def caught_up() -> bool:
-            v = KafkaView({"bootstrap.servers": bs})
-            try:
-                now = v.group_offsets(spec.group, spec.topics)
-            finally:
-                v.close()
-            return {(tp.topic, tp.partition): o for tp, o in now.items()} == ends
-        wait_until(caught_up, timeout=START_TIMEOUT, interval=1.0, what="the group to commit every record")
+        ud.wait_group_caught_up(bs, spec, produced, START_TIMEOUT)
         stop2 = start_stop.stop_job(spec, target=lambda: target, actor="test", log=log)
         doc2 = ud.report(spec)
         ud.check_graceful_stop(stop2, doc2, staged.output)

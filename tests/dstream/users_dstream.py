@@ -20,9 +20,12 @@ import yaml
 
 from airflow_kafka_spark.agent import report_path
 from airflow_kafka_spark.kafka.offsets import TopicPartition
+from airflow_kafka_spark.kafka.view import KafkaView
 from airflow_kafka_spark.registry.loader import load_registry
 from airflow_kafka_spark.registry.model import JobSpec
 from devstack import user_jobs
+from devstack.produce import ProducedRecord
+from tests.support.waiting import wait_until
 
 JOB = "payments"
 PARTITIONS = 2
@@ -125,3 +128,31 @@ def check_graceful_stop(stop: dict[str, Any], doc: dict[str, Any], output: Path)
     assert {tp: o for tp, o in ranges_end(last, "until").items() if o} == {
         tp: o for tp, o in processed_end(doc).items() if o}
     return ds_stop
+
+
+def check_stop_witness(stop: dict[str, Any]) -> dict[tuple[str, int], int]:
+    """What the product's stop kept of the agent's report (``job_reported``, in the DAG's XCom): a graceful
+    stop of the StreamingContext with every batch completed. Returns its processed end per partition."""
+    assert (stop["outcome"], stop["graceful"], stop["killed"]) == ("STOPPED", True, False), stop
+    seen = stop["job_reported"]
+    assert seen["stopped_on_boundary"] is True and "dstream_graceful" in seen["how"], seen
+    ds = seen["dstream"]
+    assert ds["graceful_stop_returned"] is True and ds["batches_not_completed"] == [], ds
+    return {(t, int(p)): int(o) for t, parts in ds["processed_end"].items() for p, o in parts.items()}
+
+
+def wait_group_caught_up(bootstrap: str, spec: JobSpec, produced: list[ProducedRecord], timeout: float) -> None:
+    """Until the job's group has committed every produced record (``commitAsync`` trails by one batch:
+    the job's next, empty, batch sends the last commit)."""
+    ends: dict[tuple[str, int], int] = {}
+    for r in produced:
+        ends[(r.topic, r.partition)] = max(ends.get((r.topic, r.partition), 0), r.offset + 1)
+
+    def caught_up() -> bool:
+        view = KafkaView({"bootstrap.servers": bootstrap})
+        try:
+            now = view.group_offsets(spec.group or "", spec.topics)
+        finally:
+            view.close()
+        return {(tp.topic, tp.partition): o for tp, o in now.items()} == ends
+    wait_until(caught_up, timeout=timeout, interval=1.0, what="the group to commit every record")
