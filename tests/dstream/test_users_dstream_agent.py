@@ -23,6 +23,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from pathlib import Path
 
 import pytest
 
@@ -30,7 +31,11 @@ from airflow_kafka_spark.kafka.view import KafkaView
 from airflow_kafka_spark.lifecycle.record import LifecycleRecord
 from airflow_kafka_spark.registry.model import Integration
 from airflow_kafka_spark.runtime import drivers, start_stop
-from airflow_kafka_spark.runtime.dstream import plan_dstream_restart, processed_end_of_last_driver
+from airflow_kafka_spark.runtime.dstream import (
+    plan_dstream_restart,
+    processed_end_from_log,
+    processed_end_of_last_driver,
+)
 from devstack import spark_runtimes, topics
 from tests.airflow.test_operators import SPARK_LOCAL_CONN
 from tests.dstream import users_dstream as ud
@@ -96,6 +101,9 @@ def test_a_users_dstream_jar_on_spark_42_stops_gracefully_and_restarts_exactly(b
         try:
             processed = processed_end_of_last_driver(LifecycleRecord.load(spec.checkpoint))
             assert processed == ud.processed_end(doc)         # the plan reads the agent's report
+            # where a local driver at INFO also has Spark's KafkaRDD lines (the older source), both agree
+            from_log = processed_end_from_log(Path(first["log_path"]).read_text(errors="replace"))
+            assert not from_log or from_log == processed, (from_log, processed)
             plan = plan_dstream_restart(spec, spec.application, kafka=view, processed_end=processed)
         finally:
             view.close()
@@ -130,7 +138,7 @@ def test_a_users_dstream_jar_on_spark_42_stops_gracefully_and_restarts_exactly(b
               f"missing 0, re-written {sum(rewritten.values())} = announced {announced}; first stop: last batch "
               f"{ds['last_completed_batch']['time']} ({ds['last_completed_batch']['records']} records), graceful "
               f"stop {ds_stop['stop_call_ms']} ms, marker->exit {stop['waited_s']} s; second stop "
-              f"{stop2['waited_s']} s; {time.monotonic() - t0:.0f} s")
+              f"{stop2['waited_s']} s; KafkaRDD log lines agreed: {bool(from_log)}; {time.monotonic() - t0:.0f} s")
     finally:
         producer.stop() if producer._thread.is_alive() else None
         rec = LifecycleRecord.load(spec.checkpoint)
