@@ -31,14 +31,16 @@ final class DStreamBatches {
   static void onEvent(Object event, String via) {
     if (event instanceof StreamingListenerBatchSubmitted) {
       BatchInfo b = ((StreamingListenerBatchSubmitted) event).batchInfo();
-      DStreamState.submitted(b.batchTime().milliseconds(), b.numRecords(), ranges(b), via);
-      Report.write();
+      if (DStreamState.submitted(b.batchTime().milliseconds(), b.numRecords(), ranges(b), via)) {
+        Report.write(); // once per batch event, whichever listener delivered it first
+      }
     } else if (event instanceof StreamingListenerBatchCompleted) {
       BatchInfo b = ((StreamingListenerBatchCompleted) event).batchInfo();
       Option<Object> end = b.processingEndTime();
       Long endMs = end.isDefined() ? (Long) end.get() : null;
-      DStreamState.completed(b.batchTime().milliseconds(), b.numRecords(), ranges(b), endMs, via);
-      Report.write();
+      if (DStreamState.completed(b.batchTime().milliseconds(), b.numRecords(), ranges(b), endMs, via)) {
+        Report.write();
+      }
     }
   }
 

@@ -50,12 +50,12 @@ final class DStreamState {
     }
   }
 
-  /** A batch was submitted (its jobs queued) with what the input streams reported for it. */
-  static void submitted(long timeMs, long records, List<Map<String, Object>> ranges, String via) {
+  /** A batch was submitted (its jobs queued) with what the input streams reported for it; false if known. */
+  static boolean submitted(long timeMs, long records, List<Map<String, Object>> ranges, String via) {
     synchronized (LOCK) {
       seen(via);
       if (timeMs <= lastCompletedTime || OPEN.containsKey(timeMs)) {
-        return; // already known (the other listener, or completed first)
+        return false; // already known (the other listener, or completed first)
       }
       Map<String, Object> b = batch(timeMs, records, ranges);
       b.put("completed", false);
@@ -65,16 +65,17 @@ final class DStreamState {
       if (first == null) {
         first = b;
       }
+      return true;
     }
   }
 
-  /** A batch's every output operation finished. */
-  static void completed(long timeMs, long records, List<Map<String, Object>> ranges, Long endMs, String via) {
+  /** A batch's every output operation finished; false if it was already counted. */
+  static boolean completed(long timeMs, long records, List<Map<String, Object>> ranges, Long endMs, String via) {
     synchronized (LOCK) {
       seen(via);
       Map<String, Object> open = OPEN.remove(timeMs);
       if (open == null && timeMs <= lastCompletedTime) {
-        return; // already counted
+        return false; // already counted
       }
       if (open == null) {
         submitted++; // its submission was not seen (listener attached late)
@@ -95,6 +96,7 @@ final class DStreamState {
         Map<String, Long> parts = PROCESSED_END.computeIfAbsent((String) r.get("topic"), k -> new TreeMap<>());
         parts.merge(String.valueOf(r.get("partition")), (Long) r.get("until"), Math::max);
       }
+      return true;
     }
   }
 
