@@ -8,8 +8,11 @@ not), which the next run replays. The agent is switched on by configuration alon
 ``spark.sql.streaming.checkpointFileManagerClass`` and ``spark.jars``), closes a gate before the next
 ``offsets/N`` once a stop marker exists, stops each query between batches, and writes a JSON report
 of what it observed (docs/agent.md); for a job with ``mirror_group`` it also commits each batch's
-end offsets to that shadow consumer group. This module is the product's side: which jar for which
-Spark, and the confs to add. Core: no Airflow, no PySpark (both would cost the command line its start-up).
+end offsets to that shadow consumer group. In a DStream application the same plugin stops the active
+``StreamingContext`` gracefully and reports every batch's Kafka ranges (the report's ``dstream``
+section), from which the product announces a restart's exact replay. This module is the product's
+side: which jar for which Spark, and the confs to add. Core: no Airflow, no PySpark (both would
+cost the command line its start-up).
 """
 
 from __future__ import annotations

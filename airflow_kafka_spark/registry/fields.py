@@ -344,17 +344,15 @@ def job_kind(ctx: Context, job: str, v: dict[str, Any]) -> tuple[JobKind, str | 
 
 
 def integration(ctx: Context, job: str, v: dict[str, Any], kind_: JobKind) -> Integration:
-    """How the product reaches the job (:class:`Integration`); a DStream job has no agent yet.
+    """How the product reaches the job (:class:`Integration`); the agent by default, for both kinds.
 
-    The default is the agent, the contract-free way, for Structured Streaming; a DStream job
-    defaults to the reference contract, the only stop it has today besides a kill.
+    A Structured Streaming job's queries are stopped between batches by the agent; a DStream job's
+    StreamingContext is stopped gracefully by it (``stop(stopSparkContext, stopGracefully)``), and the
+    agent reports every batch's Kafka ranges, so the replay a restart announces is exact
+    (docs/agent.md, DStream). The bundled DStream reference job declares ``integration: reference``.
     """
-    default = Integration.REFERENCE if kind_ is JobKind.DSTREAM else Integration.AGENT
-    chosen = Integration(choice(ctx, f"{job}.integration", v.get("integration", default.value),
+    chosen = Integration(choice(ctx, f"{job}.integration", v.get("integration", Integration.AGENT.value),
                                 tuple(i.value for i in Integration)))
-    if kind_ is JobKind.DSTREAM and chosen is Integration.AGENT:
-        ctx.fail(f"{job}.integration", "agent does not stop DStream jobs yet",
-                 "use integration: reference (the DStream job contract) or none (stop = kill)")
     if chosen is Integration.NONE and v.get("compatibility_probe") in (True, "true"):
         # The probe needs either the reference contract's --aks-probe or the agent's sink swap (docs/probe.md).
         ctx.fail(f"{job}.compatibility_probe", "needs integration agent (the sink swap) or reference (--aks-probe), "

@@ -8,10 +8,12 @@ recompile):
 
 1. :func:`plan_dstream_restart` before the stop: the group against Kafka (``verdict.group``) and the
    DStream checkpoint against the build being deployed (``verdict.dstream``). A BLOCK stops here.
-2. the graceful stop (the job's stop marker), then :func:`plan_dstream_restart` again: only now is
-   the one-batch trail final, and its ``records_to_replay`` is the count announced for the restart
-   (duplicates with an append sink; none with an idempotent one) — exact with the stopped driver's
-   last ranges (:func:`processed_end_of_last_driver`, Spark's KafkaRDD log lines), else an upper bound.
+2. the graceful stop (the stop marker: the job polls it, integration ``reference``, or the agent stops
+   the StreamingContext gracefully, integration ``agent``), then :func:`plan_dstream_restart` again:
+   only now is the one-batch trail final, and its ``records_to_replay`` is the count announced for the
+   restart (duplicates with an append sink; none with an idempotent one) — exact with the stopped
+   driver's processed end (:func:`processed_end_of_last_driver`: the agent's report of every completed
+   batch's Kafka ranges, else Spark's KafkaRDD log lines), else an upper bound.
 3. ``ops.dstream_backup.backup_dstream``: the group's committed offsets and a copy of the DStream checkpoint.
 4. :func:`move_checkpoint_aside` when the plan says so (another or an unknown build wrote it): the
    new build then starts from the group's committed offsets.
@@ -26,14 +28,18 @@ from __future__ import annotations
 import itertools
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
+from airflow_kafka_spark import agent
 from airflow_kafka_spark._util.fs import (
     exists,
     open_location,
+    read_bytes,
 )
+from airflow_kafka_spark._util.jsonfile import load_json
 from airflow_kafka_spark._util.trees import move_dir
 from airflow_kafka_spark.errors import UserError
 from airflow_kafka_spark.kafka.offsets import PartitionOffsets, TopicPartition
@@ -147,8 +153,52 @@ def processed_end_from_log(text: str) -> PartitionOffsets:
     return out
 
 
+def processed_end_from_agent_report(doc: Mapping[str, Any]) -> PartitionOffsets:
+    """Where the job's completed batches ended, per partition, from the agent's report (``dstream.processed_end``).
+
+    The agent reads each batch's offset ranges from Spark's own ``BatchInfo`` (the direct stream's
+    input metadata) when the batch completes, so this is what the job processed, in any deploy mode
+    and at any log level; the group's commits trail it by the last batch (``commitAsync``).
+    """
+    end = ((doc.get("dstream") or {}).get("processed_end") or {}) if isinstance(doc, Mapping) else {}
+    return {TopicPartition(str(t), int(p)): int(o) for t, parts in end.items() for p, o in (parts or {}).items()}
+
+
+def agent_report_of_last_driver(record: LifecycleRecord | None) -> dict[str, Any] | None:
+    """The agent's report of the last submitted driver (integration ``agent``), or None.
+
+    A report older than that submit (another driver's, left beside the checkpoint) is not this
+    driver's and is ignored.
+    """
+    sub = submitted_app(record) or {}
+    if record is None or (sub.get("app") or {}).get("integration") != "agent":
+        return None
+    try:
+        raw = read_bytes(open_location(agent.report_path(record.checkpoint_location), what="agent report"))
+        doc = load_json(raw, what="agent report") if raw is not None else None
+    except (OSError, UserError, ValueError):
+        return None
+    if not isinstance(doc, dict):
+        return None
+    started, submitted = str(doc.get("started_at") or ""), sub.get("submitted_at_ms")
+    if submitted and started:
+        try:
+            started_ms = datetime.fromisoformat(started.replace("Z", "+00:00")).timestamp() * 1000
+        except ValueError:
+            return None
+        if started_ms < int(submitted) - 60_000:   # a minute of clock skew between worker and driver
+            return None
+    return doc
+
+
 def processed_end_of_last_driver(record: LifecycleRecord | None) -> PartitionOffsets | None:
-    """:func:`processed_end_from_log` of the last submitted local driver's log; None when it names no range."""
+    """The last submitted driver's processed end: the agent's report when the job runs with it, else
+    :func:`processed_end_from_log` of its local log; None when neither names a range."""
+    doc = agent_report_of_last_driver(record)
+    if doc is not None:
+        found = processed_end_from_agent_report(doc)
+        if found:
+            return found
     path = (submitted_app(record) or {}).get("log_path")
     if not path:
         return None

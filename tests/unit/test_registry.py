@@ -355,9 +355,6 @@ CASES = {
     "probe without an integration that can run it": (
         lambda d, r: d["jobs"][0].update(compatibility_probe=True, integration="none"),
         ["job 'orders'.compatibility_probe", "integration agent", "--aks-probe", "not none"]),
-    "a DStream job with the agent": (
-        lambda d, r: d["jobs"][0].update(kind="dstream", group="g", integration="agent"),
-        ["job 'orders'.integration", "does not stop DStream jobs yet"]),
     "a shipped jar outside the allowed roots": (
         lambda d, r: d["jobs"][0].update(jars=["/opt/elsewhere/dep.jar"]),
         ["job 'orders'.jars[0]", "outside allowed_roots", "local:/path"]),

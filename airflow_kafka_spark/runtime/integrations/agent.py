@@ -59,6 +59,16 @@ class AgentIntegration:
         if isinstance(mirror, dict):   # where the shadow group was left (the group itself is Kafka's to say)
             out["mirror"] = {k: mirror.get(k) for k in ("group", "committed_batch", "commits", "errors", "refused",
                                                         "last_problem")}
+        dstream = doc.get("dstream") if isinstance(doc.get("dstream"), dict) else None
+        if dstream is not None:   # a DStream application: its StreamingContext's graceful stop (docs/agent.md)
+            ds_stop = dstream.get("stop") or {}
+            last = dstream.get("last_completed_batch") or {}
+            out["how"].append(f"dstream_{ds_stop.get('how') or 'not_stopped'}")
+            out["dstream"] = {"graceful_stop_returned": ds_stop.get("graceful_stop_returned"),
+                              "batches_not_completed": ds_stop.get("batches_not_completed"),
+                              "last_completed_batch": last.get("time"),
+                              "last_offset_ranges": last.get("offset_ranges"),
+                              "processed_end": dstream.get("processed_end")}
         return out
 
 

@@ -51,6 +51,7 @@ public final class AgentPlugin implements SparkPlugin {
       app.put("started_at", Report.now());
       Report.configure(all.get(AgentConf.REPORT), sc.hadoopConfiguration(), app, sc);
       Probe.configure(all);
+      DStreams.install(sc);
       String marker = all.get(AgentConf.STOP_MARKER);
       if (marker == null || marker.trim().isEmpty()) {
         Log.warn(AgentConf.STOP_MARKER + " is not set: the agent only reports, it cannot stop");
@@ -73,6 +74,7 @@ public final class AgentPlugin implements SparkPlugin {
     public void shutdown() {
       if (stopper != null) {
         stopper.shutdown(SHUTDOWN_WAIT_MS);
+        DStreams.awaitStop(SHUTDOWN_WAIT_MS);
         thread.interrupt();
       }
       Report.write();

@@ -92,6 +92,10 @@ final class Report {
     if (mirror != null) {
       doc.put("mirror", mirror);
     }
+    Map<String, Object> dstream = DStreams.section();
+    if (dstream != null) {
+      doc.put("dstream", dstream);
+    }
     Map<String, Object> probe = Probe.section();
     if (probe != null) {
       doc.put("probe", probe);

@@ -75,6 +75,7 @@ final class Stopper implements Runnable {
         if (requestedAt >= 0) {
           stopActiveQueries();
         }
+        DStreams.poll(requestedAt >= 0, requestedAt); // a DStream application's StreamingContext, if any
         Thread.sleep(pollMs);
       } catch (InterruptedException e) {
         return;
