@@ -287,7 +287,8 @@ def kill_local(driver: DriverInfo, *, grace_s: float = 10.0) -> None:
 
 @dataclass(frozen=True)
 class StopResult:
-    outcome: str                  # STOPPED | STOPPED_MID_BATCH | KILLED (between batches) | NOT_RUNNING
+    # STOPPED | STOPPED_MID_BATCH | KILLED (between batches) | NOT_RUNNING | EXITED (a DStream job, no report)
+    outcome: str
     graceful: bool                # exited on its own after the marker
     killed: bool
     waited_s: float

@@ -1,7 +1,7 @@
-"""What a submit does for each kind of job (registry ``kind``) besides spark-submit itself.
+"""What the submit and the stop do for each kind of job (registry ``kind``) besides spark-submit itself.
 
-One implementation per kind behind one small interface, so the submit (:mod:`.start_stop`) holds
-no ``if the job is a DStream job`` branch: a Structured Streaming job's position is its checkpoint,
+One implementation per kind behind one small interface, so :mod:`.start_stop` holds no ``if the job
+is a DStream job`` branch: a Structured Streaming job's position is its checkpoint,
 which Spark reads itself; a DStream job's position is its consumer group, and its optional DStream
 checkpoint can be read only by the build that wrote it (:mod:`.dstream`).
 """
@@ -9,15 +9,17 @@ checkpoint can be read only by the build that wrote it (:mod:`.dstream`).
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any, Protocol
 
 from airflow_kafka_spark.kafka.view import KafkaView
 from airflow_kafka_spark.lifecycle.record import LifecycleRecord
 from airflow_kafka_spark.registry.model import JobKind, JobSpec
 from airflow_kafka_spark.runtime import dstream
+from airflow_kafka_spark.runtime.drivers import StopResult
 
 
-class SubmitKind(Protocol):
+class RuntimeKind(Protocol):
     def before_start(self, spec: JobSpec, *, previous: bool) -> str | None:
         """Make the job's storage ready for this build; returns what was moved aside (a location), if anything."""
         ...
@@ -28,8 +30,13 @@ class SubmitKind(Protocol):
         """What the health gate needs recorded at submit beyond the checkpoint (written into ``record``)."""
         ...
 
+    def judge_stop(self, spec: JobSpec, result: StopResult, witness: Mapping[str, Any] | None) -> StopResult:
+        """The stop's outcome in this kind's terms. ``result`` is judged from the Spark checkpoint's files;
+        ``witness`` is the job's own account (the agent's report), if it wrote one."""
+        ...
 
-class StructuredSubmit:
+
+class StructuredRuntime:
     """Spark's checkpoint is the whole position: Spark reads it, nothing to prepare or record."""
 
     def before_start(self, spec: JobSpec, *, previous: bool) -> None:
@@ -38,8 +45,11 @@ class StructuredSubmit:
     def at_submit(self, spec: JobSpec, record: LifecycleRecord, kafka_config: Mapping[str, Any]) -> None:
         return None
 
+    def judge_stop(self, spec: JobSpec, result: StopResult, witness: Mapping[str, Any] | None) -> StopResult:
+        return result   # the checkpoint's offsets and commits say whether the stop fell between batches
 
-class DStreamSubmit:
+
+class DStreamRuntime:
     """Never start a build on another build's DStream checkpoint; record the group's offsets (the gate's baseline)."""
 
     def before_start(self, spec: JobSpec, *, previous: bool) -> str | None:
@@ -52,10 +62,35 @@ class DStreamSubmit:
         finally:
             view.close()
 
+    def judge_stop(self, spec: JobSpec, result: StopResult, witness: Mapping[str, Any] | None) -> StopResult:
+        """A DStream job has no offset log to judge by: its ``checkpoint`` only holds the lifecycle record.
 
-_KINDS: dict[JobKind, SubmitKind] = {JobKind.STRUCTURED: StructuredSubmit(), JobKind.DSTREAM: DStreamSubmit()}
+        What is known: whether the driver exited by itself or was killed, and, with the agent, whether
+        its graceful ``StreamingContext.stop`` completed every batch it had received. Either way the
+        restart re-reads from the group's commits (``commitAsync`` is one batch late); the plan after the
+        stop announces how many records.
+        """
+        if result.outcome == "NOT_RUNNING":
+            return replace(result, message="no driver was running")
+        reported = (witness or {}).get("dstream") or {}
+        again = (f"the next start re-reads from group {spec.group}'s commits (the restart plan after the stop "
+                 "announces how many records)")
+        if result.killed:
+            return replace(result, outcome="KILLED", message=(
+                f"killed after {result.waited_s:.0f}s (it did not stop by itself); the batches it had received "
+                f"are not all done: {again}"))
+        if reported.get("graceful_stop_returned") and reported.get("batches_not_completed") == []:
+            return replace(result, outcome="STOPPED", message=(
+                f"stopped gracefully after {result.waited_s:.0f}s: every batch it received completed (the last at "
+                f"{reported.get('last_completed_batch')}); {again}"))
+        return replace(result, outcome="EXITED", message=(
+            f"exited by itself after {result.waited_s:.0f}s when asked to stop; no report says whether every batch "
+            f"it received completed: {again}"))
 
 
-def submit_kind(spec: JobSpec) -> SubmitKind:
-    """The submit-time steps of ``spec``'s kind."""
+_KINDS: dict[JobKind, RuntimeKind] = {JobKind.STRUCTURED: StructuredRuntime(), JobKind.DSTREAM: DStreamRuntime()}
+
+
+def runtime_kind(spec: JobSpec) -> RuntimeKind:
+    """The submit- and stop-time steps of ``spec``'s kind."""
     return _KINDS[spec.kind]

@@ -38,7 +38,7 @@ from airflow_kafka_spark.runtime import (
 )
 from airflow_kafka_spark.runtime.clusters import ClusterEndpoint
 from airflow_kafka_spark.runtime.integrations.reference import kafka_job_options
-from airflow_kafka_spark.runtime.kinds import submit_kind
+from airflow_kafka_spark.runtime.kinds import runtime_kind
 from airflow_kafka_spark.runtime.submit import SparkTarget
 
 DEFAULT_LEASE_TTL_S = 600.0
@@ -160,7 +160,7 @@ def submit_job(spec: JobSpec, *, kafka_config: Mapping[str, Any], target: SparkT
         if record.next_starting_offsets:
             starting_file = submit.starting_offsets_path(spec)
             submit.write_starting_offsets(starting_file, record.next_starting_offsets)
-        kind = submit_kind(run_spec)
+        kind = runtime_kind(run_spec)
         aside = kind.before_start(run_spec, previous=is_previous)
         if aside:
             log.info("DStream checkpoint of another build moved aside to %s: %s starts from its group", aside,
@@ -245,17 +245,19 @@ def stop_job(spec: JobSpec, *, target: Callable[[], SparkTarget], actor: str, lo
         timeout = 0.0
     result = drivers.stop(spec.checkpoint, spec.stop_marker, is_alive=ctl.is_alive, kill=ctl.kill, timeout_s=timeout,
                           poll_s=poll_s, progress=log.info)
+    witness = None
+    if drv is not None and result.outcome != "NOT_RUNNING":
+        witness = integrations.integration_for(spec).stop_witness(spec)
+    result = runtime_kind(spec).judge_stop(spec, result, witness)
     log.info("job %s: %s — %s", spec.name, result.outcome, result.message)
     out = {"job": spec.name, **result.to_dict(),
            "driver": None if drv is None else {"kind": drv.kind, "id": drv.id, "host": drv.host}}
-    if drv is not None and result.outcome != "NOT_RUNNING":
-        witness = integrations.integration_for(spec).stop_witness(spec)
-        if witness is not None:
-            out["job_reported"] = witness
-            if witness.get("stopped_on_boundary") is not None and bool(witness["stopped_on_boundary"]) != (
-                    result.replay_batch is None and not result.killed):
-                log.warning("job %s: its agent's report (%s) disagrees with the checkpoint's files (%s); the files "
-                            "decide", spec.name, witness, result.outcome)
+    if witness is not None:
+        out["job_reported"] = witness
+        if witness.get("stopped_on_boundary") is not None and bool(witness["stopped_on_boundary"]) != (
+                result.replay_batch is None and not result.killed):
+            log.warning("job %s: its agent's report (%s) disagrees with the stop's outcome (%s), which Spark's "
+                        "files or the driver's exit decide", spec.name, witness, result.outcome)
     if drv is not None and not ctl.is_alive():
         record = LifecycleRecord.load_or_create(spec.name, spec.checkpoint)
         if record.driver is not None and record.driver.id == drv.id:

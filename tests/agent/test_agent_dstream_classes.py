@@ -15,11 +15,17 @@ import zipfile
 import pytest
 
 from airflow_kafka_spark import agent
+from devstack import agent_build
 
 pytestmark = [pytest.mark.userjobs]
 
 STREAMING = b"org/apache/spark/streaming/"
 ALLOWED = {"aks/agent/DStreamStopper.class", "aks/agent/DStreamBatches.class", "aks/agent/DStreamBatches$1.class"}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _agent_jars() -> None:
+    agent_build.build_all()   # the jars of this tree (bin/setup builds them too; a stale one would mislead)
 
 
 @pytest.mark.parametrize("version", ["3.5.1", "4.2.0"])

@@ -113,6 +113,8 @@ def check_graceful_stop(stop: dict[str, Any], doc: dict[str, Any], output: Path)
     Returns the report's DStream stop section (for the numbers the test prints).
     """
     assert (stop["outcome"], stop["graceful"], stop["killed"]) == ("STOPPED", True, False), stop
+    # the product says what a DStream stop was (no checkpoint batch ids to name): runtime/kinds.py
+    assert stop["message"].startswith("stopped gracefully") and "batch None" not in stop["message"], stop
     ds = dstream(doc)
     ds_stop = ds.get("stop") or {}
     assert ds_stop.get("graceful_stop_returned") is True and ds_stop.get("stop_error") is None, ds_stop
@@ -134,6 +136,7 @@ def check_stop_witness(stop: dict[str, Any]) -> dict[tuple[str, int], int]:
     """What the product's stop kept of the agent's report (``job_reported``, in the DAG's XCom): a graceful
     stop of the StreamingContext with every batch completed. Returns its processed end per partition."""
     assert (stop["outcome"], stop["graceful"], stop["killed"]) == ("STOPPED", True, False), stop
+    assert stop["message"].startswith("stopped gracefully"), stop
     seen = stop["job_reported"]
     assert seen["stopped_on_boundary"] is True and "dstream_graceful" in seen["how"], seen
     ds = seen["dstream"]
