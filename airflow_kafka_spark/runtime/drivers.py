@@ -287,7 +287,7 @@ def kill_local(driver: DriverInfo, *, grace_s: float = 10.0) -> None:
 
 @dataclass(frozen=True)
 class StopResult:
-    # STOPPED | STOPPED_MID_BATCH | KILLED (between batches) | NOT_RUNNING | EXITED (a DStream job, no report)
+    # STOPPED | STOPPED_MID_BATCH | KILLED (between batches) | NOT_RUNNING (a DStream job's: runtime/kinds.py)
     outcome: str
     graceful: bool                # exited on its own after the marker
     killed: bool

@@ -83,9 +83,14 @@ class DStreamRuntime:
             return replace(result, outcome="STOPPED", message=(
                 f"stopped gracefully after {result.waited_s:.0f}s: every batch it received completed (the last at "
                 f"{reported.get('last_completed_batch')}); {again}"))
-        return replace(result, outcome="EXITED", message=(
-            f"exited by itself after {result.waited_s:.0f}s when asked to stop; no report says whether every batch "
-            f"it received completed: {again}"))
+        if reported.get("batches_not_completed"):
+            return replace(result, outcome="STOPPED_MID_BATCH", message=(
+                f"exited after {result.waited_s:.0f}s with batches {reported['batches_not_completed']} not completed; "
+                f"{again}"))
+        # The driver exited by itself when asked (graceful, not killed); without a report nobody says more.
+        return replace(result, outcome="STOPPED", message=(
+            f"exited by itself after {result.waited_s:.0f}s when asked to stop; no agent report says whether every "
+            f"batch it received completed: {again}"))
 
 
 _KINDS: dict[JobKind, RuntimeKind] = {JobKind.STRUCTURED: StructuredRuntime(), JobKind.DSTREAM: DStreamRuntime()}
