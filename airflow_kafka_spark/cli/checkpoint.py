@@ -226,6 +226,7 @@ def _reset(args: argparse.Namespace) -> int:
         sink_output=args.sink_output or (spec.sink_output if spec else None),
         sink_log=args.sink_log,
         accept_data_loss=args.accept_data_loss,
+        batch_keyed_sink=bool(spec and spec.sink.keyed_by_batch_id),
     )
     try:
         with progress_lines("reset", args) as progress:

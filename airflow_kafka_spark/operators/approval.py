@@ -47,7 +47,8 @@ def change_plan(spec: Any, plan: dict[str, Any]) -> Plan | None:
 
         when = optional_text(plan.get("to_datetime"))
         request = ResetRequest(mode=plan["reset_mode"], to_datetime_ms=parse_datetime(when) if when else None,
-                               topics=spec.topics, sink_output=spec.sink_output)
+                               topics=spec.topics, sink_output=spec.sink_output,
+                               batch_keyed_sink=spec.sink.keyed_by_batch_id)
         return reset_checkpoint(spec.checkpoint, spec.backup_root, kafka_config(spec), request, job=spec.name,
                                 dry_run=True).plan
     if plan.get("restore_backup_id"):

@@ -80,7 +80,8 @@ def read_sink_info(output: str, storage_options: dict | None) -> SinkInfo:
     if not exists(loc):
         return SinkInfo(output=output, has_log=False, latest_batch_id=None)
     log = read_sink_log(output, storage_options)
-    return SinkInfo(output=output, has_log=log.exists, latest_batch_id=log.latest_batch_id)
+    entries = len(loc.fs.ls(loc.path, detail=False))
+    return SinkInfo(output=output, has_log=log.exists, latest_batch_id=log.latest_batch_id, entries=entries)
 
 
 @dataclass

@@ -68,6 +68,7 @@ class ResetRequest:
     sink_output: str | None = None                # the job's output path, to inspect a file sink's log
     sink_log: SinkLogPolicy = SinkLogPolicy.REFUSE
     accept_data_loss: bool = False
+    batch_keyed_sink: bool = False                # the job's output is keyed by batch id alone (Sink.BATCH_KEYED)
 
     def __post_init__(self) -> None:
         try:
@@ -95,7 +96,8 @@ class ResetRequest:
         return {"mode": self.mode, "to_datetime_ms": self.to_datetime_ms, "shift_by": self.shift_by,
                 "to_offsets": None if self.to_offsets is None else {str(k): v for k, v in self.to_offsets.items()},
                 "topics": list(self.topics) if self.topics else None, "sink_output": self.sink_output,
-                "sink_log": self.sink_log, "accept_data_loss": self.accept_data_loss}
+                "sink_log": self.sink_log, "accept_data_loss": self.accept_data_loss,
+                **({"batch_keyed_sink": True} if self.batch_keyed_sink else {})}
 
 
 def parse_datetime(text: str) -> int:
@@ -132,6 +134,7 @@ class SinkInfo:
     output: str
     has_log: bool
     latest_batch_id: int | None
+    entries: int = 0                  # what the output folder holds (0: absent or empty)
 
 
 def old_positions(state: CheckpointState) -> tuple[PartitionOffsets, PartitionOffsets, str]:
@@ -227,6 +230,7 @@ def build_reset_plan(state: CheckpointState, broker: BrokerState, record: Lifecy
     _pending(plan, pending)
     _sink(plan, request, sink)
     add_start_notes(plan, state)
+    _batch_ids(plan, request, state, sink)
     if not plan.blocked:
         plan.add("OK", INFO if plan.moves else WARN,
                  f"new run starts {len(plan.moves)} partition(s) at the planned offsets: {plan.backlog:,} records to "
@@ -351,6 +355,30 @@ def _pending(plan: Plan, pending: Any) -> None:
     if plan.replayed:
         plan.add("REPLAY", WARN, f"the plan reads {plan.replayed:,} committed records again",
                  "expect duplicates in a non-idempotent sink", records_replayed=plan.replayed)
+
+
+def _batch_ids(plan: Plan, request: ResetRequest, state: CheckpointState, sink: SinkInfo | None) -> None:
+    """A sink keyed by batch id alone meets the new query's batch 0, 1, … where the old query's are (S20's twin).
+
+    Harmless only when the new query writes where the old one did not: an empty (or new) output folder.
+    """
+    if not (request.batch_keyed_sink and plan.moves):
+        return
+    if sink is not None and sink.entries == 0:
+        plan.add("BATCH_KEYED_OUTPUT_EMPTY", INFO,
+                 f"{sink.output} is empty: the new query's batch ids (from 0) meet no earlier output", "")
+        return
+    last = state.latest_committed.batch_id if state.latest_committed else None
+    seen = f"batches 0-{last}" if last is not None else "its batches"
+    where = f"{sink.output} holds {sink.entries} entries, the old query's {seen}" if sink else (
+        "the job declares no output to look at")
+    plan.add("BATCH_IDS_COLLIDE", BLOCK,
+             f"the job's output is keyed by batch id alone (sink: batch-keyed) and {where}; the new query restarts "
+             "at batch 0, so its batches would overwrite them (or be skipped as already written, with Delta's "
+             "txnVersion): records lost either way",
+             "give the new query its own output (set the job's output to a new folder; the job reads it through "
+             "{output}), or key the output by the query id too and declare sink: idempotent",
+             last_committed_batch=last)
 
 
 def _sink(plan: Plan, request: ResetRequest, sink: SinkInfo | None) -> None:

@@ -358,4 +358,7 @@ def integration(ctx: Context, job: str, v: dict[str, Any], kind_: JobKind) -> In
         ctx.fail(f"{job}.compatibility_probe", "needs integration agent (the sink swap) or reference (--aks-probe), "
                  "not none", "remove compatibility_probe (auto then follows compatibility_version) or use "
                  "integration: agent")
+    if chosen is Integration.REFERENCE and v.get("sink") == "batch-keyed":
+        ctx.fail(f"{job}.sink", "batch-keyed is a sink of your own foreachBatch; the reference job's --sink has no "
+                 "such kind", "use sink: idempotent, append or parquet with integration: reference")
     return chosen

@@ -50,11 +50,17 @@ class Sink(StrEnum):
       Not across checkpoints: a new checkpoint (reset) restarts batch ids at 0 and the sink would
       silently skip them (S20); that is reset's and restore's sink-log check
       (:attr:`keeps_batch_log`), not a replay.
+    * ``batch-keyed``: a ``foreachBatch`` that keys its output by the batch id alone
+      (``<output>/batch=<N>`` overwritten, Delta's ``txnAppId``/``txnVersion`` with a fixed app id).
+      A replay rewrites (or skips) the same batch: harmless. A reset is not: the new query restarts at
+      batch 0, so its batches overwrite the old query's output or are skipped as already written, and
+      the reset refuses with the fix (``BATCH_IDS_COLLIDE``, ops/reset_plan.py).
     """
 
     IDEMPOTENT = "idempotent"
     APPEND = "append"
     PARQUET = "parquet"
+    BATCH_KEYED = "batch-keyed"
 
     @classmethod
     def named(cls, name: str) -> Sink:
@@ -65,6 +71,11 @@ class Sink(StrEnum):
     def replay_is_idempotent(self) -> bool:
         """True when re-running a batch under the same id in the same checkpoint duplicates nothing."""
         return self is not Sink.APPEND
+
+    @property
+    def keyed_by_batch_id(self) -> bool:
+        """True when the output remembers batch ids, so a new query's batch 0, 1, … meet the old query's."""
+        return self is Sink.BATCH_KEYED
 
     @property
     def keeps_batch_log(self) -> bool:
@@ -199,7 +210,9 @@ class JobSpec:
     output: str | None = field(default=None, metadata=key(
         "the job's output folder, for `{output}` and the file sink's `_spark_metadata` check", app=True))
     sink: Sink = field(default=Sink.IDEMPOTENT, metadata=key(
-        "what a replayed batch does to the output: `idempotent`, `append` or `parquet` (Spark's file sink)", app=True))
+        "what a replayed batch does to the output: `idempotent`, `append`, `parquet` (Spark's file sink) or "
+        "`batch-keyed` (a `foreachBatch` keyed by batch id alone: a reset refuses, as the new query's ids restart "
+        "at 0)", app=True))
     backup_retention: BackupRetention = field(default_factory=BackupRetention, metadata=key(
         "`{keep_last: 5, max_age_days: 30}`: the newest `keep_last` backups always stay"))
     stop_timeout_s: float = field(default=300.0, metadata=key(
@@ -265,8 +278,9 @@ class JobSpec:
 
     @property
     def sink_output(self) -> str | None:
-        """The output folder whose ``_spark_metadata`` batch log reset and restore must check, if any."""
-        return self.output if self.sink.keeps_batch_log else None
+        """The output folder reset and restore must look at, if any: a file sink's ``_spark_metadata`` batch
+        log, or a batch-keyed output the new query's batch ids would collide with."""
+        return self.output if self.sink.keeps_batch_log or self.sink.keyed_by_batch_id else None
 
 
 #: Every registry key of a job, in the order :class:`JobSpec` declares them: the one list the loader checks.

@@ -151,6 +151,19 @@ def test_file_sink_with_batches_blocks_unless_its_log_moves_aside():
     assert "SINK_OK" in codes(plan_for(sink=SinkInfo(output="/out", has_log=False, latest_batch_id=None)))
 
 
+def test_a_batch_keyed_output_that_holds_anything_blocks_a_reset_with_the_fix():
+    full = SinkInfo(output="/out", has_log=False, latest_batch_id=None, entries=3)
+    refused = plan_for(sink=full, batch_keyed_sink=True)
+    assert refused.blocked and "BATCH_IDS_COLLIDE" in codes(refused)
+    f = next(f for f in refused.findings if f.code == "BATCH_IDS_COLLIDE")
+    assert "/out holds 3 entries" in f.message and "new folder" in f.fix
+    assert plan_for(batch_keyed_sink=True).blocked                       # no output declared: cannot tell
+    empty = plan_for(sink=SinkInfo(output="/new", has_log=False, latest_batch_id=None), batch_keyed_sink=True)
+    assert not empty.blocked and "BATCH_KEYED_OUTPUT_EMPTY" in codes(empty)
+    assert not plan_for(sink=full).blocked                               # another sink kind: only the note
+    assert "batch_keyed_sink" not in plan_for(sink=full).details["request"]  # the journal's shape is unchanged
+
+
 def test_topics_override_drops_and_adds_topics():
     cp = checkpoint({(T, 0): 100, (T, 1): 200})
     br = broker({(T, 0): (0, 150), (T, 1): (0, 260), ("new", 0): (0, 7)})

@@ -130,7 +130,7 @@ class StructuredSteps:
             shift_by=shift_by,
             to_offsets=parse_offsets_json(step.to_offsets, what="to_offsets") if step.to_offsets else None,
             topics=spec.topics, sink_output=spec.sink_output, sink_log=step.sink_log,
-            accept_data_loss=step.accept_data_loss)
+            accept_data_loss=step.accept_data_loss, batch_keyed_sink=spec.sink.keyed_by_batch_id)
         if not step.dry_run and int(getattr(context["ti"], "try_number", 1) or 1) > 1:
             # a retry of a reset that finished before its task reported it
             from airflow_kafka_spark.ops.reset import finished_by
