@@ -293,3 +293,42 @@ def test_a_file_sink_on_the_real_output_path_is_never_touched(stack, old_runs):
     print(f"file sink on the real path: {result.answer} in {result.seconds}s: {result.reason}")
     assert digest(real) == before
     assert result.answer is C, result
+
+
+SAME_PLACE = """
+import org.apache.hadoop.conf.Configuration;
+public class SamePlace {
+  public static void main(String[] a) {
+    Configuration c = new Configuration();
+    for (int i = 0; i < a.length; i += 2) {
+      String ref = aks.agent.Probe.qualify(a[i + 1], c);
+      System.out.println(ref.equals(aks.agent.Probe.qualifyOn(a[i], a[i + 1], c)));
+    }
+  }
+}
+"""
+
+
+def test_the_agent_sees_one_checkpoint_however_hdfs_is_spelled(tmp_path):
+    """The agent's checkpoint compare (``Probe.qualifyOn``, Hadoop's ``checkPath`` inside
+    ``FileSystem.makeQualified``) on Spark 4.2's own Hadoop client: the NameNode's default port
+    written or not, its host by name or address, are one place; another port, another path or another
+    file system are not. No NameNode needed: Hadoop decides this without a call."""
+    rt = runtime("default")
+    from airflow_kafka_spark import agent
+
+    src = tmp_path / "SamePlace.java"
+    src.write_text(SAME_PLACE)
+    pairs = [("hdfs://localhost:8020/ck", "hdfs://localhost/ck", True),
+             ("hdfs://localhost/ck/", "hdfs://localhost:8020/ck", True),
+             ("hdfs://127.0.0.1:8020/ck", "hdfs://localhost/ck", True),
+             ("hdfs://localhost:9000/ck", "hdfs://localhost/ck", False),
+             ("hdfs://localhost/ck2", "hdfs://localhost/ck", False),
+             ("file:/ck", "hdfs://localhost/ck", False),
+             ("/tmp/ck", "file:///tmp/ck", True)]
+    cp = f"{agent.jar_for(rt.version)}{os.pathsep}{rt.home / 'jars' / '*'}"
+    proc = subprocess.run(["java", "-cp", cp, str(src), *[x for a, b, _ in pairs for x in (a, b)]],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    got = [ln == "true" for ln in proc.stdout.split()]
+    assert got == [same for *_, same in pairs], list(zip(pairs, got, strict=False))
