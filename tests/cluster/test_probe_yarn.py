@@ -1,0 +1,144 @@
+"""The compatibility probe of a user's unchanged Java job in YARN cluster mode, checkpoint and sink on HDFS.
+
+The application is ``com.example.orders.OrdersStream`` (tests/support/user_jobs/orders-java), as in
+tests/cluster/test_users_jobs_yarn.py: one positional argument, a ``.properties`` file shipped with
+``--files`` and read by its relative name in the driver's working folder (so its driver must run in
+the ApplicationMaster's container), its jar on HDFS, a ``foreachBatch`` sink on HDFS. Its
+properties name the checkpoint ``hdfs://127.0.0.1:<port>/...`` while the registry names the same
+folder ``hdfs://localhost:<port>/...``: the agent must see one place (Hadoop's ``checkPath``) to move
+the query onto the staged copy.
+
+v1 runs on the real checkpoint and sink (a local driver on HDFS, stopped by the agent after a
+committed batch); then ``probe_application`` judges, with no new data in Kafka and the registry
+entry in cluster mode on YARN, v2 (``dropDuplicates`` added: Spark 4.2 refuses it with
+``STREAMING_STATEFUL_OPERATOR_MISSING_STATE_DIRECTORY``, tests/integration/test_probe.py holds that
+oracle) and v3 (a projected column added: Spark runs the batch). After each probe the real
+checkpoint and sink are byte-identical (listing and sha256 through the product's file-system
+layer), nothing is left beside the checkpoint, and the probe's YARN application has ended.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+
+import pytest
+
+from airflow_kafka_spark import agent
+from airflow_kafka_spark._util.fs import list_files, open_location, read_bytes
+from airflow_kafka_spark.registry.model import Integration, JobSpec, Sink
+from airflow_kafka_spark.runtime import probe
+from devstack import agent_build, topics, user_jobs
+from devstack.produce import produce
+from devstack.spark_runtimes import runtime
+from tests.support import agent_harness as h
+from tests.support.waiting import wait_until
+
+pytestmark = [pytest.mark.cluster, pytest.mark.integration, pytest.mark.userjobs, pytest.mark.airflow]
+
+JOB = "probeorders"
+CONN = "spark_probe_yarn"
+
+
+def _hdfs_path(url: str) -> str:
+    return "/" + url.split("://", 1)[1].split("/", 1)[1]
+
+
+def digest(url: str) -> dict[str, str]:
+    """Every file under ``url`` and its sha256, read through the product's file-system layer (WebHDFS)."""
+    loc = open_location(url)
+    return {rel: hashlib.sha256(read_bytes(loc.child(rel)) or b"").hexdigest() for rel in sorted(list_files(loc))}
+
+
+def _newest_commit(webhdfs, ck: str) -> int:
+    path = f"{ck}/commits"
+    if not webhdfs.exists(path):
+        return -1
+    return max((int(p.rstrip("/").rsplit("/", 1)[-1]) for p in webhdfs.ls(path, detail=False)
+                if p.rstrip("/").rsplit("/", 1)[-1].isdigit()), default=-1)
+
+
+def test_probe_of_a_users_jar_in_yarn_cluster_mode_on_hdfs(broker, hadoop, yarn_submit, webhdfs, rm, tmp_path):
+    agent_build.build_all()
+    rt = runtime("default")
+    mp = pytest.MonkeyPatch()   # the product reaches HDFS and YARN through the worker's Hadoop configuration
+    for key in ("HADOOP_CONF_DIR", "YARN_CONF_DIR"):
+        mp.setenv(key, yarn_submit.env[key])
+    mp.setenv(f"AIRFLOW_CONN_{CONN.upper()}", json.dumps({"conn_type": "spark", "host": "yarn",
+                                                          "extra": {"deploy-mode": "cluster"}}))
+    try:
+        results = _old_run_and_probes(broker.bootstrap_servers, hadoop, yarn_submit, webhdfs, tmp_path, rt)
+        ran = rm.find(name=f"aks-probe-{JOB}")
+        assert len(ran) == 2 and not any(a.alive for a in ran), [a.summary() for a in ran]
+        assert all(a.am_container_id for a in ran), "the probe's driver should have run in the AM's container"
+    finally:
+        for app in rm.find(name=f"aks-probe-{JOB}"):
+            if app.alive:
+                rm.kill(app.id)
+        mp.undo()
+    v2, v3 = results["v2"], results["v3"]
+    assert (v2.answer, v2.error_class) == (probe.ProbeAnswer.BREAKING,
+                                           "STREAMING_STATEFUL_OPERATOR_MISSING_STATE_DIRECTORY"), v2
+    assert v3.answer is probe.ProbeAnswer.COMPATIBLE and v3.empty_batch, v3
+
+
+def _old_run_and_probes(bs, hadoop, yarn_submit, webhdfs, tmp_path, rt) -> dict[str, probe.ProbeResult]:
+    from airflow_kafka_spark.airflow_glue.spark import spark_target
+
+    t_start = time.monotonic()
+    topic = f"probe-yarn-{os.getpid()}"
+    topics.create_topic(bs, topic, 2)
+    produce(bs, topic, 60, partitions=2)
+    port = hadoop.default_fs.rsplit(":", 1)[1]
+    base = f"/aks-probe-yarn-{os.getpid()}"
+    registry_ck, real_sink = f"hdfs://localhost:{port}{base}/checkpoints/{JOB}", f"{hadoop.default_fs}{base}/sink"
+    apps_dir = f"{base}/apps"
+    webhdfs.makedirs(apps_dir, exist_ok=True)
+    for variant in ("v1", "v2", "v3"):
+        webhdfs.put(str(user_jobs.build("default", variant)), f"{apps_dir}/orders-stream-{variant}.jar")
+    # The application's own spelling of its checkpoint: the NameNode by address, not by name.
+    props = user_jobs.write_properties(tmp_path / "orders.properties", bootstrap=bs, topic=topic,
+                                       checkpoint=f"hdfs://127.0.0.1:{port}{base}/checkpoints/{JOB}",
+                                       output=real_sink, trigger_seconds=1)
+    webhdfs.put(str(props), f"{apps_dir}/orders.properties")
+
+    # v1 on the real checkpoint and sink (a local driver on HDFS), stopped by the agent after a committed batch.
+    marker = f"{hadoop.default_fs}{base}/old.stop"
+    conf = agent.agent_conf(marker, registry_ck, f"{hadoop.default_fs}{base}/old.agent.json", rt.version, {})
+    driver = h.submit(rt, user_jobs.build("default", "v1"), [str(props)], tmp_path / "v1.log", conf=conf,
+                      main_class=user_jobs.MAIN_CLASS, env=hadoop.env())
+    try:
+        wait_until(lambda: driver.proc.poll() is not None or _newest_commit(webhdfs, f"{base}/checkpoints/{JOB}") >= 0,
+                   timeout=180, interval=0.5, what="v1's first committed batch on HDFS")
+        webhdfs.touch(_hdfs_path(marker))
+        assert driver.wait(120) == 0, driver.text()[-3000:]
+    finally:
+        if driver.proc.poll() is None:
+            driver.kill()
+    before_ck, before_sink = digest(registry_ck), digest(real_sink)
+    assert any(r.startswith("commits/") for r in before_ck) and before_sink, (before_ck, before_sink)
+    print(f"\n[probe yarn] v1 ran on HDFS in {time.monotonic() - t_start:.1f}s: {len(before_ck)} checkpoint files, "
+          f"{len(before_sink)} sink files")
+
+    results = {}
+    for variant in ("v2", "v3"):
+        spec = JobSpec(name=JOB, application=f"{hadoop.default_fs}{apps_dir}/orders-stream-{variant}.jar",
+                       main_class=user_jobs.MAIN_CLASS, topics=(topic,), checkpoint=registry_ck,
+                       backup_root=f"{hadoop.default_fs}{base}/backups", stop_marker=f"{registry_ck}.stop",
+                       output=real_sink, sink=Sink.IDEMPOTENT, spark_conn_id=CONN, deploy_mode="cluster",
+                       compatibility_probe=True, integration=Integration.AGENT, spark_version=rt.version,
+                       application_args=("orders.properties",),
+                       files=(f"{hadoop.default_fs}{apps_dir}/orders.properties",),
+                       spark_conf={**yarn_submit.conf, "spark.jars": ",".join(yarn_submit.jars)})
+        load = os.getloadavg()[0]
+        result = probe.probe_application(spec, kafka_config={"bootstrap.servers": bs}, target=spark_target(spec),
+                                         timeout_s=240)
+        results[variant] = result
+        print(f"[probe yarn] {variant}: {result.answer} in {result.seconds}s (load {load:.1f} -> "
+              f"{os.getloadavg()[0]:.1f}), class {result.error_class}: {result.reason}\n{result.log_tail[-1500:]}")
+        assert digest(registry_ck) == before_ck, "the probe touched the real checkpoint"
+        assert digest(real_sink) == before_sink, "the probe touched the real sink"
+        assert not [p for p in webhdfs.ls(f"{base}/checkpoints", detail=False) if ".probe-" in p]
+    return results
