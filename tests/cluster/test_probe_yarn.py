@@ -73,6 +73,8 @@ def test_probe_of_a_users_jar_in_yarn_cluster_mode_on_hdfs(broker, hadoop, yarn_
         ran = rm.find(name=f"aks-probe-{JOB}")
         assert len(ran) == 2 and not any(a.alive for a in ran), [a.summary() for a in ran]
         assert all(a.am_container_id for a in ran), "the probe's driver should have run in the AM's container"
+        for a in ran:   # where the probe's time goes: YARN's accept-to-finish of its application
+            print(f"[probe yarn] {a.summary()[:120]}: {(a.finished_ms - a.started_ms) / 1000:.1f}s on YARN")
     finally:
         for app in rm.find(name=f"aks-probe-{JOB}"):
             if app.alive:
@@ -121,6 +123,12 @@ def _old_run_and_probes(bs, hadoop, yarn_submit, webhdfs, tmp_path, rt) -> dict[
     assert any(r.startswith("commits/") for r in before_ck) and before_sink, (before_ck, before_sink)
     print(f"\n[probe yarn] v1 ran on HDFS in {time.monotonic() - t_start:.1f}s: {len(before_ck)} checkpoint files, "
           f"{len(before_sink)} sink files")
+
+    t0 = time.monotonic()   # the staged copy alone, as the probe makes it (WebHDFS), for the time report
+    staged = probe.stage_checkpoint(registry_ck, f"{hadoop.default_fs}{base}/staging-timing")
+    print(f"[probe yarn] staged copy of {len(before_ck)} files (batch {staged.batch if staged else None}) in "
+          f"{time.monotonic() - t0:.1f}s")
+    webhdfs.rm(f"{base}/staging-timing", recursive=True)
 
     results = {}
     for variant in ("v2", "v3"):
