@@ -73,6 +73,9 @@ def test_probe_of_a_users_jar_in_yarn_cluster_mode_on_hdfs(broker, hadoop, yarn_
         ran = rm.find(name=f"aks-probe-{JOB}")
         assert len(ran) == 2 and not any(a.alive for a in ran), [a.summary() for a in ran]
         assert all(a.am_container_id for a in ran), "the probe's driver should have run in the AM's container"
+        # its own tag, never the checkpoint's: nothing may take the probe for a driver of the job
+        assert all(any(t.startswith("aks-probe-") for t in a.tags) and not any(t.startswith("aks-ck-") for t in a.tags)
+                   for a in ran), [a.tags for a in ran]
         for a in ran:   # where the probe's time goes: YARN's accept-to-finish of its application
             print(f"[probe yarn] {a.summary()[:120]}: {(a.finished_ms - a.started_ms) / 1000:.1f}s on YARN")
     finally:
