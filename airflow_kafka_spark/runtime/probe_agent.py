@@ -113,6 +113,7 @@ def run_on_yarn(command: list[str], env: Mapping[str, str], spec: JobSpec, targe
                 return None
             time.sleep(1.0)
             app = rm.app(app_id)
+        _wait_containers_gone(rm, app)
         parts.append(f"YARN: {app.summary()}\n{app.diagnostics}")
         for name in ("stderr", "stdout"):
             with contextlib.suppress(yarn.YarnError):
@@ -125,9 +126,38 @@ def run_on_yarn(command: list[str], env: Mapping[str, str], spec: JobSpec, targe
         if app_id is not None:
             with contextlib.suppress(yarn.YarnError):
                 if rm.app(app_id).alive:
-                    rm.kill(app_id)
+                    _wait_containers_gone(rm, rm.kill(app_id))
         with open(log_path, "w") as fh:
             fh.write(scrub("\n".join(parts), kafka_config))
+
+
+def _wait_containers_gone(rm: yarn.ResourceManager, app: yarn.YarnApp, limit_s: float = 30.0) -> None:
+    """Until the NodeManager that ran the driver has finished the application there (or ``limit_s``).
+
+    Why: the ResourceManager calls an application ended (or KILLED) before its containers are gone,
+    and a driver's shutdown still writes the agent's report: read too early it may be stale, and a
+    scratch folder removed too early is written again (a leftover beside the checkpoint, seen after
+    a timeout kill). Only the driver's node is asked (executors elsewhere write into the copy only).
+    """
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        with contextlib.suppress(yarn.YarnError):
+            app = rm.app(app.id)
+        if app.alive or _runs_on_node(rm, app):
+            time.sleep(1.0)
+            continue
+        return
+
+
+def _runs_on_node(rm: yarn.ResourceManager, app: yarn.YarnApp) -> bool:
+    if not app.am_host_http_address:
+        return False
+    scheme = "https" if rm.urls[0].startswith("https") else "http"
+    try:
+        _, body = rm._open(f"{scheme}://{app.am_host_http_address}/ws/v1/node/apps/{app.id}")
+        return (json.loads(body).get("app") or {}).get("state") != "FINISHED"
+    except (OSError, ValueError):   # 404 once the node forgot it; an unreachable node: nothing to wait for
+        return False
 
 
 def read_report(scratch: Location) -> dict | None:

@@ -12,13 +12,17 @@ v1 runs on the real checkpoint and sink (a local driver on HDFS, stopped by the 
 committed batch); then ``probe_application`` judges, with no new data in Kafka and the registry
 entry in cluster mode on YARN, v2 (``dropDuplicates`` added: Spark 4.2 refuses it with
 ``STREAMING_STATEFUL_OPERATOR_MISSING_STATE_DIRECTORY``, tests/integration/test_probe.py holds that
-oracle) and v3 (a projected column added: Spark runs the batch). After each probe the real
-checkpoint and sink are byte-identical (listing and sha256 through the product's file-system
-layer), nothing is left beside the checkpoint, and the probe's YARN application has ended.
+oracle) and v3 (a projected column added: Spark runs the batch), both at once; then v3 again
+with an executor that never fits on the NodeManager (as on a full cluster) and a 45 s
+``probe_timeout_s``: the product kills its YARN application and answers ``unknown``. After the
+probes the real checkpoint and sink are byte-identical (listing and sha256 through the product's
+file-system layer), nothing is left beside the checkpoint, and every probe's YARN application has
+ended.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import hashlib
 import json
 import os
@@ -29,7 +33,7 @@ import pytest
 from airflow_kafka_spark import agent
 from airflow_kafka_spark._util.fs import list_files, open_location, read_bytes
 from airflow_kafka_spark.registry.model import Integration, JobSpec, Sink
-from airflow_kafka_spark.runtime import probe
+from airflow_kafka_spark.runtime import probe, yarn
 from devstack import agent_build, topics, user_jobs
 from devstack.produce import produce
 from devstack.spark_runtimes import runtime
@@ -70,13 +74,14 @@ def test_probe_of_a_users_jar_in_yarn_cluster_mode_on_hdfs(broker, hadoop, yarn_
                                                           "extra": {"deploy-mode": "cluster"}}))
     try:
         results = _old_run_and_probes(broker.bootstrap_servers, hadoop, yarn_submit, webhdfs, tmp_path, rt)
-        ran = rm.find(name=f"aks-probe-{JOB}")
-        assert len(ran) == 2 and not any(a.alive for a in ran), [a.summary() for a in ran]
-        assert all(a.am_container_id for a in ran), "the probe's driver should have run in the AM's container"
+        ran = rm.find(name=f"aks-probe-{JOB}")   # newest first: the timed-out probe's, then v2's and v3's
+        assert len(ran) == 3 and not any(a.alive for a in ran), [a.summary() for a in ran]
+        assert ran[0].state is yarn.AppState.KILLED, ran[0].summary()
+        assert all(a.am_container_id for a in ran[1:]), "the probe's driver should have run in the AM's container"
         # its own tag, never the checkpoint's: nothing may take the probe for a driver of the job
         assert all(any(t.startswith("aks-probe-") for t in a.tags) and not any(t.startswith("aks-ck-") for t in a.tags)
                    for a in ran), [a.tags for a in ran]
-        for a in ran:   # where the probe's time goes: YARN's accept-to-finish of its application
+        for a in ran[1:]:   # where the probe's time goes: YARN's accept-to-finish of its application
             print(f"[probe yarn] {a.summary()[:120]}: {(a.finished_ms - a.started_ms) / 1000:.1f}s on YARN")
     finally:
         for app in rm.find(name=f"aks-probe-{JOB}"):
@@ -87,6 +92,8 @@ def test_probe_of_a_users_jar_in_yarn_cluster_mode_on_hdfs(broker, hadoop, yarn_
     assert (v2.answer, v2.error_class) == (probe.ProbeAnswer.BREAKING,
                                            "STREAMING_STATEFUL_OPERATOR_MISSING_STATE_DIRECTORY"), v2
     assert v3.answer is probe.ProbeAnswer.COMPATIBLE and v3.empty_batch, v3
+    late = results["v3-timeout"]
+    assert late.answer is probe.ProbeAnswer.UNKNOWN and "did not finish within 45s" in late.reason, late
 
 
 def _old_run_and_probes(bs, hadoop, yarn_submit, webhdfs, tmp_path, rt) -> dict[str, probe.ProbeResult]:
@@ -133,23 +140,32 @@ def _old_run_and_probes(bs, hadoop, yarn_submit, webhdfs, tmp_path, rt) -> dict[
           f"{time.monotonic() - t0:.1f}s")
     webhdfs.rm(f"{base}/staging-timing", recursive=True)
 
-    results = {}
-    for variant in ("v2", "v3"):
-        spec = JobSpec(name=JOB, application=f"{hadoop.default_fs}{apps_dir}/orders-stream-{variant}.jar",
+    def run(variant: str, timeout_s: float, **conf: str) -> probe.ProbeResult:
+        jar = variant.split("-")[0]
+        spec = JobSpec(name=JOB, application=f"{hadoop.default_fs}{apps_dir}/orders-stream-{jar}.jar",
                        main_class=user_jobs.MAIN_CLASS, topics=(topic,), checkpoint=registry_ck,
                        backup_root=f"{hadoop.default_fs}{base}/backups", stop_marker=f"{registry_ck}.stop",
                        output=real_sink, sink=Sink.IDEMPOTENT, spark_conn_id=CONN, deploy_mode="cluster",
                        compatibility_probe=True, integration=Integration.AGENT, spark_version=rt.version,
                        application_args=("orders.properties",),
                        files=(f"{hadoop.default_fs}{apps_dir}/orders.properties",),
-                       spark_conf={**yarn_submit.conf, "spark.jars": ",".join(yarn_submit.jars)})
+                       spark_conf={**yarn_submit.conf, "spark.jars": ",".join(yarn_submit.jars), **conf})
         load = os.getloadavg()[0]
         result = probe.probe_application(spec, kafka_config={"bootstrap.servers": bs}, target=spark_target(spec),
-                                         timeout_s=240)
-        results[variant] = result
+                                         timeout_s=timeout_s)
         print(f"[probe yarn] {variant}: {result.answer} in {result.seconds}s (load {load:.1f} -> "
-              f"{os.getloadavg()[0]:.1f}), class {result.error_class}: {result.reason}\n{result.log_tail[-1500:]}")
-        assert digest(registry_ck) == before_ck, "the probe touched the real checkpoint"
-        assert digest(real_sink) == before_sink, "the probe touched the real sink"
-        assert not [p for p in webhdfs.ls(f"{base}/checkpoints", detail=False) if ".probe-" in p]
+              f"{os.getloadavg()[0]:.1f}), class {result.error_class}: {result.reason}")
+        return result
+
+    # The two releases at once (two probes fit the NodeManager's 4 GB; the CI budget wants the time).
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        futures = {v: pool.submit(run, v, 240) for v in ("v2", "v3")}
+        results = {v: f.result() for v, f in futures.items()}
+    # A probe that outlives probe_timeout_s: its executor (3 GB) never fits beside its AM on the 4 GB
+    # NodeManager, so its batch waits, as on a full cluster; the product kills it and answers unknown.
+    results["v3-timeout"] = run("v3-timeout", 45, **{"spark.executor.memory": "3g"})
+    assert digest(registry_ck) == before_ck, "the probe touched the real checkpoint"
+    assert digest(real_sink) == before_sink, "the probe touched the real sink"
+    left = [p for p in webhdfs.ls(f"{base}/checkpoints", detail=False) if ".probe-" in p]
+    assert not left, {p: webhdfs.find(p) for p in left}
     return results
