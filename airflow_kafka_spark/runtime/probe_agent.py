@@ -37,6 +37,7 @@ from typing import Any
 
 from airflow_kafka_spark import agent
 from airflow_kafka_spark._util.fs import Location, read_bytes
+from airflow_kafka_spark.errors import UserError
 from airflow_kafka_spark.kafka.secrets import bootstrap_servers_of, scrub
 from airflow_kafka_spark.lifecycle.events import DriverKind
 from airflow_kafka_spark.registry.model import JobSpec
@@ -121,7 +122,7 @@ def run_on_yarn(command: list[str], env: Mapping[str, str], spec: JobSpec, targe
         return 0 if app.succeeded else 1
     finally:
         if app_id is None:
-            with contextlib.suppress(Exception):
+            with contextlib.suppress(UserError):
                 app_id = drivers.find_by_tag(endpoint, tag)
         if app_id is not None:
             with contextlib.suppress(yarn.YarnError):

@@ -325,7 +325,8 @@ def test_the_agent_sees_one_checkpoint_however_hdfs_is_spelled(tmp_path):
              ("hdfs://localhost:9000/ck", "hdfs://localhost/ck", False),
              ("hdfs://localhost/ck2", "hdfs://localhost/ck", False),
              ("file:/ck", "hdfs://localhost/ck", False),
-             ("/tmp/ck", "file:///tmp/ck", True)]
+             ("/tmp/ck", "file:///tmp/ck", True),
+             ("/ck", "hdfs://localhost/ck", False)]   # no scheme: the default file system's (local here), as for Spark
     cp = f"{agent.jar_for(rt.version)}{os.pathsep}{rt.home / 'jars' / '*'}"
     proc = subprocess.run(["java", "-cp", cp, str(src), *[x for a, b, _ in pairs for x in (a, b)]],
                           capture_output=True, text=True, timeout=120)

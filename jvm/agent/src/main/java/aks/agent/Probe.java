@@ -179,20 +179,18 @@ public final class Probe {
    * refuse the query (never a write, but an {@code unknown} answer). Public for the tests.
    */
   public static String qualifyOn(String p, String ref, Configuration hadoop) {
-    if (blank(p)) {
-      return null;
+    String own = qualify(p, hadoop);   // a path without a scheme is the default file system's, as for Spark
+    if (own == null || blank(ref)) {
+      return own;
     }
-    if (!blank(ref)) {
-      try {
-        FileSystem fs = new Path(ref.trim()).getFileSystem(hadoop);
-        Path q = fs.makeQualified(new Path(p.trim()));
-        java.net.URI u = fs.getUri();
-        return new Path(u.getScheme(), u.getAuthority(), q.toUri().getPath()).toString().replaceAll("/+$", "");
-      } catch (java.io.IOException | RuntimeException e) {
-        // another file system (or none): compared as Hadoop qualifies it on its own
-      }
+    try {
+      FileSystem fs = new Path(ref.trim()).getFileSystem(hadoop);
+      Path q = fs.makeQualified(new Path(own));
+      java.net.URI u = fs.getUri();
+      return new Path(u.getScheme(), u.getAuthority(), q.toUri().getPath()).toString().replaceAll("/+$", "");
+    } catch (java.io.IOException | RuntimeException e) {
+      return own;   // another file system (Hadoop's "Wrong FS"): compared as it qualifies itself
     }
-    return qualify(p, hadoop);
   }
 
   private static boolean under(String p, String root) {
