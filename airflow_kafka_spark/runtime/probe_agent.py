@@ -115,10 +115,10 @@ def run_on_yarn(command: list[str], env: Mapping[str, str], spec: JobSpec, targe
             time.sleep(1.0)
             app = rm.app(app_id)
         _wait_containers_gone(rm, app)
-        parts.append(f"YARN: {app.summary()}\n{app.diagnostics}")
-        for name in ("stderr", "stdout"):
+        for name in ("stdout", "stderr"):
             with contextlib.suppress(yarn.YarnError):
-                parts.append(rm.driver_log_tail(app, file=name, max_bytes=32768))
+                parts.append(drivers._strip_nm_framing(rm.driver_log_tail(app, file=name, max_bytes=32768)))
+        parts.append(f"YARN: {app.summary()}\n{app.diagnostics}")   # last: the plan's log tail shows it
         return 0 if app.succeeded else 1
     finally:
         if app_id is None:

@@ -92,6 +92,7 @@ def test_probe_of_a_users_jar_in_yarn_cluster_mode_on_hdfs(broker, hadoop, yarn_
     v2, v3 = results["v2"], results["v3"]
     assert (v2.answer, v2.error_class) == (probe.ProbeAnswer.BREAKING,
                                            "STREAMING_STATEFUL_OPERATOR_MISSING_STATE_DIRECTORY"), v2
+    assert "YARN: application_" in v2.log_tail and "FAILED" in v2.log_tail, v2.log_tail   # the plan shows why
     assert v3.answer is probe.ProbeAnswer.COMPATIBLE and v3.empty_batch, v3
     late = results["v3-timeout"]
     assert late.answer is probe.ProbeAnswer.UNKNOWN and "did not finish within 45s" in late.reason, late
@@ -162,7 +163,8 @@ def _old_run_and_probes(bs, hadoop, yarn_submit, webhdfs, tmp_path, rt) -> dict[
         result = probe.probe_application(spec, kafka_config={"bootstrap.servers": bs}, target=spark_target(spec),
                                          timeout_s=timeout_s)
         print(f"[probe yarn] {variant}: {result.answer} in {result.seconds}s (load {load:.1f} -> "
-              f"{os.getloadavg()[0]:.1f}), class {result.error_class}: {result.reason}")
+              f"{os.getloadavg()[0]:.1f}), class {result.error_class}: {result.reason}\n"
+              + "\n".join(f"    {ln[:160]}" for ln in result.log_tail.splitlines()[-4:]))
         return result
 
     # The two releases at once (two probes fit the NodeManager's 4 GB; the CI budget wants the time).
