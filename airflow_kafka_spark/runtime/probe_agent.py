@@ -118,7 +118,7 @@ def run_on_yarn(command: list[str], env: Mapping[str, str], spec: JobSpec, targe
         for name in ("stdout", "stderr"):
             with contextlib.suppress(yarn.YarnError):
                 parts.append(drivers._strip_nm_framing(rm.driver_log_tail(app, file=name, max_bytes=32768)))
-        parts.append(f"YARN: {app.summary()}\n{app.diagnostics}")   # last: the plan's log tail shows it
+        parts += [app.diagnostics, f"YARN: {app.summary()}"]   # last: the plan's log tail ends with it
         return 0 if app.succeeded else 1
     finally:
         if app_id is None:
