@@ -28,7 +28,7 @@ MODULE = jars.REPO_ROOT / "tests" / "support" / "user_jobs" / "orders-java"
 MAIN_CLASS = "com.example.orders.OrdersStream"
 DSTREAM_MODULE = MODULE.parent / "payments-dstream"
 DSTREAM_MAIN_CLASS = "com.example.payments.PaymentsStream"
-VARIANTS = ("v1", "v2")
+VARIANTS = ("v1", "v2", "v3")   # v3: v1 plus a projected column (compatible)
 # runtime name (devstack.spark_runtimes) -> Maven profile of the Spark line
 PROFILES = {"3.5": "spark35", "default": "spark4"}
 

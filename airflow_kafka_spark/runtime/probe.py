@@ -273,8 +273,9 @@ def probe_application(spec: JobSpec, *, kafka_config: Mapping[str, Any], target:
     ``scratch_dir``: where the copy, the probe's output folder and its log go (a fresh temp folder
     by default for a local checkpoint, ``<checkpoint>.probe-<id>`` beside a remote one so that the
     cluster can read it). It is removed afterwards unless ``keep``. The driver runs in client mode
-    on this host whatever the job's deploy mode (its output is the evidence), with the job's
-    master, spark_conf and connector, named ``aks-probe-<job>`` and with ``spark.aks.probe=true``.
+    on this host (its output is the evidence), except an agent job's in YARN cluster mode, probed
+    in cluster mode on its cluster (``probe_agent.run_on_yarn``: the report is the evidence); with the
+    job's master, spark_conf and connector, named ``aks-probe-<job>``.
     """
     timeout = float(timeout_s if timeout_s is not None else spec.probe_timeout_s)
     t0 = time.monotonic()
@@ -290,14 +291,20 @@ def probe_application(spec: JobSpec, *, kafka_config: Mapping[str, Any], target:
             return ProbeResult(ProbeAnswer.COMPATIBLE, "the checkpoint has no batch: Spark starts a new query, "
                                "any application is accepted", method="checkpoint", seconds=time.monotonic() - t0)
         by_agent = spec.integration is Integration.AGENT
+        on_yarn = by_agent and probe_agent.on_yarn_cluster(target)
+        tag = f"aks-probe-{spec.name.lower()}-{uuid.uuid4().hex[:12]}"
         if by_agent:
             command, env = probe_agent.command(spec, staged.location, scratch, kafka_config=kafka_config,
-                                               target=target)
+                                               target=target, tag=tag)
             _write(scratch.child("STOP"), b"")   # the agent runs the pending batch, then stops the query
         else:
             command, env = probe_command(spec, staged, scratch, kafka_config=kafka_config, target=target)
         log_path = os.path.join(logs, "driver.log")
-        returncode = _run(command, env, log_path, timeout)
+        if on_yarn:
+            returncode = probe_agent.run_on_yarn(command, env, spec, target, tag=tag, timeout_s=timeout,
+                                                 log_path=log_path, kafka_config=kafka_config)
+        else:
+            returncode = _run(command, env, log_path, timeout)
         with open(log_path, errors="replace") as fh:
             output = scrub(fh.read(), kafka_config)
         if by_agent:

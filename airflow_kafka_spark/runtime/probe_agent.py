@@ -13,6 +13,16 @@ file is redirected by the agent instead.
 The answer comes from the agent's report (``<scratch>/probe.agent.json``), not from lines the
 application prints: which sinks were replaced, which query ran on the copy, whether its batch was
 committed or how it failed. Without that evidence the answer is ``unknown``.
+
+Where the driver runs: where the job's does. A YARN cluster-mode job is probed in cluster mode on
+its cluster (:func:`run_on_yarn`), because its application may depend on what only the
+ApplicationMaster's container has: a ``--files`` file read by a relative path (the Java test
+application's ``.properties``), an ``hdfs://`` application jar, the cluster's Python. The report
+and the stop marker are in the scratch folder beside the checkpoint (on HDFS), so the driver reaches
+them from its container and the product reads the report through its own file-system layer; the
+probe's application is tagged with its own tag (never the checkpoint's), has one attempt (a halted
+driver must not be retried) and is killed on timeout. Any other job is probed in client mode on the
+worker.
 """
 
 from __future__ import annotations
@@ -21,14 +31,17 @@ import contextlib
 import dataclasses
 import json
 import os
+import time
 from collections.abc import Mapping
 from typing import Any
 
 from airflow_kafka_spark import agent
 from airflow_kafka_spark._util.fs import Location, read_bytes
-from airflow_kafka_spark.kafka.secrets import bootstrap_servers_of
+from airflow_kafka_spark.errors import UserError
+from airflow_kafka_spark.kafka.secrets import bootstrap_servers_of, scrub
+from airflow_kafka_spark.lifecycle.events import DriverKind
 from airflow_kafka_spark.registry.model import JobSpec
-from airflow_kafka_spark.runtime import connector, detach, submit
+from airflow_kafka_spark.runtime import clusters, connector, detach, drivers, submit, yarn
 from airflow_kafka_spark.runtime.integrations import LaunchFacts, own_arguments
 from airflow_kafka_spark.runtime.submit import SparkTarget
 
@@ -47,12 +60,20 @@ class Verdict:
     text: str
 
 
+def on_yarn_cluster(target: SparkTarget) -> bool:
+    """Whether the job's driver runs in YARN's cluster mode (then so does its probe's)."""
+    return (target.deploy_mode or "") == "cluster" and target.master.strip().lower().startswith("yarn")
+
+
 def command(spec: JobSpec, copy: Location, scratch: Location, *, kafka_config: Mapping[str, Any],
-            target: SparkTarget) -> tuple[list[str], dict[str, str]]:
+            target: SparkTarget, tag: str | None = None) -> tuple[list[str], dict[str, str]]:
     """The probe's spark-submit line for an agent job: the job's own submit, its arguments with the copy,
-    the agent's probe confs; the driver in client mode on this host (its report and log are the evidence)."""
+    the agent's probe confs. The driver runs in YARN's cluster mode for a YARN cluster-mode job (tagged
+    ``tag``, one attempt, spark-submit detached: :func:`run_on_yarn`), else in client mode on this host."""
+    cluster = on_yarn_cluster(target)
     probe_spec = dataclasses.replace(spec, checkpoint=copy.url, output=scratch.child("output").url,
-                                     stop_marker=scratch.child("STOP").url, deploy_mode="client")
+                                     stop_marker=scratch.child("STOP").url,
+                                     deploy_mode="cluster" if cluster else "client")
     facts = LaunchFacts(bootstrap_servers=bootstrap_servers_of(kafka_config))
     args = own_arguments(probe_spec, facts)
     conn_jars = connector.local_connector(probe_spec, target.master, os.environ)
@@ -60,11 +81,84 @@ def command(spec: JobSpec, copy: Location, scratch: Location, *, kafka_config: M
     version = spec.spark_version or submit.spark_version(binary)
     conf = agent.probe_conf(copy.url, scratch.url, spec.checkpoint, scratch.child(REPORT_NAME).url, version,
                             spec.spark_conf)
-    kwargs = submit.hook_kwargs(probe_spec, args=args, jars=conn_jars.jars, mode=detach.DETACH_LOCAL,
+    if cluster:
+        conf["spark.yarn.maxAppAttempts"] = "1"
+    kwargs = submit.hook_kwargs(probe_spec, args=args, jars=conn_jars.jars,
+                                mode=detach.DETACH_YARN if cluster else detach.DETACH_LOCAL,
                                 name=f"aks-probe-{spec.name}", packages=conn_jars.packages,
-                                extra_conf={**spec.spark_conf, **conf})
+                                extra_conf={**spec.spark_conf, **conf}, tag=tag if cluster else None)
     cmd = submit.resolve_binary(target.build_command(kwargs, spec.application), os.environ)
     return cmd, submit.driver_env(cmd, target.master)
+
+
+def run_on_yarn(command: list[str], env: Mapping[str, str], spec: JobSpec, target: SparkTarget, *, tag: str,
+                timeout_s: float, log_path: str, kafka_config: Mapping[str, Any]) -> int | None:
+    """Submit the probe to YARN (cluster mode), wait for its application to end: 0 when it SUCCEEDED,
+    1 otherwise, None on timeout. The application is killed if it is still alive when this returns
+    (timeout, an error while waiting). ``log_path`` gets spark-submit's output, the application's
+    diagnostics and what the NodeManager still has of the driver's log (the evidence is the report)."""
+    endpoint = clusters.resolve_endpoint(DriverKind.YARN.value, master=target.master, spark_conf=spec.spark_conf,
+                                         conn_extra=target.conn_extra)
+    rm = yarn.ResourceManager(list(endpoint.urls), user=endpoint.user)
+    deadline = time.monotonic() + timeout_s
+    app_id: str | None = None
+    parts: list[str] = []
+    try:
+        sub = detach.submit_cluster(command, detach.DETACH_YARN, env=env, kafka_config=kafka_config,
+                                    timeout_s=timeout_s, find=lambda: drivers.find_by_tag(endpoint, tag))
+        app_id = sub.driver.id
+        parts.append(sub.output_tail)
+        app = rm.app(app_id)
+        while app.alive:
+            if time.monotonic() > deadline:
+                return None
+            time.sleep(1.0)
+            app = rm.app(app_id)
+        _wait_containers_gone(rm, app)
+        for name in ("stdout", "stderr"):
+            with contextlib.suppress(yarn.YarnError):
+                parts.append(drivers._strip_nm_framing(rm.driver_log_tail(app, file=name, max_bytes=32768)))
+        parts += [app.diagnostics, f"YARN: {app.summary()}"]   # last: the plan's log tail ends with it
+        return 0 if app.succeeded else 1
+    finally:
+        if app_id is None:
+            with contextlib.suppress(UserError):
+                app_id = drivers.find_by_tag(endpoint, tag)
+        if app_id is not None:
+            with contextlib.suppress(yarn.YarnError):
+                if rm.app(app_id).alive:
+                    _wait_containers_gone(rm, rm.kill(app_id))
+        with open(log_path, "w") as fh:
+            fh.write(scrub("\n".join(parts), kafka_config))
+
+
+def _wait_containers_gone(rm: yarn.ResourceManager, app: yarn.YarnApp, limit_s: float = 30.0) -> None:
+    """Until the NodeManager that ran the driver has finished the application there (or ``limit_s``).
+
+    Why: the ResourceManager calls an application ended (or KILLED) before its containers are gone,
+    and a driver's shutdown still writes the agent's report: read too early it may be stale, and a
+    scratch folder removed too early is written again (a leftover beside the checkpoint, seen after
+    a timeout kill). Only the driver's node is asked (executors elsewhere write into the copy only).
+    """
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        with contextlib.suppress(yarn.YarnError):
+            app = rm.app(app.id)
+        if app.alive or _runs_on_node(rm, app):
+            time.sleep(1.0)
+            continue
+        return
+
+
+def _runs_on_node(rm: yarn.ResourceManager, app: yarn.YarnApp) -> bool:
+    if not app.am_host_http_address:
+        return False
+    scheme = "https" if rm.urls[0].startswith("https") else "http"
+    try:
+        _, body = rm._open(f"{scheme}://{app.am_host_http_address}/ws/v1/node/apps/{app.id}")
+        return (json.loads(body).get("app") or {}).get("state") != "FINISHED"
+    except (OSError, ValueError):   # 404 once the node forgot it; an unreachable node: nothing to wait for
+        return False
 
 
 def read_report(scratch: Location) -> dict | None:

@@ -293,3 +293,77 @@ def test_a_file_sink_on_the_real_output_path_is_never_touched(stack, old_runs):
     print(f"file sink on the real path: {result.answer} in {result.seconds}s: {result.reason}")
     assert digest(real) == before
     assert result.answer is C, result
+
+
+SAME_PLACE = """
+import org.apache.hadoop.conf.Configuration;
+public class SamePlace {
+  public static void main(String[] a) {
+    Configuration c = new Configuration();
+    for (int i = 0; i < a.length; i += 2) {
+      String ref = aks.agent.Probe.qualify(a[i + 1], c);
+      System.out.println(ref.equals(aks.agent.Probe.qualifyOn(a[i], a[i + 1], c)));
+    }
+  }
+}
+"""
+
+
+def test_the_agent_sees_one_checkpoint_however_hdfs_is_spelled(tmp_path):
+    """The agent's checkpoint compare (``Probe.qualifyOn``, Hadoop's ``checkPath`` inside
+    ``FileSystem.makeQualified``) on Spark 4.2's own Hadoop client: the NameNode's default port
+    written or not, its host by name or address, are one place; another port, another path or another
+    file system are not. No NameNode needed: Hadoop decides this without a call."""
+    rt = runtime("default")
+    from airflow_kafka_spark import agent
+
+    src = tmp_path / "SamePlace.java"
+    src.write_text(SAME_PLACE)
+    pairs = [("hdfs://localhost:8020/ck", "hdfs://localhost/ck", True),
+             ("hdfs://localhost/ck/", "hdfs://localhost:8020/ck", True),
+             ("hdfs://127.0.0.1:8020/ck", "hdfs://localhost/ck", True),
+             ("hdfs://localhost:9000/ck", "hdfs://localhost/ck", False),
+             ("hdfs://localhost/ck2", "hdfs://localhost/ck", False),
+             ("file:/ck", "hdfs://localhost/ck", False),
+             ("/tmp/ck", "file:///tmp/ck", True),
+             ("/ck", "hdfs://localhost/ck", False)]   # no scheme: the default file system's (local here), as for Spark
+    cp = f"{agent.jar_for(rt.version)}{os.pathsep}{rt.home / 'jars' / '*'}"
+    proc = subprocess.run(["java", "-cp", cp, str(src), *[x for a, b, _ in pairs for x in (a, b)]],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    got = [ln == "true" for ln in proc.stdout.split()]
+    assert got == [same for *_, same in pairs], list(zip(pairs, got, strict=False))
+
+
+def test_a_changed_group_state_schema_spark4(stack, tmp_path_factory):
+    """``applyInPandasWithState`` keeps its own state: release ``state`` with ``records long``,
+    ``state_v2`` with ``records long, bytes long`` (Spark 4.2). The oracle is Spark's own restart of
+    ``state_v2`` with new records, on a copy of the old checkpoint; the probe, with no new data, must
+    give its answer and class, and leave the real checkpoint and sink byte-identical."""
+    import shutil
+
+    bs, _, second = stack
+    topic = "probe-users-state"
+    topics.create_topic(bs, topic, 2)
+    produce(bs, topic, 40, partitions=2)
+    tmp = tmp_path_factory.mktemp("group-state")
+    real = _old_run(tmp, bs, topic, second, "state", "foreach")
+    before = digest(real)
+    result = _probe(_spec(tmp, topic, _args(topic, second, "state_v2", "foreach")), bs)
+    print(f"group state schema: {result.answer} in {result.seconds}s, class {result.error_class}: {result.reason}")
+    assert digest(real) == before, "the probe touched the real checkpoint or sink"
+
+    oracle = tmp / "oracle"
+    shutil.copytree(real / "checkpoint", oracle / "checkpoint")
+    produce(bs, topic, 10, partitions=2)
+    args = [a.replace("{bootstrap_servers}", bs).replace("{checkpoint}", str(oracle / "checkpoint"))
+            .replace("{output}", str(oracle / "sink")) for a in _args(topic, second, "state_v2", "foreach")]
+    driver = h.submit(runtime("default"), APP, [*args, "--available-now"], tmp / "oracle.log")
+    rc = driver.wait(240)
+    refusal = probe.checkpoint_refusal(driver.text())
+    print(f"group state schema: Spark's own restart exited {rc}, refusal {refusal}")
+    assert rc is not None
+    spark_says = (C, None) if rc == 0 else (B, refusal)
+    assert (result.answer, result.error_class) == spark_says, (result, driver.text()[-3000:])
+    # What Spark 4.2.0 did (docs/probe.md): it checks the group state's value schema and refuses the change.
+    assert spark_says == (B, "STATE_STORE_VALUE_SCHEMA_NOT_COMPATIBLE"), driver.text()[-3000:]

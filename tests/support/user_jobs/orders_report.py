@@ -8,7 +8,9 @@ switch); the compatibility probe's tests deploy one release over another's check
 * ``dedup`` / ``dedup_key2``: ``base`` deduplicated on (topic, partition, offset) / on (key, partition);
 * ``agg`` / ``agg_sum``: records per partition / and the sum of the value lengths (update mode);
 * ``window``: ``base`` plus a 10-second tumbling-window count per key with a watermark;
-* ``two_sources``: ``base`` unioned with a second topic (``--second-topic``).
+* ``two_sources``: ``base`` unioned with a second topic (``--second-topic``);
+* ``state`` / ``state_v2``: records per key kept in ``applyInPandasWithState``'s own state, whose
+  schema is ``records long`` / ``records long, bytes long`` (a changed state schema, update mode).
 
 Its output is written by its own code: ``foreachBatch`` writing JSON to ``<out>/batch=<id>/``
 (``--sink foreach``), or Spark's parquet file sink at ``<out>`` (``--sink parquet``). With
@@ -25,7 +27,8 @@ import argparse
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-RELEASES = ("base", "projection", "dedup", "dedup_key2", "agg", "agg_sum", "window", "two_sources")
+RELEASES = ("base", "projection", "dedup", "dedup_key2", "agg", "agg_sum", "window", "two_sources", "state",
+            "state_v2")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -65,6 +68,8 @@ def shape(df: DataFrame, release: str, second: DataFrame | None) -> tuple[DataFr
     if release == "window":
         return (rows.withWatermark("timestamp", "30 seconds")
                 .groupBy(F.window("timestamp", "10 seconds"), "key").count(), "append")
+    if release in ("state", "state_v2"):
+        return per_key_state(rows, release == "state_v2"), "update"
     if release == "two_sources":
         if second is None:
             raise SystemExit("--release two_sources needs --second-topic")
@@ -72,6 +77,26 @@ def shape(df: DataFrame, release: str, second: DataFrame | None) -> tuple[DataFr
                                   "CAST(value AS STRING) AS value")
         return rows.unionByName(other), "append"
     return rows, "append"
+
+
+def per_key_state(rows: DataFrame, with_bytes: bool) -> DataFrame:
+    """Records (and, in ``state_v2``, value bytes) per key, kept in the group state by the job's own function."""
+    from pyspark.sql.streaming.state import GroupStateTimeout
+
+    def count(key, frames, state):
+        import pandas as pd
+
+        old = state.get if state.exists else (0, 0)
+        records, size = old[0], (old[1] if with_bytes else 0)
+        for pdf in frames:
+            records += len(pdf)
+            size += int(pdf["value"].fillna("").str.len().sum())
+        state.update((records, size) if with_bytes else (records,))
+        yield pd.DataFrame({"key": [key[0]], "records": [records]})
+
+    schema = "records long, bytes long" if with_bytes else "records long"
+    return rows.groupBy("key").applyInPandasWithState(count, "key string, records long", schema, "update",
+                                                      GroupStateTimeout.NoTimeout)
 
 
 def start(df: DataFrame, mode: str, name: str, checkpoint: str, out: str, sink: str, available_now: bool):

@@ -64,12 +64,13 @@ public final class Probe {
     String real = qualify(c.get(AgentConf.CHECKPOINT), hadoop);
     String copy = qualify(c.get(COPY), hadoop);
     String root = qualify(c.get(ROOT), hadoop);
-    String given = qualify(resolved, hadoop);
+    String given = qualifyOn(resolved, c.get(AgentConf.CHECKPOINT), hadoop);
     if (given != null && given.equals(real)) {
       return copy;
     }
-    if (given != null && root != null && under(given, root)) {
-      return given;
+    String inRoot = qualifyOn(resolved, c.get(ROOT), hadoop);
+    if (inRoot != null && root != null && under(inRoot, root)) {
+      return qualify(resolved, hadoop);
     }
     throw new IllegalStateException("[AKS_PROBE_CHECKPOINT_REFUSED] the probe refuses query " + queryName
         + ": its checkpoint " + resolved + " is neither the job's checkpoint (" + c.get(AgentConf.CHECKPOINT)
@@ -130,7 +131,7 @@ public final class Probe {
       return true;
     }
     String root = qualify(hadoop.get(ROOT), hadoop);
-    String p = qualify(path.toString(), hadoop);
+    String p = qualifyOn(path.toString(), hadoop.get(ROOT), hadoop);
     return root != null && p != null && under(p, root);
   }
 
@@ -154,7 +155,8 @@ public final class Probe {
     return m;
   }
 
-  static String qualify(String p, Configuration hadoop) {
+  /** {@code p} as its own file system qualifies it, without a trailing slash; public for the tests. */
+  public static String qualify(String p, Configuration hadoop) {
     if (blank(p)) {
       return null;
     }
@@ -164,6 +166,30 @@ public final class Probe {
       return fs.makeQualified(path).toString().replaceAll("/+$", "");
     } catch (java.io.IOException | RuntimeException e) {
       return null;
+    }
+  }
+
+  /**
+   * {@code p} qualified and spelled on the file system of {@code ref} when Hadoop says it is that file
+   * system, else {@link #qualify}: {@code FileSystem.makeQualified} runs {@code checkPath}, which
+   * compares the scheme and the authority canonicalized (the default port added, the host name
+   * resolved), so {@code hdfs://nn/ck} and {@code hdfs://nn:8020/ck}, or {@code localhost} and
+   * {@code 127.0.0.1}, name one place; another file system throws "Wrong FS". Why: a registry entry
+   * and the application may spell the same checkpoint differently, and a string compare would
+   * refuse the query (never a write, but an {@code unknown} answer). Public for the tests.
+   */
+  public static String qualifyOn(String p, String ref, Configuration hadoop) {
+    String own = qualify(p, hadoop);   // a path without a scheme is the default file system's, as for Spark
+    if (own == null || blank(ref)) {
+      return own;
+    }
+    try {
+      FileSystem fs = new Path(ref.trim()).getFileSystem(hadoop);
+      Path q = fs.makeQualified(new Path(own));
+      java.net.URI u = fs.getUri();
+      return new Path(u.getScheme(), u.getAuthority(), q.toUri().getPath()).toString().replaceAll("/+$", "");
+    } catch (java.io.IOException | RuntimeException e) {
+      return own;   // another file system (Hadoop's "Wrong FS"): compared as it qualifies itself
     }
   }
 
