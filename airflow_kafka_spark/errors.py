@@ -87,6 +87,8 @@ class BlockReason(StrEnum):
     STALE_INTERRUPTED_OPERATION = "STALE_INTERRUPTED_OPERATION"
     #: an interrupted operation was finished instead; the requested one was not started
     INTERRUPTED_OPERATION_FINISHED = "INTERRUPTED_OPERATION_FINISHED"
+    #: ``auto`` asked Spark (the compatibility probe) whether the new build breaks the checkpoint and got no answer
+    COMPATIBILITY_UNKNOWN = "COMPATIBILITY_UNKNOWN"
 
     @classmethod
     def of_code(cls, code: str) -> BlockReason:

@@ -5,8 +5,9 @@
 with ``compatibility_probe`` in the registry (a user's unchanged job under the agent, which swaps
 its sink by configuration, or a reference job implementing ``--aks-probe``), Spark says so through
 the compatibility probe (:mod:`airflow_kafka_spark.runtime.probe`): ``breaking``
-resets with ``preserve``, ``compatible`` keeps, ``unknown`` keeps (and says why: the health gate
-and the rollback still guard the start).
+resets with ``preserve``, ``compatible`` keeps, ``unknown`` stops the run before anything changes
+(an :class:`~airflow_kafka_spark.errors.OperationBlocked`, ``COMPATIBILITY_UNKNOWN``) and says why and
+what to choose instead: a deploy whose effect on the checkpoint nobody knows is not guessed at.
 
 Why apart from the operators of the ``streaming_safe_restart`` DAG: these are product rules (a
 changed ``compatibility_version`` means checkpoint-breaking, so reset with ``preserve``; a BLOCK
@@ -22,7 +23,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from airflow_kafka_spark.errors import UserError
+from airflow_kafka_spark.errors import BlockReason, OperationBlocked, UserError
 from airflow_kafka_spark.names import validate_backup_id
 from airflow_kafka_spark.ops.modes import ResetMode
 from airflow_kafka_spark.ops.reset_plan import parse_datetime
@@ -136,8 +137,11 @@ def _auto_by_probe(probe: ProbeResult) -> RestartDecision:
     if probe.answer is ProbeAnswer.COMPATIBLE:
         return RestartDecision(RestartAction.KEEP, f"auto: the compatibility probe says compatible ({probe.reason}): "
                                "keep the checkpoint", probe=probe)
-    return RestartDecision(RestartAction.KEEP, f"auto: the compatibility probe could not tell ({probe.reason}): keep "
-                           "the checkpoint (bump compatibility_version to force a reset)", probe=probe)
+    raise OperationBlocked(
+        f"auto: the compatibility probe could not tell whether the new application runs on the checkpoint "
+        f"({probe.reason}); nothing was changed. Trigger again with mode keep (the health gate and the rollback "
+        "guard the start) or reset-preserve, or bump compatibility_version", reason=BlockReason.COMPATIBILITY_UNKNOWN,
+        details={"probe": probe.to_dict()})
 
 
 def run_lease_ttl_s(stop_timeout_s: float, health_gate_timeout_s: float) -> float:

@@ -74,10 +74,10 @@ class UserStack:
     def apps(self) -> Path:
         return self.data / "apps"
 
-    def write_registry(self, *, app: str, compat: str, extra_args: tuple[str, ...] = ()) -> None:
+    def write_registry(self, *, app: str, compat: str, extra_args: tuple[str, ...] = (), **more: Any) -> None:
         """The user's job as spark-submit names it: their script and their own arguments, verbatim."""
         write_registry(self.registry, [{
-            "name": JOB, "topics": [self.topic], "sink": "idempotent", "compatibility_version": compat,
+            **more, "name": JOB, "topics": [self.topic], "sink": "idempotent", "compatibility_version": compat,
             "application": str(self.apps / app), "integration": "agent",
             "application_args": ["--brokers", "{bootstrap_servers}", "--topic", self.topic,
                                  "--checkpoint", "{checkpoint}", "--out", "{output}", *extra_args],
@@ -221,6 +221,25 @@ def test_a_build_whose_own_parser_refuses_its_arguments_fails_the_submit_and_is_
     users.wait_caught_up()
     cmp = users.compare()
     assert cmp.exact, cmp.summary()
+    users.write_registry(app="orders_stream_v2.py", compat="2")
+
+
+def test_auto_whose_probe_cannot_tell_stops_the_run_before_anything_changes(users):
+    """``auto`` with the compatibility probe on, and a probe that cannot answer (its time runs out before
+    its driver does anything): the plan task fails with the reason and the choices; the job is neither
+    stopped nor touched."""
+    users.write_registry(app="orders_stream_v2.py", compat="2", compatibility_probe=True, probe_timeout_s=1)
+    before = read_checkpoint(str(users.checkpoint))
+    driver = users.record().driver
+    r = users.run(users.conf("auto", reason="probe cannot tell"))
+    assert r.state == "failed" and r.states["plan"] == "failed", r.states
+    assert r.states["stop"] in ("upstream_failed", "skipped") and r.states["rollback"] == "skipped", r.states
+    failure = r.xcom("finish", "failure")
+    assert "could not tell" in failure and "nothing was changed" in failure and "mode keep" in failure, failure
+    assert users.record().driver == driver and drivers.local_alive(driver)
+    after = read_checkpoint(str(users.checkpoint))
+    assert (after.query_id, after.latest_committed.batch_id >= before.latest_committed.batch_id) == (
+        before.query_id, True)
     users.write_registry(app="orders_stream_v2.py", compat="2")
 
 

@@ -32,6 +32,7 @@ import pytest
 
 from airflow_kafka_spark import agent
 from airflow_kafka_spark._util.fs import list_files, open_location, read_bytes
+from airflow_kafka_spark.errors import BlockReason, OperationBlocked
 from airflow_kafka_spark.ops.modes import ResetMode
 from airflow_kafka_spark.registry.model import Integration, JobSpec, Sink
 from airflow_kafka_spark.runtime import probe, safe_restart, yarn
@@ -97,12 +98,13 @@ def test_probe_of_a_users_jar_in_yarn_cluster_mode_on_hdfs(broker, hadoop, yarn_
     late = results["v3-timeout"]
     assert late.answer is probe.ProbeAnswer.UNKNOWN and "did not finish within 45s" in late.reason, late
     # auto on the unchanged job (compatibility_version not bumped): what each answer makes the run do
-    decided = {v: safe_restart.decide("auto", registry_compat="1", recorded_compat="1", probe=r)
-               for v, r in results.items()}
+    decided = {v: safe_restart.decide("auto", registry_compat="1", recorded_compat="1", probe=results[v])
+               for v in ("v2", "v3")}
     assert (decided["v2"].action, decided["v2"].reset_mode) == (safe_restart.RestartAction.RESET, ResetMode.PRESERVE)
     assert decided["v3"].action is safe_restart.RestartAction.KEEP
-    assert decided["v3-timeout"].action is safe_restart.RestartAction.KEEP
-    assert "could not tell" in decided["v3-timeout"].why
+    with pytest.raises(OperationBlocked) as stopped:   # unknown: the run stops before anything changes
+        safe_restart.decide("auto", registry_compat="1", recorded_compat="1", probe=late)
+    assert stopped.value.reason is BlockReason.COMPATIBILITY_UNKNOWN and "could not tell" in str(stopped.value)
 
 
 def _old_run_and_probes(bs, hadoop, yarn_submit, webhdfs, tmp_path, rt) -> dict[str, probe.ProbeResult]:

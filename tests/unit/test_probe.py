@@ -103,9 +103,14 @@ def test_auto_uses_the_probe_and_compatibility_version_overrides_it():
     assert breaking.action is safe_restart.RestartAction.RESET and breaking.reset_mode == "preserve"
     assert "compatibility probe says checkpoint-breaking" in breaking.why
     assert breaking.to_dict()["probe"]["answer"] == "breaking"
-    for answer in (ProbeAnswer.COMPATIBLE, ProbeAnswer.UNKNOWN):
-        kept = safe_restart.decide("auto", registry_compat="1", recorded_compat="1", probe=_probe(answer))
-        assert kept.action is safe_restart.RestartAction.KEEP and "probe" in kept.why
+    kept = safe_restart.decide("auto", registry_compat="1", recorded_compat="1", probe=_probe(ProbeAnswer.COMPATIBLE))
+    assert kept.action is safe_restart.RestartAction.KEEP and "probe" in kept.why
+    from airflow_kafka_spark.errors import BlockReason, ExitCode, OperationBlocked
+
+    with pytest.raises(OperationBlocked) as unknown:     # the run stops before anything changes, and says why
+        safe_restart.decide("auto", registry_compat="1", recorded_compat="1", probe=_probe(ProbeAnswer.UNKNOWN))
+    assert unknown.value.reason is BlockReason.COMPATIBILITY_UNKNOWN and unknown.value.exit_code == ExitCode.BLOCKED
+    assert "nothing was changed" in str(unknown.value) and "mode keep" in str(unknown.value)
     bumped = safe_restart.decide("auto", registry_compat="2", recorded_compat="1", probe=_probe(ProbeAnswer.COMPATIBLE))
     assert bumped.action is safe_restart.RestartAction.RESET and "compatibility_version changed" in bumped.why
 
