@@ -40,6 +40,7 @@ from airflow_kafka_spark.errors import UserError
 from airflow_kafka_spark.names import default_job_name, new_backup_id, validate_job_name
 from airflow_kafka_spark.ops import seal
 from airflow_kafka_spark.ops.backup.catalog import job_location, store_path
+from airflow_kafka_spark.ops.backup.kinds import kind_for
 from airflow_kafka_spark.ops.backup.manifest import LOCK_NAME, FileEntry, Manifest
 from airflow_kafka_spark.ops.backup.reuse import (
     PRECOPY_NAME,
@@ -67,11 +68,14 @@ class PrecopyResult:
     blobs_written: int
     bytes_written: int
     files_skipped: int         # vanished, grew or changed while read: the backup reads them itself
+    files_vouched: int = 0     # new files whose sha256 the store kept: copied by the store, never read here
+    bytes_copied_by_store: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return {"job": self.job, "seconds": round(self.seconds, 3), "files": self.files, "bytes": self.bytes,
                 "files_read": self.files_read, "bytes_read": self.bytes_read, "blobs_written": self.blobs_written,
-                "bytes_written": self.bytes_written, "files_skipped": self.files_skipped}
+                "bytes_written": self.bytes_written, "files_skipped": self.files_skipped,
+                "files_vouched": self.files_vouched, "bytes_copied_by_store": self.bytes_copied_by_store}
 
 
 def precopy_checkpoint(checkpoint_location: str, backup_root: str, *, job: str | None = None,
@@ -101,7 +105,7 @@ def precopy_checkpoint(checkpoint_location: str, backup_root: str, *, job: str |
         misfit = layout_misfit(listing, [(p.code, p.path) for p in state.problems], ids=ids)
         sel = select_files(listing, max(ids[1]) if ids[1] else None, max(ids[0]) if ids[0] else None,
                            keep_pending=True, whole=misfit)
-        writer = BlobWriter(job_loc, index)
+        writer = BlobWriter(job_loc, index, kind_for(ck, job_loc))
         below_ck = Contained(ck)
         entries: list[FileEntry] = []
         skipped = 0
@@ -116,16 +120,16 @@ def precopy_checkpoint(checkpoint_location: str, backup_root: str, *, job: str |
             check_relative(rel, what="checkpoint file")
             src = below_ck.child(rel, what="checkpoint file")
             try:
-                sha, actual = writer.put(src, size)
+                sha, actual, proof = writer.put(src, size, mtime)
             except (FileNotFoundError, UserError):   # deleted by state maintenance, or grew: the backup's job
                 skipped += 1
                 continue
             if actual != size or not _same_stat(src, size, mtime, ctime):
                 skipped += 1
                 continue
-            entries.append(FileEntry(rel, actual, sha, mtime, ctime))
+            entries.append(FileEntry(rel, actual, sha, mtime, ctime, proof))
         writer.sync()
-        bad = mismatched_blobs(job_loc, {sha: index[sha] for sha in writer.written})
+        bad = mismatched_blobs(job_loc, {sha: index[sha] for sha in writer.to_rehash()})
         if bad:
             raise UserError(f"the pre-copy of job {job} stored a blob that does not hash to its name "
                             f"({bad[0]}): the backup store at {job_loc.url} is not keeping what is written to it")
@@ -145,7 +149,8 @@ def precopy_checkpoint(checkpoint_location: str, backup_root: str, *, job: str |
     return PrecopyResult(job=job, seconds=time.monotonic() - t0, files=len(entries),
                          bytes=sum(e.size for e in entries), files_read=writer.files_hashed,
                          bytes_read=writer.bytes_hashed, blobs_written=len(writer.written),
-                         bytes_written=writer.bytes_written, files_skipped=skipped)
+                         bytes_written=writer.bytes_written, files_skipped=skipped, files_vouched=writer.files_vouched,
+                         bytes_copied_by_store=writer.bytes_copied_by_store)
 
 
 def _same_stat(src: Location, size: int, mtime: float, ctime: float | None) -> bool:

@@ -15,15 +15,16 @@ import stat
 import uuid
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
 
 from airflow_kafka_spark._util import faults
 from airflow_kafka_spark._util.conditional import rename_file
 from airflow_kafka_spark._util.fs import (
+    TRAFFIC,
     Location,
     file_kind,
     list_files,
     local_os_path,
+    open_new,
     open_regular,
     os_reason,
     remove_file,
@@ -33,7 +34,9 @@ from airflow_kafka_spark._util.localfs import sync_filesystem
 from airflow_kafka_spark._util.paths import Contained
 from airflow_kafka_spark.errors import UserError
 from airflow_kafka_spark.ops.backup.catalog import blob_rel, job_location, load_backup, open_backup_root
-from airflow_kafka_spark.ops.backup.manifest import BLOBS_DIR, TMP_DIR, Manifest, check_paths
+from airflow_kafka_spark.ops.backup.kinds import Streamed
+from airflow_kafka_spark.ops.backup.manifest import BLOBS_DIR, TMP_DIR, Manifest
+from airflow_kafka_spark.ops.backup.restore_copy import copy_files
 
 _CHUNK = 1 << 20
 #: Threads re-hashing blobs in :func:`check_blobs`.
@@ -165,14 +168,19 @@ class BlobWriter:
     one ``fsync`` per file. A crash before that leaves temp files only, which pruning collects.
     """
 
-    def __init__(self, job_loc: Location, index: dict[str, int]) -> None:
+    def __init__(self, job_loc: Location, index: dict[str, int], kind: Streamed | None = None) -> None:
         self.job_loc = job_loc
+        self.kind = kind or Streamed()   # what the two stores can do without this process (ops.backup.kinds)
         self.below = Contained(job_loc)   # .tmp/ and blobs/ never through a link out of the store
         self.index = index
         self.written: set[str] = set()
         self.bytes_written = 0
         self.bytes_hashed = 0
         self.files_hashed = 0
+        self.files_vouched = 0            # sha256 the store kept for the source (never read here)
+        self.bytes_copied_by_store = 0    # bodies the store copied itself (CopyObject)
+        #: blobs written by this run whose proof is asked of the store (sha -> their source, if any)
+        self._store_proves: dict[str, Location | None] = {}
         self._staged: list[tuple[str, Location]] = []   # (temp path, blob) waiting for sync()
         self._tmp_made = False
         self._tmp_dir: Location | None = None
@@ -180,21 +188,38 @@ class BlobWriter:
         self._tmp_count = 0
         self._blob_dirs: dict[str, Location] = {}
 
-    def put(self, src: Location, listed_size: int) -> tuple[str, int]:
-        """(sha256, size) of ``src``; the body is stored unless a blob with that hash exists.
+    def put(self, src: Location, listed_size: int, mtime: float | None = None) -> tuple[str, int, str | None]:
+        """(sha256, size, proof) of ``src``; the body is stored unless a blob with that hash exists.
 
         ``src`` must be a regular file (never a link, FIFO or device: :func:`open_regular`)
         and is read to at most its listed size: a file that grows meanwhile is an error, not an
-        endless copy.
+        endless copy. When the store keeps a SHA-256 of ``src`` (``proof`` then names it), the
+        body is copied by the store itself, or not at all when the blob exists.
         """
-        if self.job_loc.local and listed_size <= _SMALL:
-            return self._put_small(src, listed_size)
+        vouched = self.kind.vouched_sha256(src, listed_size, mtime)
+        if vouched is not None:
+            sha = vouched.sha256
+            if self.index.get(sha) == listed_size:
+                self.files_vouched += 1
+                return sha, listed_size, self.kind.name + "-sha256"
+            blob = self._blob_location(sha)
+            if self.kind.copy_in(src, blob, vouched.token):
+                self.files_vouched += 1
+                self.bytes_copied_by_store += listed_size
+                self.index[sha] = listed_size
+                self.written.add(sha)
+                self._store_proves[sha] = None
+                return sha, listed_size, self.kind.name + "-sha256"
+            # the object changed since it was listed, or the copy was refused: read it
+        if listed_size <= _SMALL:
+            sha, size = self._put_small(src, listed_size)
+            return sha, size, None
         tmp = self._new_tmp()
         h = hashlib.sha256()
         size = 0
         self._make_tmp_dir(tmp)
         try:
-            with open_regular(src, follow_links=False) as fin, _open_new(tmp) as fout:
+            with open_regular(src, follow_links=False) as fin, open_new(tmp) as fout:
                 while chunk := fin.read(_CHUNK):
                     h.update(chunk)
                     size += len(chunk)
@@ -206,7 +231,7 @@ class BlobWriter:
             if isinstance(exc, OSError) and not isinstance(exc, FileNotFoundError):
                 raise UserError(f"cannot copy {src.url} to {self.job_loc.url}: {os_reason(exc)}") from None
             raise
-        return self._keep(tmp, h.hexdigest(), size)
+        return (*self._keep(tmp, h.hexdigest(), size, src), None)
 
     def _put_small(self, src: Location, listed_size: int) -> tuple[str, int]:
         try:
@@ -223,17 +248,34 @@ class BlobWriter:
         self.bytes_hashed += size
         if self.index.get(sha) == size:
             return sha, size
+        if not self.job_loc.local:
+            blob = self._blob_location(sha)
+            faults.crash_point("backup.blob")
+            if self.kind.put_checked(blob, data, sha):   # one write the store checks against sha
+                TRAFFIC.add(written=size)
+                self._store_proves[sha] = None
+                return self._account(sha, size)
         tmp = self._new_tmp()
         self._make_tmp_dir(tmp)
         try:
-            with _open_new(tmp) as fout:
+            with open_new(tmp) as fout:
                 fout.write(data)
         except OSError as exc:
             remove_file(tmp)
             raise UserError(f"cannot store a blob in {self.job_loc.url}: {os_reason(exc)}") from None
         self.files_hashed -= 1   # counted again by _keep
         self.bytes_hashed -= size
-        return self._keep(tmp, sha, size)
+        return self._keep(tmp, sha, size, src)
+
+    def to_rehash(self) -> set[str]:
+        """The blobs this run wrote that must be read back and re-hashed: those the store does not prove itself.
+
+        S3: the blob's kept SHA-256 (``HeadObject``) is its name; HDFS: the NameNode's checksum of the
+        blob is its source file's. A blob the store cannot vouch for is re-hashed as before.
+        """
+        proven = {sha for sha, source in self._store_proves.items()
+                  if self.kind.proves(self._blob_location(sha), sha, self.index[sha], source)}
+        return self.written - proven
 
     def _new_tmp(self) -> Location:
         """A fresh temp file name in the store's ``.tmp/`` (one random prefix per run, then a counter);
@@ -260,7 +302,7 @@ class BlobWriter:
             os.makedirs(os.path.dirname(tmp.path), exist_ok=True)
             self._tmp_made = True
 
-    def _keep(self, tmp: Location, sha: str, size: int) -> tuple[str, int]:
+    def _keep(self, tmp: Location, sha: str, size: int, src: Location) -> tuple[str, int]:
         """Account a hashed body; keep its temp file as the blob unless the store has it already."""
         self.files_hashed += 1
         self.bytes_hashed += size
@@ -278,6 +320,10 @@ class BlobWriter:
             faults.crash_point("backup.blob")
             if not rename_file(tmp, final):   # HDFS: a racing backup stored the same blob first
                 remove_file(tmp)
+            self._store_proves[sha] = src
+        return self._account(sha, size)
+
+    def _account(self, sha: str, size: int) -> tuple[str, int]:
         self.index[sha] = size
         self.written.add(sha)
         self.bytes_written += size
@@ -318,15 +364,6 @@ def _grew(src: Location, listed_size: int) -> UserError:
                      "something writes into the checkpoint; stop the query and back up again")
 
 
-def _open_new(target: Location) -> Any:
-    """``target`` opened for writing; local: never through a link planted at its name."""
-    if not target.local:
-        return target.fs.open(target.path, "wb")
-    fd = os.open(target.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0),
-                 0o644)
-    return os.fdopen(fd, "wb")
-
-
 def _lmode(path: str, missing: int) -> int:
     """``lstat`` mode of ``path`` (never through a link); ``missing`` when nothing is there."""
     try:
@@ -345,42 +382,6 @@ def materialize(manifest: Manifest, backup_root: str, dest: Location, *,
     ``from_json`` already refused unsafe ones); blobs are read as regular files only, at most
     their recorded size plus one byte. Files for which ``hash_only(path)`` is true are checked
     but written empty (a dry run judged in memory needs state files to exist, not their bodies).
+    How each file is copied and proven: ``ops.backup.restore_copy``.
     """
-    check_paths(manifest, f"of backup {manifest.backup_id}")
-    job_loc = job_location(open_backup_root(backup_root, storage_options), manifest.job)
-    if dest.local:
-        os.makedirs(dest.path, exist_ok=True)
-    # Linear in the number of files (state stores reach 40,000): each folder is checked and
-    # created once, each blob's path proven once, local files written without fsspec's overhead.
-    below_dest, below_job = Contained(dest), Contained(job_loc)
-    blobs: dict[str, Location] = {}
-    made: set[str] = set()
-    for f in manifest.files:
-        blob = blobs.get(f.sha256) or blobs.setdefault(f.sha256, below_job.child(blob_rel(f.sha256), what="blob path"))
-        target = below_dest.child(f.path, what=f"file path of backup {manifest.backup_id}")
-        if target.local and (parent := os.path.dirname(target.path)) not in made:
-            os.makedirs(parent, exist_ok=True)
-            made.add(parent)
-        h = hashlib.sha256()
-        left = f.size + 1
-        try:
-            with open_regular(blob, follow_links=False) as fin, _open_new(target) as fout:
-                body = not (hash_only and hash_only(f.path))
-                while left > 0 and (chunk := fin.read(min(_CHUNK, left))):
-                    h.update(chunk)
-                    left -= len(chunk)
-                    if body:
-                        fout.write(chunk)
-        except FileNotFoundError:
-            raise UserError(f"backup {manifest.backup_id} is incomplete: the blob for {f.path} is missing; "
-                            "restore from another backup") from None
-        except OSError as exc:
-            raise UserError(f"cannot copy {f.path} of backup {manifest.backup_id} to {dest.url}: "
-                            f"{os_reason(exc)}") from None
-        if left != 1:   # read size != recorded size: a dry run judges what the real run would copy
-            raise UserError(f"backup {manifest.backup_id} is damaged: the blob for {f.path} has "
-                            f"{f.size + 1 - left:,} bytes, the manifest says {f.size:,}; restore from another backup")
-        if h.hexdigest() != f.sha256:
-            raise UserError(f"backup {manifest.backup_id} is damaged: the blob for {f.path} does not match its "
-                            "sha256; restore from another backup")
-        faults.crash_point("restore.file")
+    copy_files(manifest, backup_root, dest, storage_options=storage_options, hash_only=hash_only)
