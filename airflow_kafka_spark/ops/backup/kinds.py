@@ -48,9 +48,15 @@ class Streamed:
     """Bodies pass through this process; nothing is proven without reading it."""
 
     name = "streamed"
+    #: Does :meth:`copy_in` ever copy inside the store (worth asking many sources at once)?
+    copies = False
 
-    def vouched_sha256(self, src: Location, size: int, mtime: float | None) -> Vouched | None:
-        """The SHA-256 the store keeps for ``src`` (listed with ``size``, ``mtime``), or None."""
+    def vouched_sha256(self, src: Location, size: int) -> Vouched | None:
+        """The SHA-256 the store keeps for ``src`` (listed with ``size``), or None.
+
+        The object may have been replaced since it was listed: its entry then pairs the listed mtime
+        with the new body's hash, which is never reused (the next listing shows another mtime), and
+        the copy is of exactly the version whose SHA-256 was read (``CopySourceIfMatch``)."""
         return None
 
     def copy_in(self, src: Location, blob: Location, token: str | None) -> bool:
@@ -77,17 +83,24 @@ class S3(Streamed):
 
     def __init__(self, same_store: bool) -> None:
         self.same_store = same_store
+        self.copies = same_store
 
-    def vouched_sha256(self, src: Location, size: int, mtime: float | None) -> Vouched | None:
+    def vouched_sha256(self, src: Location, size: int) -> Vouched | None:
         if not self.same_store or not is_s3(src.fs):
             return None
         head = s3_head(src.fs, src.path)
-        if head["sha256"] is None or head["size"] != size or (mtime is not None and head["mtime"] != mtime):
-            return None   # no kept SHA-256, or not the object listed: read it
+        if head["sha256"] is None or head["size"] != size:
+            return None   # no kept SHA-256, or not the size listed: read it (a grown file is refused there)
         return Vouched(head["sha256"], head["etag"])
 
     def copy_in(self, src: Location, blob: Location, token: str | None) -> bool:
-        return self.same_store and s3_copy(blob.fs, src.path, blob.path, if_match=token)
+        if not self.same_store:
+            return False
+        try:
+            return s3_copy(blob.fs, src.path, blob.path, if_match=token)
+        except PermissionError:   # the backup's credentials may not read the checkpoint's bucket: stream
+            self.same_store = False
+            return False
 
     def put_checked(self, blob: Location, data: bytes, sha256: str) -> bool:
         s3_put_sha256(blob.fs, blob.path, data, sha256)

@@ -109,6 +109,7 @@ def precopy_checkpoint(checkpoint_location: str, backup_root: str, *, job: str |
         below_ck = Contained(ck)
         entries: list[FileEntry] = []
         skipped = 0
+        todo: list[tuple[str, Location, int, float, float | None]] = []
         for rel in sorted(sel.files):
             size, mtime, ctime = stat_of(sel.files[rel], local=ck.local)
             if mtime is None:   # an entry without mtime can never be reused: not worth reading now
@@ -118,9 +119,11 @@ def precopy_checkpoint(checkpoint_location: str, backup_root: str, *, job: str |
                 entries.append(prev)
                 continue
             check_relative(rel, what="checkpoint file")
-            src = below_ck.child(rel, what="checkpoint file")
+            todo.append((rel, below_ck.child(rel, what="checkpoint file"), size, mtime, ctime))
+        writer.prefetch([(src, size) for _, src, size, _, _ in todo])   # object stores: many requests at once
+        for rel, src, size, mtime, ctime in todo:
             try:
-                sha, actual, proof = writer.put(src, size, mtime)
+                sha, actual, proof = writer.put(src, size)
             except (FileNotFoundError, UserError):   # deleted by state maintenance, or grew: the backup's job
                 skipped += 1
                 continue
@@ -128,6 +131,7 @@ def precopy_checkpoint(checkpoint_location: str, backup_root: str, *, job: str |
                 skipped += 1
                 continue
             entries.append(FileEntry(rel, actual, sha, mtime, ctime, proof))
+        entries.sort()   # by path, as one pass in sorted order wrote them
         writer.sync()
         bad = mismatched_blobs(job_loc, {sha: index[sha] for sha in writer.to_rehash()})
         if bad:

@@ -28,6 +28,7 @@ from airflow_kafka_spark._util import faults
 from airflow_kafka_spark._util.fs import TRAFFIC, Location, open_new, open_regular, os_reason
 from airflow_kafka_spark._util.localfs import sync_filesystem
 from airflow_kafka_spark._util.paths import Contained
+from airflow_kafka_spark._util.stores import is_webhdfs
 from airflow_kafka_spark.errors import UserError
 from airflow_kafka_spark.ops.backup.catalog import blob_rel, job_location, open_backup_root
 from airflow_kafka_spark.ops.backup.kinds import S3, Streamed, kind_for
@@ -35,8 +36,9 @@ from airflow_kafka_spark.ops.backup.manifest import FileEntry, Manifest, check_p
 
 _CHUNK = 1 << 20
 #: Copies at once: local disks (both cores hashing while a third waits on the disk), object stores
-#: (each copy is a few requests' latency), other remote stores (one session: one at a time).
-_THREADS = {"local": 4, "s3": 8}
+#: (each copy is a few requests' latency), HDFS (each file a NameNode round trip and a DataNode
+#: pipeline), other stores one at a time.
+_THREADS = {"local": 4, "s3": 8, "webhdfs": 4}
 
 
 def copy_files(manifest: Manifest, backup_root: str, dest: Location, *, storage_options: dict | None = None,
@@ -85,7 +87,7 @@ def copy_files(manifest: Manifest, backup_root: str, dest: Location, *, storage_
             raise UserError(f"cannot copy {f.path} of backup {manifest.backup_id} to {dest.url}: "
                             f"{os_reason(exc)}") from None
 
-    threads = _THREADS["local"] if local else _THREADS["s3"] if isinstance(kind, S3) and kind.same_store else 1
+    threads = _THREADS["local"] if local else _THREADS.get(_remote_name(job_loc, dest, kind), 1)
     if threads == 1 or len(work) < 2:
         for item in work:
             counts[one(item)] += 1
@@ -105,6 +107,13 @@ def copy_files(manifest: Manifest, backup_root: str, dest: Location, *, storage_
 
 
 _NEW_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+
+
+def _remote_name(job_loc: Location, dest: Location, kind: Streamed) -> str:
+    """Which thread count a remote copy gets: by the store both ends are on (one store, one client kind)."""
+    if isinstance(kind, S3) and kind.same_store:
+        return "s3"
+    return "webhdfs" if is_webhdfs(job_loc.fs) and is_webhdfs(dest.fs) else "other"
 
 
 def _copy_local(f: FileEntry, blob: Location, target_path: str, backup_id: str) -> None:

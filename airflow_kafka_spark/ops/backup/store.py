@@ -12,6 +12,7 @@ import contextlib
 import hashlib
 import os
 import stat
+import threading
 import uuid
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -34,11 +35,13 @@ from airflow_kafka_spark._util.localfs import sync_filesystem
 from airflow_kafka_spark._util.paths import Contained
 from airflow_kafka_spark.errors import UserError
 from airflow_kafka_spark.ops.backup.catalog import blob_rel, job_location, load_backup, open_backup_root
-from airflow_kafka_spark.ops.backup.kinds import Streamed
+from airflow_kafka_spark.ops.backup.kinds import Streamed, Vouched
 from airflow_kafka_spark.ops.backup.manifest import BLOBS_DIR, TMP_DIR, Manifest
 from airflow_kafka_spark.ops.backup.restore_copy import copy_files
 
 _CHUNK = 1 << 20
+#: Requests to an object store at once in :meth:`BlobWriter.prefetch` (each is a round trip's latency).
+_STORE_THREADS = 8
 #: Threads re-hashing blobs in :func:`check_blobs`.
 _HASH_THREADS = 4
 #: Files up to this size are read whole and hashed before anything is written (checkpoint files are KiBs).
@@ -187,8 +190,50 @@ class BlobWriter:
         self._tmp_prefix = uuid.uuid4().hex
         self._tmp_count = 0
         self._blob_dirs: dict[str, Location] = {}
+        self._asked: dict[str, Vouched | None] = {}   # src path -> what the store said (prefetch)
+        self._copied_ahead: set[str] = set()           # blobs the store copied during the prefetch
 
-    def put(self, src: Location, listed_size: int, mtime: float | None = None) -> tuple[str, int, str | None]:
+    def prefetch(self, sources: list[tuple[Location, int]]) -> None:
+        """Ask the store, :data:`_STORE_THREADS` at a time, for the kept SHA-256 of each source, and have
+        it copy the bodies it vouches for: what :meth:`put` would do one request at a time.
+
+        Only where the kind copies inside the store (``kinds.S3``); :meth:`put` then only accounts.
+        A source whose copy fails here (changed since it was listed) is left to :meth:`put`.
+        """
+        if not self.kind.copies or len(sources) < 2:
+            return
+        lock = threading.Lock()
+        claimed: set[str] = set()
+
+        def one(item: tuple[Location, int]) -> None:
+            src, size = item
+            try:
+                vouched = self.kind.vouched_sha256(src, size)
+            except FileNotFoundError:
+                return
+            if vouched is None:
+                with lock:
+                    self._asked[src.path] = None
+                return
+            sha = vouched.sha256
+            with lock:
+                mine = self.index.get(sha) != size and sha not in claimed
+                if mine:
+                    claimed.add(sha)
+                    blob = self._blob_location(sha)
+            if mine and not self.kind.copy_in(src, blob, vouched.token):
+                with lock:
+                    claimed.discard(sha)
+                return
+            with lock:
+                if mine:
+                    self._copied_ahead.add(sha)
+                self._asked[src.path] = vouched
+
+        with ThreadPoolExecutor(max_workers=_STORE_THREADS) as pool:
+            list(pool.map(one, sources))
+
+    def put(self, src: Location, listed_size: int) -> tuple[str, int, str | None]:
         """(sha256, size, proof) of ``src``; the body is stored unless a blob with that hash exists.
 
         ``src`` must be a regular file (never a link, FIFO or device: :func:`open_regular`)
@@ -196,14 +241,16 @@ class BlobWriter:
         endless copy. When the store keeps a SHA-256 of ``src`` (``proof`` then names it), the
         body is copied by the store itself, or not at all when the blob exists.
         """
-        vouched = self.kind.vouched_sha256(src, listed_size, mtime)
+        vouched = self._asked.pop(src.path) if src.path in self._asked \
+            else self.kind.vouched_sha256(src, listed_size)
         if vouched is not None:
             sha = vouched.sha256
-            if self.index.get(sha) == listed_size:
+            if self.index.get(sha) == listed_size and sha not in self._copied_ahead:
                 self.files_vouched += 1
                 return sha, listed_size, self.kind.name + "-sha256"
             blob = self._blob_location(sha)
-            if self.kind.copy_in(src, blob, vouched.token):
+            if sha in self._copied_ahead or self.kind.copy_in(src, blob, vouched.token):
+                self._copied_ahead.discard(sha)
                 self.files_vouched += 1
                 self.bytes_copied_by_store += listed_size
                 self.index[sha] = listed_size

@@ -229,6 +229,7 @@ def _backup_once(ck: Location, state: CheckpointState, job_loc: Location, job: s
     below_ck = Contained(ck)   # each checkpoint folder checked once (state stores hold 10,000s of files)
     local, files = ck.local, sel.files
     order = sorted(files)
+    todo: list[tuple[int, str, Location, int, float | None, float | None]] = []
     for rel, same in zip(order, unchanged(order, files, previous, index, local=local), strict=True):
         if same is not None:   # the previous entry itself: nothing about the file changed
             entries.append(same)
@@ -244,8 +245,12 @@ def _backup_once(ck: Location, state: CheckpointState, job_loc: Location, job: s
             reused += 1
             continue
         check_relative(rel, what="checkpoint file")   # a name the manifest could not carry safely
-        sha, actual, proof = writer.put(below_ck.child(rel, what="checkpoint file"), size, mtime)
-        entries.append(FileEntry(rel, actual, sha, mtime, ctime, proof))
+        todo.append((len(entries), rel, below_ck.child(rel, what="checkpoint file"), size, mtime, ctime))
+        entries.append(None)   # type: ignore[arg-type]  # its slot, filled below
+    writer.prefetch([(src, size) for _, _, src, size, _, _ in todo])   # object stores: many requests at once
+    for slot, rel, src, size, mtime, ctime in todo:
+        sha, actual, proof = writer.put(src, size)
+        entries[slot] = FileEntry(rel, actual, sha, mtime, ctime, proof)
     writer.sync()
     pre_objs = {id(f) for f in pre.files} if pre is not None else set()
     from_precopy = sum(id(e) in pre_objs for e in entries)
