@@ -119,8 +119,11 @@ class S3(Streamed):
         head = s3_head(blob.fs, blob.path)
         if head["sha256"] != sha256 or head["size"] != size:
             return False   # a blob without a kept SHA-256 (older backups, large bodies): stream and hash it
-        return s3_copy(target.fs, blob.path, target.path, if_match=head["etag"]) and self.proves(
-            target, sha256, size, None)
+        try:
+            copied = s3_copy(target.fs, blob.path, target.path, if_match=head["etag"])
+        except PermissionError:   # the target's credentials may not read the backup bucket: stream
+            return False
+        return copied and self.proves(target, sha256, size, None)
 
 
 class WebHdfs(Streamed):
