@@ -7,6 +7,9 @@ Two parts, each as installed (``.venv/bin/python``, child processes for the time
   ``sync`` of the checkpoint (the store's own copy) and the restore copy of the backup
   (``materialize``: every file hashed against its sha256 while copied, then ``syncfs``), and the
   restore copy of the tree at ``--old`` (``git archive`` of that commit, run the same way) once.
+  Each row: wall time including a ``sync`` after (``s``), the command alone (``copy_s``), its CPU
+  time (user + system, ``cpu_s``); ``sync`` flushes every writer's dirty pages on this shared disk,
+  so ``s`` carries other sessions' I/O too.
 * ``remote``: the devstack's S3Proxy and HDFS minicluster (started here), a checkpoint of
   ``--remote-files`` state files of ``--remote-file-size`` bytes uploaded to each, S3 both with
   and without a kept SHA-256 (``x-amz-checksum-sha256``, what S3A's ``fs.s3a.create.checksum.algorithm``
@@ -23,6 +26,7 @@ import argparse
 import json
 import os
 import posixpath
+import resource
 import shutil
 import subprocess
 import sys
@@ -91,38 +95,46 @@ def local_part(args: argparse.Namespace, work: Path) -> dict:
                        check=True)
     subprocess.run(["sync"], check=True)
 
-    def restore(tree: Path) -> tuple[float, float]:
+    def child_cpu() -> float:
+        ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+        return ru.ru_utime + ru.ru_stime
+
+    def restore(tree: Path) -> dict:
         target = work / "restored"
-        la = load()
+        la, c0 = load(), child_cpu()
         t = time.monotonic()
         subprocess.run([PY, "-c", RESTORE_COPY, str(root), JOB, r.backup_id, str(target), str(tree)], check=True,
                        stdout=subprocess.DEVNULL)
+        copied = time.monotonic() - t
         subprocess.run(["sync"], check=True)   # the old tree does not sync: the same flush for both
-        secs = time.monotonic() - t
+        row = {"s": round(time.monotonic() - t, 2), "copy_s": round(copied, 2), "cpu_s": round(child_cpu() - c0, 2),
+               "load": la}
         shutil.rmtree(target)
         subprocess.run(["sync"], check=True)
-        return round(secs, 2), la
+        return row
 
-    def cp() -> tuple[float, float]:
-        la = load()
+    def cp() -> dict:
+        la, c0 = load(), child_cpu()
         t = time.monotonic()
         subprocess.run(["cp", "-a", str(ck), str(work / "cp-copy")], check=True)
+        copied = time.monotonic() - t
         subprocess.run(["sync"], check=True)
-        secs = time.monotonic() - t
+        row = {"s": round(time.monotonic() - t, 2), "copy_s": round(copied, 2), "cpu_s": round(child_cpu() - c0, 2),
+               "load": la}
         shutil.rmtree(work / "cp-copy")
         subprocess.run(["sync"], check=True)
-        return round(secs, 2), la
+        return row
 
     for i in range(args.rounds):
         pair = [("cp", cp), ("restore", lambda: restore(REPO))]
         for name, fn in pair if i % 2 == 0 else pair[::-1]:
-            secs, la = fn()
-            out["rounds"].append({"what": name, "s": secs, "load": la})
-            print(f"[local] {name}: {secs:.2f} s (load {la})", flush=True)
+            row = {"what": name, **fn()}
+            out["rounds"].append(row)
+            print(f"[local] {json.dumps(row)}", flush=True)
     if old is not None:
-        secs, la = restore(old)
-        out["rounds"].append({"what": f"restore at {args.old}", "s": secs, "load": la})
-        print(f"[local] restore at {args.old}: {secs:.2f} s (load {la})", flush=True)
+        row = {"what": f"restore at {args.old}", **restore(old)}
+        out["rounds"].append(row)
+        print(f"[local] {json.dumps(row)}", flush=True)
     return out
 
 
