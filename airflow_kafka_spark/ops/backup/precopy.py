@@ -5,18 +5,20 @@ second the stream stands still (issue 28). Most of a stateful checkpoint does no
 moment before the stop and the stop itself: Spark writes its state files (``N.delta``,
 ``N.snapshot``, RocksDB's ``N.zip``, ``*.sst`` and changelog files) and log files (``offsets/N``,
 ``commits/N``) to a temporary name and renames them into place, and never writes them again. So
-the pre-copy stores the bodies of all files it finds in the job's blob store, re-hashes the blobs
-it wrote, and writes their entries (path, size, sha256, mtime, ctime) as a **sealed, unpublished**
-manifest, ``<job>/precopy.json`` (``reuse.PRECOPY_NAME``). The backup after the stop
-(``ops.backup.take``) reads it as it reads the previous backup's manifest (``reuse.known_entries``):
-a file whose size, mtime and (local disk) inode change time are the pre-copy's keeps its sha256,
-and only the files written since are read in the downtime window.
+the pre-copy stores the bodies of all files it finds in the job's blob store (on S3, by the store's
+own ``CopyObject`` where the store keeps the object's SHA-256: ``ops.backup.kinds``), proves the
+blobs it wrote (re-hashed, or by the store's checksum), and writes their entries (path, size,
+sha256, mtime, ctime) as a **sealed, unpublished** manifest, ``<job>/precopy.json``
+(``reuse.PRECOPY_NAME``). The backup after the stop (``ops.backup.take``) reads it as it reads the
+previous backup's manifest (``reuse.known_entries``): a file whose size, mtime and (local disk)
+inode change time are the pre-copy's keeps its sha256, and only the files written since are read
+in the downtime window.
 
 What it does **not** change:
 
 * A pre-copy never publishes a backup: it is not in ``backups/``, not listed, never restored. The
   backup after the stop selects its files with the same rules (``ops.backup.selection``), checks
-  every blob present with its size, re-hashes those it wrote, and seals and verifies its manifest
+  every blob present with its size, proves those it wrote, and seals and verifies its manifest
   exactly as without a pre-copy.
 * Files that vanish (state maintenance deletes old versions) or grow while read are left out: the
   backup reads them itself if they still matter. A file whose stat changed while it was read
@@ -51,8 +53,9 @@ from airflow_kafka_spark.ops.backup.reuse import (
     stat_of,
 )
 from airflow_kafka_spark.ops.backup.selection import layout_misfit, log_ids, select_files
-from airflow_kafka_spark.ops.backup.store import BlobWriter, blob_index, mismatched_blobs
+from airflow_kafka_spark.ops.backup.store import blob_index, mismatched_blobs
 from airflow_kafka_spark.ops.backup.take import open_sides
+from airflow_kafka_spark.ops.backup.writer import BlobWriter
 
 
 @dataclass

@@ -3,11 +3,11 @@
 What is verified, per file, on every path: the bytes written to the target are exactly ``size``
 bytes whose sha256 is the manifest's (the manifest's seals were checked when it was loaded).
 
-* **Local blob store -> local target** (:func:`_copy_local`): each blob is read once into memory
-  in chunks, hashed and written from the same buffer, by a few threads (reading, hashing and
-  writing release the interpreter lock); one ``syncfs`` at the end makes the staged copy durable
-  before the restore's commit point, as ``cp -a && sync`` would. ext4 (this machine) has no
-  reflinks; a reflink would share blocks, but the blob would still have to be read to be hashed.
+* **Local blob store -> local target** (:func:`_copy_local`): each blob is copied by the kernel
+  (``copy_file_range``, as ``cp`` does; a reflink where the file system has them) and the new file
+  is then read back from the page cache and hashed, by a few threads (copying, reading and hashing
+  release the interpreter lock); one ``syncfs`` at the end makes the staged copy durable before the
+  restore's commit point, as ``cp -a && sync`` would.
 * **S3 -> the same S3 store** (``kinds.S3.copy_out``): ``CopyObject`` of each blob whose store
   keeps its SHA-256, then ``HeadObject`` of the copy: its kept SHA-256 must be the manifest's and
   its size the manifest's. No body passes through this process. A blob without a kept SHA-256
@@ -18,6 +18,7 @@ bytes whose sha256 is the manifest's (the manifest's seals were checked when it 
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 from collections.abc import Callable
@@ -106,7 +107,9 @@ def copy_files(manifest: Manifest, backup_root: str, dest: Location, *, storage_
     return counts
 
 
-_NEW_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+_NEW_FLAGS = os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+#: ``copy_file_range`` cannot copy between these two files: copy through a buffer instead.
+_NO_KERNEL_COPY = frozenset({errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP, errno.EBADF})
 
 
 def _remote_name(job_loc: Location, dest: Location, kind: Streamed) -> str:
@@ -117,23 +120,48 @@ def _remote_name(job_loc: Location, dest: Location, kind: Streamed) -> str:
 
 
 def _copy_local(f: FileEntry, blob: Location, target_path: str, backup_id: str) -> None:
-    """One blob to one new local file: read once, hashed and written from the same buffer (no file
-    objects on the write side; the blob opened as :func:`open_regular` opens it: never a link or FIFO)."""
+    """One blob to one new local file, copied by the kernel, then **the new file** read back and hashed.
+
+    ``copy_file_range`` copies inside the kernel (no buffer in this process; a reflink where the
+    file system shares extents, e.g. XFS or Btrfs; ext4 copies pages); at most ``size + 1`` bytes,
+    so a blob that grew is seen. What is hashed is the restored file itself, read back from the
+    page cache just filled: the proof is about the bytes the checkpoint will hold, not about the
+    blob they came from. The blob is opened as :func:`open_regular` opens it (never a link or FIFO).
+    """
     h = hashlib.sha256()
-    left = f.size + 1
     with open_regular(blob, follow_links=False) as fin:
         out = os.open(target_path, _NEW_FLAGS, 0o644)
         try:
-            while left > 0 and (chunk := fin.read(min(_CHUNK, left))):
-                h.update(chunk)
-                left -= len(chunk)
-                view = memoryview(chunk)
-                while view:
-                    view = view[os.write(out, view):]
+            copied = _kernel_copy(fin, out, f.size + 1)
+            if copied <= f.size:   # more than the recorded size is damage whatever its hash
+                buf = memoryview(bytearray(min(_CHUNK, max(copied, 1))))
+                at = 0
+                while at < copied and (n := os.preadv(out, [buf[:min(len(buf), copied - at)]], at)):
+                    h.update(buf[:n])
+                    at += n
+                copied = at if at < copied else copied
         finally:
             os.close(out)
-    TRAFFIC.add(written=f.size + 1 - left)
-    _check(f, left, h, backup_id)
+    TRAFFIC.add(read=copied, written=copied)
+    _check(f, f.size + 1 - copied, h, backup_id)
+
+
+def _kernel_copy(fin: Any, out: int, limit: int) -> int:
+    """Copy up to ``limit`` bytes of ``fin`` to ``out`` (``copy_file_range``; else read and write); bytes copied."""
+    src, total = fin.fileno(), 0
+    try:
+        while total < limit and (n := os.copy_file_range(src, out, limit - total)):
+            total += n
+        return total
+    except OSError as exc:
+        if exc.errno not in _NO_KERNEL_COPY or total:
+            raise
+    while total < limit and (chunk := fin.read(min(_CHUNK, limit - total))):
+        view = memoryview(chunk)
+        while view:
+            view = view[os.write(out, view):]
+        total += len(chunk)
+    return total
 
 
 def _copy_streamed(f: FileEntry, blob: Location, target: Location, backup_id: str, *, body: bool) -> None:

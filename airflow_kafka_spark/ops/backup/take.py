@@ -10,9 +10,10 @@ Why it is built this way:
 * **The pre-copy** (``ops.backup.precopy``), taken while the query still ran, is a second stat
   cache beside the previous backup (``reuse.known_entries``): a backup after the stop reads only
   the files written since, and the blobs the pre-copy stored are checked here like the previous
-  backup's (present, with their size); the pre-copy re-hashed them when it wrote them.
+  backup's (present, with their size); the pre-copy proved them when it wrote them.
 * **Published only when verified**: the manifest is first written to ``staging/``, read back,
-  checked (digest, every blob present with its size, every blob written by this run re-hashed)
+  checked (digest, every blob present with its size, every blob written by this run re-hashed, or
+  proven by the store itself where it can: ``ops.backup.kinds``)
   and only then written to ``backups/`` in one atomic step. A backup killed at any point is never
   listed; its leftovers are collected by pruning.
 * **Not of a running query**: a live lease in the lifecycle record, or batches that advance between
@@ -66,7 +67,8 @@ from airflow_kafka_spark.ops.backup.reuse import (
     unchanged,
 )
 from airflow_kafka_spark.ops.backup.selection import Selection, layout_misfit, log_ids, select_files
-from airflow_kafka_spark.ops.backup.store import BlobWriter, blob_index, check_blobs
+from airflow_kafka_spark.ops.backup.store import blob_index, check_blobs
+from airflow_kafka_spark.ops.backup.writer import BlobWriter
 from airflow_kafka_spark.ops.guards import check_locations, running_reason
 
 #: How far a remote store's clock may be behind ours before its mtimes would fool :func:`_settle_wait`.
