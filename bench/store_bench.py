@@ -12,9 +12,10 @@ Two parts, each as installed (``.venv/bin/python``, child processes for the time
   so ``s`` carries other sessions' I/O too.
 * ``remote``: the devstack's S3Proxy and HDFS minicluster (started here), a checkpoint of
   ``--remote-files`` state files of ``--remote-file-size`` bytes uploaded to each, S3 both with
-  and without a kept SHA-256 (``x-amz-checksum-sha256``, what S3A's ``fs.s3a.create.checksum.algorithm``
-  asks for); for each: the pre-copy of state never backed up, the backup after the stop, the restore
-  copy to the same store, each with the bytes its process read and wrote (``_util.fs.TRAFFIC``).
+  and without a kept SHA-256 (``x-amz-checksum-sha256``, what S3A's
+  ``fs.s3a.create.checksum.algorithm`` asks for where Hadoop has it; written here by PutObject); for
+  each: the pre-copy of state never backed up, the backup after the stop, the restore copy to the
+  same store, each with the bytes its process read and wrote (``_util.fs.TRAFFIC``).
 
 Every figure is printed with the 1-minute load average at its start. Run:
 ``.venv/bin/python bench/store_bench.py --size 2G --files 20000 --json .cache/store-bench.json``
@@ -148,7 +149,7 @@ def upload(tree: Path, url: str, *, sha256: bool) -> int:
             continue
         data, path = p.read_bytes(), posixpath.join(loc.path, str(p.relative_to(tree)))
         total += len(data)
-        if sha256:   # as S3A writes with fs.s3a.create.checksum.algorithm=SHA256: the store checks and keeps it
+        if sha256:   # PutObject with a SHA-256 the store checks and keeps (S3A's checksum option asks for it)
             bucket, key, _ = loc.fs.split_path(path)
             loc.fs.call_s3("put_object", Bucket=bucket, Key=key, Body=data, ChecksumAlgorithm="SHA256")
         else:

@@ -3,8 +3,8 @@
 What the product's own fs layer counts (``_util.fs.TRAFFIC``: every body read or written through
 this process) around each operation:
 
-* **S3 -> S3, objects with a kept SHA-256** (as S3A writes them with
-  ``fs.s3a.create.checksum.algorithm=SHA256``; here PutObject with ``ChecksumAlgorithm=SHA256``): the
+* **S3 -> S3, objects with a kept SHA-256** (written here with PutObject ``ChecksumAlgorithm=SHA256``,
+  what S3A's ``fs.s3a.create.checksum.algorithm=SHA256`` asks for where Hadoop has it): the
   pre-copy and the backup after the stop read no state byte (``HeadObject`` + ``CopyObject``), the
   manifest is nonetheless the checkpoint byte for byte (each file read and hashed *by the test*),
   verifies deep, and the restore copies every blob inside the store; a blob replaced by other bytes
