@@ -50,6 +50,8 @@ class Streamed:
     name = "streamed"
     #: Does :meth:`copy_in` ever copy inside the store (worth asking many sources at once)?
     copies = False
+    #: Puts at once into this store (``BlobWriter.put_many``): each waits on the network, not the CPU.
+    parallel_puts = 1
 
     def vouched_sha256(self, src: Location, size: int) -> Vouched | None:
         """The SHA-256 the store keeps for ``src`` (listed with ``size``), or None.
@@ -80,6 +82,7 @@ class S3(Streamed):
     """S3 (and S3-compatible stores that keep checksums): ``CopyObject`` and kept SHA-256s."""
 
     name = "s3"
+    parallel_puts = 8
 
     def __init__(self, same_store: bool) -> None:
         self.same_store = same_store
@@ -130,6 +133,7 @@ class WebHdfs(Streamed):
     """HDFS through WebHDFS: no copy operation; the NameNode's file checksum proves a copy without reading it."""
 
     name = "webhdfs"
+    parallel_puts = 4
 
     def proves(self, blob: Location, sha256: str, size: int, source: Location | None) -> bool:
         if source is None or not is_webhdfs(source.fs):

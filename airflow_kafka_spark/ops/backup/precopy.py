@@ -124,12 +124,14 @@ def precopy_checkpoint(checkpoint_location: str, backup_root: str, *, job: str |
             check_relative(rel, what="checkpoint file")
             todo.append((rel, below_ck.child(rel, what="checkpoint file"), size, mtime, ctime))
         writer.prefetch([(src, size) for _, src, size, _, _ in todo])   # object stores: many requests at once
-        for rel, src, size, mtime, ctime in todo:
-            try:
-                sha, actual, proof = writer.put(src, size)
-            except (FileNotFoundError, UserError):   # deleted by state maintenance, or grew: the backup's job
-                skipped += 1
+        for (rel, src, size, mtime, ctime), put in zip(todo, writer.put_many([(t[1], t[2]) for t in todo]),
+                                                       strict=True):
+            if isinstance(put, FileNotFoundError | UserError):   # deleted by state maintenance, or grew
+                skipped += 1                                     # meanwhile: the backup's job
                 continue
+            if isinstance(put, BaseException):
+                raise put
+            sha, actual, proof = put
             if actual != size or not _same_stat(src, size, mtime, ctime):
                 skipped += 1
                 continue

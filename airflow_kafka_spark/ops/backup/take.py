@@ -250,8 +250,11 @@ def _backup_once(ck: Location, state: CheckpointState, job_loc: Location, job: s
         todo.append((len(entries), rel, below_ck.child(rel, what="checkpoint file"), size, mtime, ctime))
         entries.append(None)   # type: ignore[arg-type]  # its slot, filled below
     writer.prefetch([(src, size) for _, _, src, size, _, _ in todo])   # object stores: many requests at once
-    for slot, rel, src, size, mtime, ctime in todo:
-        sha, actual, proof = writer.put(src, size)
+    for (slot, rel, _, _, mtime, ctime), put in zip(todo, writer.put_many([(t[2], t[3]) for t in todo]),
+                                                    strict=True):
+        if isinstance(put, BaseException):
+            raise put   # the first failure in path order, as one put after the other would raise it
+        sha, actual, proof = put
         entries[slot] = FileEntry(rel, actual, sha, mtime, ctime, proof)
     writer.sync()
     pre_objs = {id(f) for f in pre.files} if pre is not None else set()

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import itertools
 import os
 import stat
 import threading
 import uuid
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 from airflow_kafka_spark._util import faults
@@ -60,7 +62,8 @@ class BlobWriter:
         self._tmp_made = False
         self._tmp_dir: Location | None = None
         self._tmp_prefix = uuid.uuid4().hex
-        self._tmp_count = 0
+        self._tmp_count = itertools.count(1)   # next() is atomic: parallel puts never share a temp name
+        self._lock = threading.Lock()           # the counters below, updated by parallel puts
         self._blob_dirs: dict[str, Location] = {}
         self._asked: dict[str, Vouched | None] = {}   # src path -> what the store said (prefetch)
         self._copied_ahead: set[str] = set()           # blobs the store copied during the prefetch
@@ -118,13 +121,12 @@ class BlobWriter:
         if vouched is not None:
             sha = vouched.sha256
             if self.index.get(sha) == listed_size and sha not in self._copied_ahead:
-                self.files_vouched += 1
+                self._add(files_vouched=1)
                 return sha, listed_size, self.kind.name + "-sha256"
             blob = self._blob_location(sha)
             if sha in self._copied_ahead or self.kind.copy_in(src, blob, vouched.token):
                 self._copied_ahead.discard(sha)
-                self.files_vouched += 1
-                self.bytes_copied_by_store += listed_size
+                self._add(files_vouched=1, bytes_copied_by_store=listed_size)
                 self.index[sha] = listed_size
                 self.written.add(sha)
                 self._store_proves[sha] = None
@@ -163,15 +165,15 @@ class BlobWriter:
         if len(data) > listed_size:
             raise _grew(src, listed_size)
         sha, size = hashlib.sha256(data).hexdigest(), len(data)
-        self.files_hashed += 1
-        self.bytes_hashed += size
         if self.index.get(sha) == size:
+            self._add(files_hashed=1, bytes_hashed=size)
             return sha, size
         if not self.job_loc.local:
             blob = self._blob_location(sha)
             faults.crash_point("backup.blob")
             if self.kind.put_checked(blob, data, sha):   # one write the store checks against sha
                 TRAFFIC.add(written=size)
+                self._add(files_hashed=1, bytes_hashed=size)
                 self._store_proves[sha] = None
                 return self._account(sha, size)
         tmp = self._new_tmp()
@@ -182,8 +184,6 @@ class BlobWriter:
         except OSError as exc:
             remove_file(tmp)
             raise UserError(f"cannot store a blob in {self.job_loc.url}: {os_reason(exc)}") from None
-        self.files_hashed -= 1   # counted again by _keep
-        self.bytes_hashed -= size
         return self._keep(tmp, sha, size, src)
 
     def to_rehash(self) -> set[str]:
@@ -201,8 +201,7 @@ class BlobWriter:
         the folder is proven (no link) once per run."""
         if self._tmp_dir is None:
             self._tmp_dir = self.below.child(TMP_DIR, what="backup store path")
-        self._tmp_count += 1
-        return self._tmp_dir.child(f"{self._tmp_prefix}-{self._tmp_count}.blob")
+        return self._tmp_dir.child(f"{self._tmp_prefix}-{next(self._tmp_count)}.blob")
 
     def _blob_location(self, sha: str) -> Location:
         """``blobs/<aa>/<sha>``: each of the 256 ``<aa>`` folders proven (no link) once per run; a hex
@@ -223,9 +222,12 @@ class BlobWriter:
 
     def _keep(self, tmp: Location, sha: str, size: int, src: Location) -> tuple[str, int]:
         """Account a hashed body; keep its temp file as the blob unless the store has it already."""
-        self.files_hashed += 1
-        self.bytes_hashed += size
-        if self.index.get(sha) == size:
+        self._add(files_hashed=1, bytes_hashed=size)
+        with self._lock:   # one of two parallel puts of the same body keeps its temp file
+            have = self.index.get(sha) == size
+            if not have and not tmp.local:
+                self.index[sha] = size
+        if have:
             remove_file(tmp)
             return sha, size
         try:
@@ -236,17 +238,49 @@ class BlobWriter:
         if tmp.local:
             self._staged.append((tmp.path, final))
         else:
-            faults.crash_point("backup.blob")
-            if not rename_file(tmp, final):   # HDFS: a racing backup stored the same blob first
+            try:
+                faults.crash_point("backup.blob")
+                if not rename_file(tmp, final):   # HDFS: a racing backup stored the same blob first
+                    remove_file(tmp)
+            except BaseException:
+                with self._lock:   # not stored: give up the claim taken above
+                    if sha not in self.written:
+                        self.index.pop(sha, None)
                 remove_file(tmp)
+                raise
             self._store_proves[sha] = src
         return self._account(sha, size)
 
     def _account(self, sha: str, size: int) -> tuple[str, int]:
-        self.index[sha] = size
-        self.written.add(sha)
-        self.bytes_written += size
+        with self._lock:
+            self.index[sha] = size
+            self.written.add(sha)
+            self.bytes_written += size
         return sha, size
+
+    def _add(self, **counts: int) -> None:
+        with self._lock:
+            for name, n in counts.items():
+                setattr(self, name, getattr(self, name) + n)
+
+    def put_many(self, sources: list[tuple[Location, int]]) -> Iterator[tuple[str, int, str | None] | BaseException]:
+        """:meth:`put` of each source, in order, each result or the exception it raised.
+
+        On a store whose requests wait on the network (``kind.parallel_puts``: S3, HDFS) several
+        puts run at once; on a local disk one after the other, each only when the caller asks for
+        the next result (a caller that stops at a failure copies nothing more, as a loop would).
+        """
+        def one(item: tuple[Location, int]) -> tuple[str, int, str | None] | BaseException:
+            try:
+                return self.put(*item)
+            except (OSError, UserError) as exc:   # the caller decides, in order, as a loop would
+                return exc
+
+        threads = 1 if self.job_loc.local else self.kind.parallel_puts
+        if threads <= 1 or len(sources) < 2:
+            return (one(item) for item in sources)
+        with ThreadPoolExecutor(max_workers=threads) as pool:
+            return iter(list(pool.map(one, sources)))
 
     def sync(self) -> None:
         """Make the new blobs durable and give them their names (local disks) before a manifest names them."""
