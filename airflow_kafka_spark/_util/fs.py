@@ -23,6 +23,7 @@ import errno
 import os
 import posixpath
 import stat
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -44,6 +45,64 @@ from airflow_kafka_spark.errors import Unreachable, UserError, is_unreachable
 OBJECT_STORE_PROTOCOLS = frozenset({
     "s3", "s3a", "gs", "gcs", "abfs", "abfss", "az", "adl", "wasb", "wasbs", "oss", "r2", "memory",
 })
+
+
+class Traffic:
+    """Bytes of file bodies that passed through this process: what "bytes through the worker" counts.
+
+    Every body read through :func:`open_regular` or :func:`read_bytes` and every body written
+    through :func:`write_atomic` or :func:`counted_writer` is added here (thread-safe), on any
+    store. A copy the store makes itself (S3 ``CopyObject``) adds nothing, which is the point.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.read = 0
+        self.written = 0
+
+    def add(self, read: int = 0, written: int = 0) -> None:
+        with self._lock:
+            self.read += read
+            self.written += written
+
+    def totals(self) -> tuple[int, int]:
+        with self._lock:
+            return self.read, self.written
+
+
+#: The process's counter (tests and the bench read its difference around an operation).
+TRAFFIC = Traffic()
+
+
+class _Counted:
+    """A file object whose ``read``/``readinto``/``write`` add to :data:`TRAFFIC`; all else passes through."""
+
+    def __init__(self, fh: Any) -> None:
+        self._fh = fh
+
+    def read(self, n: int = -1) -> bytes:
+        data = self._fh.read(n)
+        TRAFFIC.add(read=len(data))
+        return data
+
+    def readinto(self, buf: Any) -> int:
+        n = self._fh.readinto(buf) or 0
+        TRAFFIC.add(read=n)
+        return n
+
+    def write(self, data: Any) -> int:
+        n = self._fh.write(data)
+        TRAFFIC.add(written=len(data))
+        return n
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._fh, name)
+
+    def __enter__(self) -> _Counted:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._fh.close()
 
 
 def is_local_fs(fs: Any) -> bool:
@@ -211,6 +270,7 @@ def write_atomic(loc: Location, data: bytes) -> None:
     """Write one file so that readers see the old content or the new one, never a torn file."""
     fs, path = loc.fs, loc.path
     parent = posixpath.dirname(path)
+    TRAFFIC.add(written=len(data))
     try:
         if loc.local:
             os.makedirs(parent, exist_ok=True)
@@ -254,6 +314,7 @@ def read_bytes(loc: Location, *, limit: int | None = None, follow_links: bool = 
             with open_regular(loc, follow_links=follow_links) as fh:
                 return read_bounded(fh, limit, loc)
         data = loc.fs.cat_file(loc.path)
+        TRAFFIC.add(read=len(data))
         if limit is not None and len(data) > limit:
             raise UserError(f"{loc.url} is larger than {limit:,} bytes; it cannot be what it should be")
         return data
@@ -285,7 +346,7 @@ def open_regular(loc: Location, *, follow_links: bool = True) -> Iterator[Any]:
     """
     if not loc.local:
         with loc.fs.open(loc.path, "rb") as fh:
-            yield fh
+            yield _Counted(fh)
         return
     flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
     if not follow_links:
@@ -309,7 +370,17 @@ def open_regular(loc: Location, *, follow_links: bool = True) -> Iterator[Any]:
         os.close(fd)
         raise
     with fh:
-        yield fh
+        yield _Counted(fh)
+
+
+def open_new(target: Location) -> Any:
+    """``target`` opened for writing (created or truncated), every byte counted in :data:`TRAFFIC`;
+    local: never through a link planted at its name (``O_NOFOLLOW``)."""
+    if not target.local:
+        return _Counted(target.fs.open(target.path, "wb"))
+    fd = os.open(target.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0),
+                 0o644)
+    return _Counted(os.fdopen(fd, "wb"))
 
 
 def read_bounded(fh: Any, limit: int | None, loc: Location) -> bytes:

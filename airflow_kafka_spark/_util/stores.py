@@ -197,3 +197,77 @@ def precondition_failed(exc: BaseException) -> bool:
     code = str((response.get("Error") or {}).get("Code", ""))
     status = str((response.get("ResponseMetadata") or {}).get("HTTPStatusCode", ""))
     return code in _PRECONDITION_CODES or status in {"409", "412"}
+
+
+# --------------------------------------------------------------------------- S3: checksums and server-side copy
+
+
+def s3_head(fs: Any, path: str) -> dict[str, Any]:
+    """HeadObject with ``ChecksumMode=ENABLED``: size, ETag, last-modified and the full-object
+    SHA-256 the store keeps for the object (hex; None when it keeps none, or only a per-part one)."""
+    import base64
+    import binascii
+
+    bucket, key, _ = fs.split_path(path)
+    head = fs.call_s3("head_object", Bucket=bucket, Key=key, ChecksumMode="ENABLED")
+    sha = head.get("ChecksumSHA256")
+    full = head.get("ChecksumType", "FULL_OBJECT") == "FULL_OBJECT" and "-" not in str(sha or "")
+    try:
+        hexsha = base64.b64decode(sha, validate=True).hex() if sha and full else None
+    except (binascii.Error, ValueError):
+        hexsha = None
+    if hexsha is not None and len(hexsha) != 64:
+        hexsha = None
+    modified = head.get("LastModified")
+    return {"size": int(head.get("ContentLength") or 0), "etag": head.get("ETag"), "sha256": hexsha,
+            "mtime": float(modified.timestamp()) if hasattr(modified, "timestamp") else None}
+
+
+def s3_copy(fs: Any, src: str, dst: str, *, if_match: str | None) -> bool:
+    """CopyObject ``src`` -> ``dst`` inside the store (no byte through this process); the object's
+    checksum goes with it. With ``if_match``, only while ``src`` is still that ETag: False if not."""
+    sb, sk, _ = fs.split_path(src)
+    db, dk, _ = fs.split_path(dst)
+    condition = {"CopySourceIfMatch": if_match} if if_match else {}
+    try:
+        fs.call_s3("copy_object", Bucket=db, Key=dk, CopySource={"Bucket": sb, "Key": sk}, **condition)
+    except FileNotFoundError:
+        return False
+    except OSError as exc:
+        if precondition_failed(exc) or "preconditions" in str(exc):
+            return False
+        raise
+    finally:
+        fs.invalidate_cache(dst)
+    return True
+
+
+def s3_put_sha256(fs: Any, path: str, data: bytes, sha256_hex: str) -> None:
+    """PutObject with ``x-amz-checksum-sha256``: the store checks the body against it (a mismatch is
+    refused, 400 ``BadDigest``) and keeps it, so the object's SHA-256 can later be read without its bytes."""
+    import base64
+
+    bucket, key, _ = fs.split_path(path)
+    fs.call_s3("put_object", Bucket=bucket, Key=key, Body=data,
+               ChecksumSHA256=base64.b64encode(bytes.fromhex(sha256_hex)).decode())
+    fs.invalidate_cache(path)
+
+
+def s3_endpoint(fs: Any) -> str | None:
+    """The endpoint URL the s3fs client talks to (two stores on one endpoint can copy between them)."""
+    try:
+        return str(fs.connect().meta.endpoint_url)
+    except Exception:   # any client set-up failure: treat as unknown, never as "the same store"
+        return None
+
+
+# --------------------------------------------------------------------------- HDFS: the NameNode's file checksum
+
+
+def webhdfs_file_checksum(fs: Any, path: str) -> str:
+    """``GETFILECHECKSUM``: the cluster's checksum of a file (``MD5-of-<n>MD5-of-<b>CRC32C:<hex>``),
+    computed by the DataNodes from the CRCs they keep beside each block; no byte of the file passes
+    through this process. Two files have equal checksums when their bytes are equal and they were
+    written with the same block size and bytes-per-checksum."""
+    out = fs._call("GETFILECHECKSUM", "get", path).json()["FileChecksum"]
+    return f"{out['algorithm']}:{out['bytes']}"

@@ -349,3 +349,23 @@ def test_a_killed_restore_never_loses_a_checkpoint_and_a_rerun_converges(broker,
     rec = LifecycleRecord.load(ck.location)
     assert [e["event"] for e in rec.history].count("checkpoint_restored") == 1
     assert doc["records_to_replay"] == 2 * (80 - 40)               # current C=7 (80) back to the backup's C=3 (40)
+
+
+# --------------------------------------------------------------------------- what proves each file
+
+
+def test_a_manifest_entry_names_its_proof_and_an_unknown_proof_is_refused(tmp_path):
+    from dataclasses import replace
+
+    from airflow_kafka_spark.ops.backup.manifest import Manifest
+
+    ck = write_checkpoint(tmp_path / "ck", batches=2, state=True)
+    m = backup_checkpoint(str(ck.root), str(tmp_path / "b"), job=JOB, settle_s=0).manifest
+    assert m.files and all(f.proof is None for f in m.files)   # a local backup hashed every byte itself
+    vouched = (m.files[0]._replace(proof="s3-sha256"), *m.files[1:])
+    _, raw = replace(m, files=vouched, files_json=None).sealed_json()
+    back = Manifest.from_json(raw, where="test")
+    assert back.files == vouched and b'"proof":"s3-sha256"' in raw
+    _, bad = replace(m, files=(m.files[0]._replace(proof="trust-me"), *m.files[1:]), files_json=None).sealed_json()
+    with pytest.raises(UserError, match="unknown proof"):
+        Manifest.from_json(bad, where="test")

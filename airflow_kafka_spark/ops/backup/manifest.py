@@ -50,6 +50,9 @@ class FileEntry(NamedTuple):
     sha256: str
     mtime: float | None = None   # of the source file; lets the next backup skip re-hashing it
     ctime: float | None = None   # local disks: inode change time, which no one can set back (see reuse.reusable)
+    #: Who computed ``sha256``: absent when this product hashed the bytes it read; a :data:`PROOFS`
+    #: name when the store vouched for it without the bytes passing through here (``ops.backup.kinds``).
+    proof: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {"path": self.path, "size": self.size, "sha256": self.sha256}
@@ -57,7 +60,15 @@ class FileEntry(NamedTuple):
             d["mtime"] = self.mtime
         if self.ctime is not None:
             d["ctime"] = self.ctime
+        if self.proof is not None:
+            d["proof"] = self.proof
         return d
+
+
+#: The proofs an entry's ``proof`` may name. ``s3-sha256``: the source object's full-object SHA-256
+#: as the S3 store keeps it (``x-amz-checksum-sha256``, checked by the store against the body when
+#: the object was written), and the blob is the store's own copy of that object (``CopyObject``).
+PROOFS = frozenset({"s3-sha256"})
 
 
 @dataclass(frozen=True)
@@ -267,7 +278,10 @@ def _file_entries(docs: Any) -> tuple[FileEntry, ...]:
                 or type(mtime) not in numbers or type(ctime) not in numbers:
             append(FileEntry(_s(path), _i(size), _sha(sha), _num(mtime), _num(ctime)))  # raises, naming the field
             raise ValueError(f"malformed file entry {str(f)[:80]!r}")
-        append(FileEntry(path, size, sha, mtime, ctime))
+        proof = f.get("proof")
+        if proof is not None and proof not in PROOFS:
+            raise ValueError(f"file entry {path!r} names an unknown proof {str(proof)[:40]!r}")
+        append(FileEntry(path, size, sha, mtime, ctime, proof))
     joined = "\n".join(e.sha256 for e in out)
     # n digests of 64 hex characters each, and nothing else: the length pins where each one lies
     if out and (len(joined) != 65 * len(out) - 1 or not _SHA256_LINES.fullmatch(joined)):

@@ -5,18 +5,20 @@ second the stream stands still (issue 28). Most of a stateful checkpoint does no
 moment before the stop and the stop itself: Spark writes its state files (``N.delta``,
 ``N.snapshot``, RocksDB's ``N.zip``, ``*.sst`` and changelog files) and log files (``offsets/N``,
 ``commits/N``) to a temporary name and renames them into place, and never writes them again. So
-the pre-copy stores the bodies of all files it finds in the job's blob store, re-hashes the blobs
-it wrote, and writes their entries (path, size, sha256, mtime, ctime) as a **sealed, unpublished**
-manifest, ``<job>/precopy.json`` (``reuse.PRECOPY_NAME``). The backup after the stop
-(``ops.backup.take``) reads it as it reads the previous backup's manifest (``reuse.known_entries``):
-a file whose size, mtime and (local disk) inode change time are the pre-copy's keeps its sha256,
-and only the files written since are read in the downtime window.
+the pre-copy stores the bodies of all files it finds in the job's blob store (on S3, by the store's
+own ``CopyObject`` where the store keeps the object's SHA-256: ``ops.backup.kinds``), proves the
+blobs it wrote (re-hashed, or by the store's checksum), and writes their entries (path, size,
+sha256, mtime, ctime) as a **sealed, unpublished** manifest, ``<job>/precopy.json``
+(``reuse.PRECOPY_NAME``). The backup after the stop (``ops.backup.take``) reads it as it reads the
+previous backup's manifest (``reuse.known_entries``): a file whose size, mtime and (local disk)
+inode change time are the pre-copy's keeps its sha256, and only the files written since are read
+in the downtime window.
 
 What it does **not** change:
 
 * A pre-copy never publishes a backup: it is not in ``backups/``, not listed, never restored. The
   backup after the stop selects its files with the same rules (``ops.backup.selection``), checks
-  every blob present with its size, re-hashes those it wrote, and seals and verifies its manifest
+  every blob present with its size, proves those it wrote, and seals and verifies its manifest
   exactly as without a pre-copy.
 * Files that vanish (state maintenance deletes old versions) or grow while read are left out: the
   backup reads them itself if they still matter. A file whose stat changed while it was read
@@ -40,6 +42,7 @@ from airflow_kafka_spark.errors import UserError
 from airflow_kafka_spark.names import default_job_name, new_backup_id, validate_job_name
 from airflow_kafka_spark.ops import seal
 from airflow_kafka_spark.ops.backup.catalog import job_location, store_path
+from airflow_kafka_spark.ops.backup.kinds import kind_for
 from airflow_kafka_spark.ops.backup.manifest import LOCK_NAME, FileEntry, Manifest
 from airflow_kafka_spark.ops.backup.reuse import (
     PRECOPY_NAME,
@@ -50,8 +53,9 @@ from airflow_kafka_spark.ops.backup.reuse import (
     stat_of,
 )
 from airflow_kafka_spark.ops.backup.selection import layout_misfit, log_ids, select_files
-from airflow_kafka_spark.ops.backup.store import BlobWriter, blob_index, mismatched_blobs
+from airflow_kafka_spark.ops.backup.store import blob_index, mismatched_blobs
 from airflow_kafka_spark.ops.backup.take import open_sides
+from airflow_kafka_spark.ops.backup.writer import BlobWriter
 
 
 @dataclass
@@ -67,11 +71,14 @@ class PrecopyResult:
     blobs_written: int
     bytes_written: int
     files_skipped: int         # vanished, grew or changed while read: the backup reads them itself
+    files_vouched: int = 0     # new files whose sha256 the store kept: copied by the store, never read here
+    bytes_copied_by_store: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return {"job": self.job, "seconds": round(self.seconds, 3), "files": self.files, "bytes": self.bytes,
                 "files_read": self.files_read, "bytes_read": self.bytes_read, "blobs_written": self.blobs_written,
-                "bytes_written": self.bytes_written, "files_skipped": self.files_skipped}
+                "bytes_written": self.bytes_written, "files_skipped": self.files_skipped,
+                "files_vouched": self.files_vouched, "bytes_copied_by_store": self.bytes_copied_by_store}
 
 
 def precopy_checkpoint(checkpoint_location: str, backup_root: str, *, job: str | None = None,
@@ -101,10 +108,11 @@ def precopy_checkpoint(checkpoint_location: str, backup_root: str, *, job: str |
         misfit = layout_misfit(listing, [(p.code, p.path) for p in state.problems], ids=ids)
         sel = select_files(listing, max(ids[1]) if ids[1] else None, max(ids[0]) if ids[0] else None,
                            keep_pending=True, whole=misfit)
-        writer = BlobWriter(job_loc, index)
+        writer = BlobWriter(job_loc, index, kind_for(ck, job_loc))
         below_ck = Contained(ck)
         entries: list[FileEntry] = []
         skipped = 0
+        todo: list[tuple[str, Location, int, float, float | None]] = []
         for rel in sorted(sel.files):
             size, mtime, ctime = stat_of(sel.files[rel], local=ck.local)
             if mtime is None:   # an entry without mtime can never be reused: not worth reading now
@@ -114,18 +122,23 @@ def precopy_checkpoint(checkpoint_location: str, backup_root: str, *, job: str |
                 entries.append(prev)
                 continue
             check_relative(rel, what="checkpoint file")
-            src = below_ck.child(rel, what="checkpoint file")
-            try:
-                sha, actual = writer.put(src, size)
-            except (FileNotFoundError, UserError):   # deleted by state maintenance, or grew: the backup's job
-                skipped += 1
+            todo.append((rel, below_ck.child(rel, what="checkpoint file"), size, mtime, ctime))
+        writer.prefetch([(src, size) for _, src, size, _, _ in todo])   # object stores: many requests at once
+        for (rel, src, size, mtime, ctime), put in zip(todo, writer.put_many([(t[1], t[2]) for t in todo]),
+                                                       strict=True):
+            if isinstance(put, FileNotFoundError | UserError):   # deleted by state maintenance, or grew
+                skipped += 1                                     # meanwhile: the backup's job
                 continue
+            if isinstance(put, BaseException):
+                raise put
+            sha, actual, proof = put
             if actual != size or not _same_stat(src, size, mtime, ctime):
                 skipped += 1
                 continue
-            entries.append(FileEntry(rel, actual, sha, mtime, ctime))
+            entries.append(FileEntry(rel, actual, sha, mtime, ctime, proof))
+        entries.sort()   # by path, as one pass in sorted order wrote them
         writer.sync()
-        bad = mismatched_blobs(job_loc, {sha: index[sha] for sha in writer.written})
+        bad = mismatched_blobs(job_loc, {sha: index[sha] for sha in writer.to_rehash()})
         if bad:
             raise UserError(f"the pre-copy of job {job} stored a blob that does not hash to its name "
                             f"({bad[0]}): the backup store at {job_loc.url} is not keeping what is written to it")
@@ -145,7 +158,8 @@ def precopy_checkpoint(checkpoint_location: str, backup_root: str, *, job: str |
     return PrecopyResult(job=job, seconds=time.monotonic() - t0, files=len(entries),
                          bytes=sum(e.size for e in entries), files_read=writer.files_hashed,
                          bytes_read=writer.bytes_hashed, blobs_written=len(writer.written),
-                         bytes_written=writer.bytes_written, files_skipped=skipped)
+                         bytes_written=writer.bytes_written, files_skipped=skipped, files_vouched=writer.files_vouched,
+                         bytes_copied_by_store=writer.bytes_copied_by_store)
 
 
 def _same_stat(src: Location, size: int, mtime: float, ctime: float | None) -> bool:

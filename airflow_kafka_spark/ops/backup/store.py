@@ -1,4 +1,4 @@
-"""The content-addressed blob store of a backup root: write, verify, materialize.
+"""The content-addressed blob store of a backup root: verify, materialize (writing: ``ops.backup.writer``).
 
 A file's body is stored once under its sha256 (``blobs/<aa>/<sha256>``), so a second backup copies
 only what changed; a blob appears under its name only when complete. Reading back is always
@@ -8,38 +8,27 @@ Blobs are read as regular files only (never a link, FIFO or device), at most the
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import os
-import stat
-import uuid
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
 
-from airflow_kafka_spark._util import faults
-from airflow_kafka_spark._util.conditional import rename_file
 from airflow_kafka_spark._util.fs import (
     Location,
-    file_kind,
     list_files,
     local_os_path,
     open_regular,
     os_reason,
-    remove_file,
     storage_error,
 )
-from airflow_kafka_spark._util.localfs import sync_filesystem
-from airflow_kafka_spark._util.paths import Contained
 from airflow_kafka_spark.errors import UserError
 from airflow_kafka_spark.ops.backup.catalog import blob_rel, job_location, load_backup, open_backup_root
-from airflow_kafka_spark.ops.backup.manifest import BLOBS_DIR, TMP_DIR, Manifest, check_paths
+from airflow_kafka_spark.ops.backup.manifest import BLOBS_DIR, Manifest
+from airflow_kafka_spark.ops.backup.restore_copy import copy_files
 
 _CHUNK = 1 << 20
 #: Threads re-hashing blobs in :func:`check_blobs`.
 _HASH_THREADS = 4
-#: Files up to this size are read whole and hashed before anything is written (checkpoint files are KiBs).
-_SMALL = 4 << 20
 
 
 def verify_backup(backup_root: str, job: str, backup_id: str, *, deep: bool = True,
@@ -153,188 +142,6 @@ def _hash_file(loc: Location, size: int) -> str:
     return h.hexdigest()
 
 
-class BlobWriter:
-    """Copies source files into the blob store; a blob appears under its name only when complete.
-
-    Local stores, where the cost is (it was 100 s for a 40,000-file checkpoint, ``cp -a && sync``
-    8 s): a file of up to :data:`_SMALL` bytes is read once into memory and hashed *before* anything
-    is written, so a body the store already has costs no write at all; a new body goes to a temp
-    file without an fsync each. :meth:`sync` then makes them durable together — one ``syncfs`` of the
-    store's file system, the renames to their blob names, a second ``syncfs`` for the directory
-    entries — so a blob name never points at data that is not on disk, with two flushes instead of
-    one ``fsync`` per file. A crash before that leaves temp files only, which pruning collects.
-    """
-
-    def __init__(self, job_loc: Location, index: dict[str, int]) -> None:
-        self.job_loc = job_loc
-        self.below = Contained(job_loc)   # .tmp/ and blobs/ never through a link out of the store
-        self.index = index
-        self.written: set[str] = set()
-        self.bytes_written = 0
-        self.bytes_hashed = 0
-        self.files_hashed = 0
-        self._staged: list[tuple[str, Location]] = []   # (temp path, blob) waiting for sync()
-        self._tmp_made = False
-        self._tmp_dir: Location | None = None
-        self._tmp_prefix = uuid.uuid4().hex
-        self._tmp_count = 0
-        self._blob_dirs: dict[str, Location] = {}
-
-    def put(self, src: Location, listed_size: int) -> tuple[str, int]:
-        """(sha256, size) of ``src``; the body is stored unless a blob with that hash exists.
-
-        ``src`` must be a regular file (never a link, FIFO or device: :func:`open_regular`)
-        and is read to at most its listed size: a file that grows meanwhile is an error, not an
-        endless copy.
-        """
-        if self.job_loc.local and listed_size <= _SMALL:
-            return self._put_small(src, listed_size)
-        tmp = self._new_tmp()
-        h = hashlib.sha256()
-        size = 0
-        self._make_tmp_dir(tmp)
-        try:
-            with open_regular(src, follow_links=False) as fin, _open_new(tmp) as fout:
-                while chunk := fin.read(_CHUNK):
-                    h.update(chunk)
-                    size += len(chunk)
-                    if size > listed_size:
-                        raise _grew(src, listed_size)
-                    fout.write(chunk)
-        except BaseException as exc:
-            remove_file(tmp)
-            if isinstance(exc, OSError) and not isinstance(exc, FileNotFoundError):
-                raise UserError(f"cannot copy {src.url} to {self.job_loc.url}: {os_reason(exc)}") from None
-            raise
-        return self._keep(tmp, h.hexdigest(), size)
-
-    def _put_small(self, src: Location, listed_size: int) -> tuple[str, int]:
-        try:
-            with open_regular(src, follow_links=False) as fin:
-                data = fin.read(listed_size + 1)
-        except FileNotFoundError:
-            raise
-        except OSError as exc:
-            raise UserError(f"cannot copy {src.url} to {self.job_loc.url}: {os_reason(exc)}") from None
-        if len(data) > listed_size:
-            raise _grew(src, listed_size)
-        sha, size = hashlib.sha256(data).hexdigest(), len(data)
-        self.files_hashed += 1
-        self.bytes_hashed += size
-        if self.index.get(sha) == size:
-            return sha, size
-        tmp = self._new_tmp()
-        self._make_tmp_dir(tmp)
-        try:
-            with _open_new(tmp) as fout:
-                fout.write(data)
-        except OSError as exc:
-            remove_file(tmp)
-            raise UserError(f"cannot store a blob in {self.job_loc.url}: {os_reason(exc)}") from None
-        self.files_hashed -= 1   # counted again by _keep
-        self.bytes_hashed -= size
-        return self._keep(tmp, sha, size)
-
-    def _new_tmp(self) -> Location:
-        """A fresh temp file name in the store's ``.tmp/`` (one random prefix per run, then a counter);
-        the folder is proven (no link) once per run."""
-        if self._tmp_dir is None:
-            self._tmp_dir = self.below.child(TMP_DIR, what="backup store path")
-        self._tmp_count += 1
-        return self._tmp_dir.child(f"{self._tmp_prefix}-{self._tmp_count}.blob")
-
-    def _blob_location(self, sha: str) -> Location:
-        """``blobs/<aa>/<sha>``: each of the 256 ``<aa>`` folders proven (no link) once per run; a hex
-        name below a proven folder cannot leave it (the name itself is ``lstat``-ed by :meth:`sync`)."""
-        rel = blob_rel(sha)
-        folder, _, name = rel.rpartition("/")
-        if len(sha) != 64 or not all(c in "0123456789abcdef" for c in sha):
-            return self.below.child(rel, what="backup store path")
-        known = self._blob_dirs.get(folder)
-        if known is None:
-            known = self._blob_dirs[folder] = self.below.child(folder, what="backup store path")
-        return known.child(name)
-
-    def _make_tmp_dir(self, tmp: Location) -> None:
-        if tmp.local and not self._tmp_made:
-            os.makedirs(os.path.dirname(tmp.path), exist_ok=True)
-            self._tmp_made = True
-
-    def _keep(self, tmp: Location, sha: str, size: int) -> tuple[str, int]:
-        """Account a hashed body; keep its temp file as the blob unless the store has it already."""
-        self.files_hashed += 1
-        self.bytes_hashed += size
-        if self.index.get(sha) == size:
-            remove_file(tmp)
-            return sha, size
-        try:
-            final = self._blob_location(sha)
-        except UserError:
-            remove_file(tmp)
-            raise
-        if tmp.local:
-            self._staged.append((tmp.path, final))
-        else:
-            faults.crash_point("backup.blob")
-            if not rename_file(tmp, final):   # HDFS: a racing backup stored the same blob first
-                remove_file(tmp)
-        self.index[sha] = size
-        self.written.add(sha)
-        self.bytes_written += size
-        return sha, size
-
-    def sync(self) -> None:
-        """Make the new blobs durable and give them their names (local disks) before a manifest names them."""
-        if not self.job_loc.local:
-            return
-        staged, self._staged = self._staged, []
-        if staged:
-            sync_filesystem(staged[0][0])   # the bodies, all at once
-        made: set[str] = set()
-        try:
-            for tmp_path, final in staged:
-                faults.crash_point("backup.blob")
-                parent = os.path.dirname(final.path)
-                if parent not in made:
-                    os.makedirs(parent, exist_ok=True)
-                    made.add(parent)
-                if not stat.S_ISREG(_lmode(final.path, stat.S_IFREG)):
-                    raise UserError(f"blob {final.url} is {file_kind(_lmode(final.path, 0))}, not a regular file: "
-                                    "something other than airflow-kafka-spark wrote into the backup store; remove "
-                                    "it and back up again")
-                os.replace(tmp_path, final.path)
-        except OSError as exc:
-            raise UserError(f"cannot store blobs in {self.job_loc.url}: {os_reason(exc)}") from None
-        finally:
-            for tmp_path, _ in staged:
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(tmp_path)
-        if staged:
-            sync_filesystem(staged[0][1].path)   # the directory entries of the renames
-
-
-def _grew(src: Location, listed_size: int) -> UserError:
-    return UserError(f"{src.url} grew while it was copied (listed with {listed_size:,} bytes): "
-                     "something writes into the checkpoint; stop the query and back up again")
-
-
-def _open_new(target: Location) -> Any:
-    """``target`` opened for writing; local: never through a link planted at its name."""
-    if not target.local:
-        return target.fs.open(target.path, "wb")
-    fd = os.open(target.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0),
-                 0o644)
-    return os.fdopen(fd, "wb")
-
-
-def _lmode(path: str, missing: int) -> int:
-    """``lstat`` mode of ``path`` (never through a link); ``missing`` when nothing is there."""
-    try:
-        return os.lstat(path).st_mode
-    except FileNotFoundError:
-        return missing
-
-
 def materialize(manifest: Manifest, backup_root: str, dest: Location, *,
                 storage_options: dict | None = None, hash_only: Callable[[str], bool] | None = None) -> None:
     """Write every file of ``manifest`` below ``dest``, each checked against its sha256 while copied.
@@ -345,42 +152,6 @@ def materialize(manifest: Manifest, backup_root: str, dest: Location, *,
     ``from_json`` already refused unsafe ones); blobs are read as regular files only, at most
     their recorded size plus one byte. Files for which ``hash_only(path)`` is true are checked
     but written empty (a dry run judged in memory needs state files to exist, not their bodies).
+    How each file is copied and proven: ``ops.backup.restore_copy``.
     """
-    check_paths(manifest, f"of backup {manifest.backup_id}")
-    job_loc = job_location(open_backup_root(backup_root, storage_options), manifest.job)
-    if dest.local:
-        os.makedirs(dest.path, exist_ok=True)
-    # Linear in the number of files (state stores reach 40,000): each folder is checked and
-    # created once, each blob's path proven once, local files written without fsspec's overhead.
-    below_dest, below_job = Contained(dest), Contained(job_loc)
-    blobs: dict[str, Location] = {}
-    made: set[str] = set()
-    for f in manifest.files:
-        blob = blobs.get(f.sha256) or blobs.setdefault(f.sha256, below_job.child(blob_rel(f.sha256), what="blob path"))
-        target = below_dest.child(f.path, what=f"file path of backup {manifest.backup_id}")
-        if target.local and (parent := os.path.dirname(target.path)) not in made:
-            os.makedirs(parent, exist_ok=True)
-            made.add(parent)
-        h = hashlib.sha256()
-        left = f.size + 1
-        try:
-            with open_regular(blob, follow_links=False) as fin, _open_new(target) as fout:
-                body = not (hash_only and hash_only(f.path))
-                while left > 0 and (chunk := fin.read(min(_CHUNK, left))):
-                    h.update(chunk)
-                    left -= len(chunk)
-                    if body:
-                        fout.write(chunk)
-        except FileNotFoundError:
-            raise UserError(f"backup {manifest.backup_id} is incomplete: the blob for {f.path} is missing; "
-                            "restore from another backup") from None
-        except OSError as exc:
-            raise UserError(f"cannot copy {f.path} of backup {manifest.backup_id} to {dest.url}: "
-                            f"{os_reason(exc)}") from None
-        if left != 1:   # read size != recorded size: a dry run judges what the real run would copy
-            raise UserError(f"backup {manifest.backup_id} is damaged: the blob for {f.path} has "
-                            f"{f.size + 1 - left:,} bytes, the manifest says {f.size:,}; restore from another backup")
-        if h.hexdigest() != f.sha256:
-            raise UserError(f"backup {manifest.backup_id} is damaged: the blob for {f.path} does not match its "
-                            "sha256; restore from another backup")
-        faults.crash_point("restore.file")
+    copy_files(manifest, backup_root, dest, storage_options=storage_options, hash_only=hash_only)

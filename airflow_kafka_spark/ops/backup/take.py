@@ -10,9 +10,10 @@ Why it is built this way:
 * **The pre-copy** (``ops.backup.precopy``), taken while the query still ran, is a second stat
   cache beside the previous backup (``reuse.known_entries``): a backup after the stop reads only
   the files written since, and the blobs the pre-copy stored are checked here like the previous
-  backup's (present, with their size); the pre-copy re-hashed them when it wrote them.
+  backup's (present, with their size); the pre-copy proved them when it wrote them.
 * **Published only when verified**: the manifest is first written to ``staging/``, read back,
-  checked (digest, every blob present with its size, every blob written by this run re-hashed)
+  checked (digest, every blob present with its size, every blob written by this run re-hashed, or
+  proven by the store itself where it can: ``ops.backup.kinds``)
   and only then written to ``backups/`` in one atomic step. A backup killed at any point is never
   listed; its leftovers are collected by pruning.
 * **Not of a running query**: a live lease in the lifecycle record, or batches that advance between
@@ -53,6 +54,7 @@ from airflow_kafka_spark.lifecycle.record import LifecycleRecord
 from airflow_kafka_spark.names import default_job_name, new_backup_id, validate_job_name
 from airflow_kafka_spark.ops import seal
 from airflow_kafka_spark.ops.backup.catalog import job_location, open_backup_root, store_path
+from airflow_kafka_spark.ops.backup.kinds import kind_for
 from airflow_kafka_spark.ops.backup.manifest import BACKUPS_DIR, LOCK_NAME, STAGING_DIR, FileEntry, Manifest
 from airflow_kafka_spark.ops.backup.prune import check_retention, prune_job
 from airflow_kafka_spark.ops.backup.reuse import (
@@ -65,7 +67,8 @@ from airflow_kafka_spark.ops.backup.reuse import (
     unchanged,
 )
 from airflow_kafka_spark.ops.backup.selection import Selection, layout_misfit, log_ids, select_files
-from airflow_kafka_spark.ops.backup.store import BlobWriter, blob_index, check_blobs
+from airflow_kafka_spark.ops.backup.store import blob_index, check_blobs
+from airflow_kafka_spark.ops.backup.writer import BlobWriter
 from airflow_kafka_spark.ops.guards import check_locations, running_reason
 
 #: How far a remote store's clock may be behind ours before its mtimes would fool :func:`_settle_wait`.
@@ -87,6 +90,8 @@ class BackupResult:
     files_from_previous: int      # taken from the previous backup's manifest (or the pre-copy) without re-reading
     verify_seconds: float
     files_from_precopy: int = 0   # of those, taken from the pre-copy
+    files_vouched: int = 0        # new files whose sha256 the store kept (never read here; ``ops.backup.kinds``)
+    bytes_copied_by_store: int = 0
     excluded: dict[str, str] = field(default_factory=dict)
     pruned: list[str] = field(default_factory=list)
     selection: Selection | None = None
@@ -101,6 +106,7 @@ class BackupResult:
                 "bytes_hashed": self.bytes_hashed, "blobs_written": self.blobs_written,
                 "bytes_written": self.bytes_written, "files_from_previous": self.files_from_previous,
                 "files_from_precopy": self.files_from_precopy, "verify_seconds": round(self.verify_seconds, 3),
+                "files_vouched": self.files_vouched, "bytes_copied_by_store": self.bytes_copied_by_store,
                 "excluded": len(self.excluded), "pruned": self.pruned,
                 **({"selection": self.selection.record()} if self.selection is not None else {})}
 
@@ -219,12 +225,13 @@ def _backup_once(ck: Location, state: CheckpointState, job_loc: Location, job: s
     sel = select_files(listing, committed, planned, keep_pending=not (force and running), whole=misfit)
     faults.crash_point("backup.listed")
 
-    writer = BlobWriter(job_loc, index)
+    writer = BlobWriter(job_loc, index, kind_for(ck, job_loc))
     entries: list[FileEntry] = []
     reused = 0
     below_ck = Contained(ck)   # each checkpoint folder checked once (state stores hold 10,000s of files)
     local, files = ck.local, sel.files
     order = sorted(files)
+    todo: list[tuple[int, str, Location, int, float | None, float | None]] = []
     for rel, same in zip(order, unchanged(order, files, previous, index, local=local), strict=True):
         if same is not None:   # the previous entry itself: nothing about the file changed
             entries.append(same)
@@ -236,12 +243,19 @@ def _backup_once(ck: Location, state: CheckpointState, job_loc: Location, job: s
             # ``rel`` is the path of an entry of a parsed manifest: ``check_paths`` proved it safe there.
             # Same path, size and sha256; same mtime and (local) ctime, else the previous entry's.
             entries.append(prev if (prev.mtime, prev.ctime) == (mtime, ctime)
-                           else FileEntry(rel, size, prev.sha256, mtime, ctime))
+                           else FileEntry(rel, size, prev.sha256, mtime, ctime, prev.proof))
             reused += 1
             continue
         check_relative(rel, what="checkpoint file")   # a name the manifest could not carry safely
-        sha, actual = writer.put(below_ck.child(rel, what="checkpoint file"), size)
-        entries.append(FileEntry(rel, actual, sha, mtime, ctime))
+        todo.append((len(entries), rel, below_ck.child(rel, what="checkpoint file"), size, mtime, ctime))
+        entries.append(None)   # type: ignore[arg-type]  # its slot, filled below
+    writer.prefetch([(src, size) for _, _, src, size, _, _ in todo])   # object stores: many requests at once
+    for (slot, rel, _, _, mtime, ctime), put in zip(todo, writer.put_many([(t[2], t[3]) for t in todo]),
+                                                    strict=True):
+        if isinstance(put, BaseException):
+            raise put   # the first failure in path order, as one put after the other would raise it
+        sha, actual, proof = put
+        entries[slot] = FileEntry(rel, actual, sha, mtime, ctime, proof)
     writer.sync()
     pre_objs = {id(f) for f in pre.files} if pre is not None else set()
     from_precopy = sum(id(e) in pre_objs for e in entries)
@@ -295,6 +309,8 @@ def _backup_once(ck: Location, state: CheckpointState, job_loc: Location, job: s
         stats={"excluded_files": len(sel.excluded), "files_hashed": writer.files_hashed,
                "bytes_hashed": writer.bytes_hashed, "blobs_written": len(writer.written),
                "bytes_written": writer.bytes_written, "files_from_previous": reused,
+               **({"files_vouched_by_store": writer.files_vouched,
+                   "bytes_copied_by_store": writer.bytes_copied_by_store} if writer.files_vouched else {}),
                **({"files_from_precopy": from_precopy} if pre is not None else {})},
     )
     manifest, written = manifest.sealed_json(seal_key)
@@ -311,8 +327,9 @@ def _backup_once(ck: Location, state: CheckpointState, job_loc: Location, job: s
     # every path checked above), and parsing 40,000 entries again would prove nothing more.
     staged = manifest if raw == written else Manifest.from_json(raw, where=staging.url, seal_key=seal_key)
     # Presence and sizes against the index listed at the start under the job lock, plus the blobs
-    # this run wrote (re-hashed from disk below): re-listing 40,000 blobs proved nothing more.
-    check_blobs(job_loc, staged, deep_shas=set(writer.written), index=index)
+    # this run wrote: re-hashed from the store, unless the store itself proves them (``kinds``):
+    # re-listing 40,000 blobs proved nothing more.
+    check_blobs(job_loc, staged, deep_shas=writer.to_rehash(), index=index)
     verify_seconds = time.monotonic() - v0
     faults.crash_point("backup.verified")
     write_atomic(store_path(job_loc, BACKUPS_DIR, f"{backup_id}.json"), raw)
@@ -324,7 +341,8 @@ def _backup_once(ck: Location, state: CheckpointState, job_loc: Location, job: s
         manifest=staged, seconds=time.monotonic() - t0, files=len(entries), bytes=staged.total_bytes,
         files_hashed=writer.files_hashed, bytes_hashed=writer.bytes_hashed, blobs_written=len(writer.written),
         bytes_written=writer.bytes_written, files_from_previous=reused, verify_seconds=verify_seconds,
-        excluded=sel.excluded, selection=sel, files_from_precopy=from_precopy)
+        excluded=sel.excluded, selection=sel, files_from_precopy=from_precopy, files_vouched=writer.files_vouched,
+        bytes_copied_by_store=writer.bytes_copied_by_store)
 
 
 def _log_listing(ck: Location) -> dict[str, dict]:

@@ -1,0 +1,169 @@
+"""What each store can do for a backup without streaming bodies through this process.
+
+One class per kind of store, chosen once per pair of ends (:func:`kind_for`), never an ``if`` per
+file: the blob writer and the restore copy ask their kind, and a kind that cannot do a thing says
+so (``None`` / ``False``), which sends the body through this process as before.
+
+* **S3** (:class:`S3`): a store keeps a full-object SHA-256 for an object written with
+  ``x-amz-checksum-sha256`` (it checks the body against it on PutObject and refuses a mismatch),
+  and ``CopyObject`` carries it to the copy. So a checkpoint object that has one is copied into the
+  blob store under that SHA-256 by ``CopyObject`` (``CopySourceIfMatch`` its ETag: exactly the
+  version whose checksum was read), a new blob is written with its SHA-256 for the store to check,
+  and a blob is proven by ``HeadObject`` (its kept SHA-256 is its name, its size the manifest's),
+  not by reading it back. A restore to the same store copies each blob with ``CopyObject`` and
+  proves the copy the same way. Objects without a kept SHA-256 (Spark's S3A writes none unless
+  told to) are read and hashed here, once.
+* **HDFS** (:class:`WebHdfs`): WebHDFS has no copy. Bodies are read and hashed here once and
+  written once; a new blob is then proven by the NameNode's checksum (``GETFILECHECKSUM``, computed
+  by the DataNodes from the CRCs they keep) being its source file's, instead of reading it back.
+  When the two checksums cannot be compared (other block size), the blob is read back and re-hashed.
+* **Local disks** and every other store (:class:`Streamed`): bodies through this process, proven by
+  re-hashing.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+from airflow_kafka_spark._util.fs import Location
+from airflow_kafka_spark._util.stores import (
+    is_s3,
+    is_webhdfs,
+    s3_copy,
+    s3_endpoint,
+    s3_head,
+    s3_put_sha256,
+    webhdfs_file_checksum,
+)
+
+
+class Vouched(NamedTuple):
+    """A source object's SHA-256 as the store keeps it, and the version token to copy exactly that object."""
+
+    sha256: str
+    token: str | None
+
+
+class Streamed:
+    """Bodies pass through this process; nothing is proven without reading it."""
+
+    name = "streamed"
+    #: Does :meth:`copy_in` ever copy inside the store (worth asking many sources at once)?
+    copies = False
+    #: Puts at once into this store (``BlobWriter.put_many``): each waits on the network, not the CPU.
+    parallel_puts = 1
+
+    def vouched_sha256(self, src: Location, size: int) -> Vouched | None:
+        """The SHA-256 the store keeps for ``src`` (listed with ``size``), or None.
+
+        The object may have been replaced since it was listed: its entry then pairs the listed mtime
+        with the new body's hash, which is never reused (the next listing shows another mtime), and
+        the copy is of exactly the version whose SHA-256 was read (``CopySourceIfMatch``)."""
+        return None
+
+    def copy_in(self, src: Location, blob: Location, token: str | None) -> bool:
+        """Copy ``src`` to ``blob`` inside the store; False: not possible (or ``src`` changed)."""
+        return False
+
+    def put_checked(self, blob: Location, data: bytes, sha256: str) -> bool:
+        """Write ``data`` to ``blob`` in one request the store checks against ``sha256``; False: not offered."""
+        return False
+
+    def proves(self, blob: Location, sha256: str, size: int, source: Location | None) -> bool:
+        """Does the store itself show that ``blob`` holds ``size`` bytes hashing to ``sha256``? (No read.)"""
+        return False
+
+    def copy_out(self, blob: Location, target: Location, sha256: str, size: int) -> bool:
+        """Restore ``blob`` to ``target`` inside the store, proven; False: stream it instead."""
+        return False
+
+
+class S3(Streamed):
+    """S3 (and S3-compatible stores that keep checksums): ``CopyObject`` and kept SHA-256s."""
+
+    name = "s3"
+    parallel_puts = 8
+
+    def __init__(self, same_store: bool) -> None:
+        self.same_store = same_store
+        self.copies = same_store
+
+    def vouched_sha256(self, src: Location, size: int) -> Vouched | None:
+        if not self.same_store or not is_s3(src.fs):
+            return None
+        head = s3_head(src.fs, src.path)
+        if head["sha256"] is None or head["size"] != size:
+            return None   # no kept SHA-256, or not the size listed: read it (a grown file is refused there)
+        return Vouched(head["sha256"], head["etag"])
+
+    def copy_in(self, src: Location, blob: Location, token: str | None) -> bool:
+        if not self.same_store:
+            return False
+        try:
+            return s3_copy(blob.fs, src.path, blob.path, if_match=token)
+        except PermissionError:   # the backup's credentials may not read the checkpoint's bucket: stream
+            self.same_store = False
+            return False
+
+    def put_checked(self, blob: Location, data: bytes, sha256: str) -> bool:
+        s3_put_sha256(blob.fs, blob.path, data, sha256)
+        return True
+
+    def proves(self, blob: Location, sha256: str, size: int, source: Location | None) -> bool:
+        try:
+            head = s3_head(blob.fs, blob.path)
+        except FileNotFoundError:
+            return False
+        return head["sha256"] == sha256 and head["size"] == size
+
+    def copy_out(self, blob: Location, target: Location, sha256: str, size: int) -> bool:
+        if not self.same_store:
+            return False
+        head = s3_head(blob.fs, blob.path)
+        if head["sha256"] != sha256 or head["size"] != size:
+            return False   # a blob without a kept SHA-256 (older backups, large bodies): stream and hash it
+        try:
+            copied = s3_copy(target.fs, blob.path, target.path, if_match=head["etag"])
+        except PermissionError:   # the target's credentials may not read the backup bucket: stream
+            return False
+        return copied and self.proves(target, sha256, size, None)
+
+
+class WebHdfs(Streamed):
+    """HDFS through WebHDFS: no copy operation; the NameNode's file checksum proves a copy without reading it."""
+
+    name = "webhdfs"
+    parallel_puts = 4
+
+    def proves(self, blob: Location, sha256: str, size: int, source: Location | None) -> bool:
+        if source is None or not is_webhdfs(source.fs):
+            return False
+        try:
+            return webhdfs_file_checksum(blob.fs, blob.path) == webhdfs_file_checksum(source.fs, source.path)
+        except (OSError, RuntimeError, KeyError, ValueError):
+            return False   # cannot compare: the caller re-hashes
+
+
+def kind_for(source: Location, store: Location) -> Streamed:
+    """The kind that moves bodies from ``source`` to ``store`` (backup: checkpoint -> blobs;
+    restore: blobs -> target)."""
+    return _KINDS.get(_store_name(store), lambda s, t: Streamed())(source, store)
+
+
+def _store_name(loc: Location) -> str:
+    if is_s3(loc.fs):
+        return "s3"
+    if is_webhdfs(loc.fs):
+        return "webhdfs"
+    return "streamed"
+
+
+def _s3(source: Location, store: Location) -> Streamed:
+    same = is_s3(source.fs) and s3_endpoint(source.fs) is not None and s3_endpoint(source.fs) == s3_endpoint(store.fs)
+    return S3(same)
+
+
+_KINDS: dict[str, Any] = {
+    "s3": _s3,
+    "webhdfs": lambda source, store: WebHdfs(),
+}

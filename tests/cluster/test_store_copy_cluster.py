@@ -1,0 +1,144 @@
+"""Bytes through the worker for a backup and a restore on the real stores (S3Proxy, the HDFS minicluster).
+
+What the product's own fs layer counts (``_util.fs.TRAFFIC``: every body read or written through
+this process) around each operation:
+
+* **S3 -> S3, objects with a kept SHA-256** (written here with PutObject ``ChecksumAlgorithm=SHA256``,
+  what S3A's ``fs.s3a.create.checksum.algorithm=SHA256`` asks for where Hadoop has it): the
+  pre-copy and the backup after the stop read no state byte (``HeadObject`` + ``CopyObject``), the
+  manifest is nonetheless the checkpoint byte for byte (each file read and hashed *by the test*),
+  verifies deep, and the restore copies every blob inside the store; a blob replaced by other bytes
+  of the same size (no kept SHA-256 then) is read, found wrong, and the restore refuses.
+* **HDFS -> HDFS**: WebHDFS has no copy, so each new file is read once and written once; no blob is
+  read back (the NameNode's checksum of each blob is its source file's): bytes read < 1.2x the
+  checkpoint (before: 2x, the read-back re-hash).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import posixpath
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from airflow_kafka_spark._util.fs import TRAFFIC, open_location
+from airflow_kafka_spark.errors import UserError
+from airflow_kafka_spark.lifecycle.record import LifecycleRecord
+from airflow_kafka_spark.ops.backup.catalog import blob_rel
+from airflow_kafka_spark.ops.backup.kinds import WebHdfs
+from airflow_kafka_spark.ops.backup.precopy import precopy_checkpoint
+from airflow_kafka_spark.ops.backup.store import verify_backup
+from airflow_kafka_spark.ops.commands import backup_checkpoint, restore_checkpoint
+from devstack import topics
+from devstack.produce import produce
+from tests.cluster.test_ops_cluster import JOB, advance, base_url, remote_tree
+from tests.cluster.test_ops_cluster import stores as stores  # the worker's environment (a fixture)
+from tests.support.checkpoint_factory import write_checkpoint
+
+pytestmark = pytest.mark.cluster
+
+STATE_FILE = 512 << 10
+
+
+def stateful_checkpoint(url: str, broker, topic: str, tmp_path: Path, *, kept_sha256: bool) -> int:
+    """A stopped query's checkpoint at ``url`` whose state files hold 512 KiB each; returns the state bytes."""
+    topics.create_topic(broker.bootstrap_servers, topic, 2)
+    produce(broker.bootstrap_servers, topic, 200, partitions=2)
+    ck = write_checkpoint(tmp_path / "ck", batches=4, pending=True, sources=({topic: 2},), records_per_batch=10,
+                          state=True, start_timestamp_ms=int(time.time() * 1000))
+    state = 0
+    for p in sorted((ck.root / "state").rglob("*.delta")):
+        p.write_bytes(os.urandom(STATE_FILE))   # the backup copies state files; it never parses them
+        state += STATE_FILE
+    loc = open_location(url)
+    for p in sorted(ck.root.rglob("*")):
+        if not p.is_file():
+            continue
+        path = posixpath.join(loc.path, str(p.relative_to(ck.root)))
+        if kept_sha256:
+            bucket, key, _ = loc.fs.split_path(path)
+            loc.fs.call_s3("put_object", Bucket=bucket, Key=key, Body=p.read_bytes(), ChecksumAlgorithm="SHA256")
+        else:
+            loc.fs.pipe_file(path, p.read_bytes())
+    LifecycleRecord.create(JOB, url).save()
+    return state
+
+
+def counted(fn):
+    r0, w0 = TRAFFIC.totals()
+    out = fn()
+    r1, w1 = TRAFFIC.totals()
+    return out, r1 - r0, w1 - w0
+
+
+@pytest.mark.usefixtures("stores")
+def test_s3_backup_and_restore_move_no_state_byte_through_the_worker(hadoop, s3, broker, topic_name, tmp_path):
+    run = uuid.uuid4().hex[:8]
+    ck_url, root_url = f"{s3.url(f'aks-copy/{run}')}/{JOB}/ck", s3.url(f"aks-copy/{run}/backups")
+    stateful_checkpoint(ck_url, broker, topic_name, tmp_path, kept_sha256=True)
+    written = remote_tree(ck_url)
+
+    pre, pre_read, pre_written = counted(lambda: precopy_checkpoint(ck_url, root_url, job=JOB))
+    after, read, wrote = counted(lambda: backup_checkpoint(ck_url, root_url, job=JOB, settle_s=0))
+    state = sum(f.size for f in after.manifest.files if f.path.startswith("state/"))   # the version's
+    assert state >= 6 * STATE_FILE
+    assert pre.files_vouched == pre.files > 20 and pre.files_read == 0 and pre.bytes_copied_by_store >= state
+    assert {f.path: f.sha256 for f in after.manifest.files} == written     # the store's SHA-256s are the bytes'
+    assert {f.proof for f in after.manifest.files} == {"s3-sha256"}
+    assert after.files_hashed == 0
+    # what did pass through: the checkpoint's logs (read to find the version), manifests and records
+    assert pre_read + pre_written + read + wrote < 200_000 < state
+    assert verify_backup(root_url, JOB, after.backup_id, deep=True).backup_id == after.backup_id
+
+    # the round trip: the query moves on, the restore brings back exactly the backup's bytes
+    advance(ck_url, topic_name, 4, 7)
+    kafka = {"bootstrap.servers": broker.bootstrap_servers}
+    restored, read, wrote = counted(lambda: restore_checkpoint(ck_url, root_url, after.backup_id, kafka,
+                                                               backup_settle_s=0))
+    assert restored.restored and remote_tree(ck_url) == written
+    assert read + wrote < 300_000 < state   # blobs copied by CopyObject, proven by their kept SHA-256
+
+    # a blob replaced by other bytes of its size has no kept SHA-256: it is read, found wrong, refused
+    entry = next(f for f in after.manifest.files if f.path.endswith(".delta"))
+    blob = open_location(f"{root_url}/{JOB}/{blob_rel(entry.sha256)}")
+    blob.fs.pipe_file(blob.path, os.urandom(entry.size))
+    advance(ck_url, topic_name, 4, 8)
+    before = remote_tree(ck_url)
+    with pytest.raises(UserError, match="does not match its sha256"):
+        restore_checkpoint(ck_url, root_url, after.backup_id, kafka, backup_settle_s=0)
+    assert remote_tree(ck_url) == before
+
+
+@pytest.mark.usefixtures("stores")
+def test_hdfs_backup_reads_each_new_byte_once_and_never_reads_a_blob_back(hadoop, s3, broker, topic_name, tmp_path):
+    run = uuid.uuid4().hex[:8]
+    ck_url, root_url = f"{base_url('hdfs', hadoop, s3, run)}/{JOB}/ck", f"{base_url('hdfs', hadoop, s3, run)}/backups"
+    stateful_checkpoint(ck_url, broker, topic_name, tmp_path, kept_sha256=False)
+    written = remote_tree(ck_url)
+
+    pre, pre_read, pre_wrote = counted(lambda: precopy_checkpoint(ck_url, root_url, job=JOB))
+    after, read, wrote = counted(lambda: backup_checkpoint(ck_url, root_url, job=JOB, settle_s=0))
+    assert after.bytes >= 6 * STATE_FILE and pre.files_read == pre.files > 20 and pre.files_vouched == 0
+    assert after.bytes < pre_read < 1.2 * after.bytes     # each file once; no blob read back (before: 2x)
+    assert after.bytes < pre_wrote < 1.2 * after.bytes
+    assert after.files_hashed == 0 and read + wrote < 200_000
+    assert {f.path: f.sha256 for f in after.manifest.files} == written
+    assert verify_backup(root_url, JOB, after.backup_id, deep=True).backup_id == after.backup_id
+
+    # the NameNode's checksum proves a blob only against its own bytes
+    entries = [f for f in after.manifest.files if f.path.endswith(".delta")][:2]
+    blob = open_location(f"{root_url}/{JOB}/{blob_rel(entries[0].sha256)}")
+    own, other = (open_location(f"{ck_url}/{e.path}") for e in entries)
+    assert WebHdfs().proves(blob, entries[0].sha256, entries[0].size, own)
+    assert not WebHdfs().proves(blob, entries[0].sha256, entries[0].size, other)
+
+    advance(ck_url, topic_name, 4, 7)
+    restored = restore_checkpoint(ck_url, root_url, after.backup_id, {"bootstrap.servers": broker.bootstrap_servers},
+                                  backup_settle_s=0)
+    assert restored.restored and remote_tree(ck_url) == written
+    assert hashlib.sha256(open_location(f"{ck_url}/{entries[0].path}").fs.cat_file(own.path)).hexdigest() \
+        == entries[0].sha256
