@@ -29,8 +29,9 @@ from devstack import topics
 from devstack.produce import produce
 from tests.airflow.conftest import TIMINGS
 from tests.airflow.services import AirflowServices, sync_dags_folder
-from tests.airflow.test_operators import SPARK_LOCAL_CONN, RunResult, collect, kafka_conn, write_registry
+from tests.support.airflow_env import SPARK_LOCAL_CONN, kafka_conn, write_registry
 from tests.support.checkpoint_factory import write_checkpoint
+from tests.support.dag_runs import RunResult, collect
 from tests.support.kafka import end_offsets
 
 pytestmark = [pytest.mark.airflow, pytest.mark.integration]

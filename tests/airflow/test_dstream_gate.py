@@ -25,7 +25,7 @@ from airflow_kafka_spark.runtime import app_versions, detach
 from airflow_kafka_spark.runtime import dstream as dstream_runtime
 from devstack import topics
 from devstack.produce import produce
-from tests.airflow.test_operators import SPARK_LOCAL_CONN, kafka_conn, new_dag, run_inline, write_registry
+from tests.support.airflow_env import SPARK_LOCAL_CONN, kafka_conn, new_dag, run_inline, write_registry
 from tests.support.proxy import LateProxy
 
 pytestmark = [pytest.mark.airflow, pytest.mark.integration]

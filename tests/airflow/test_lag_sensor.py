@@ -17,7 +17,7 @@ import pytest
 
 from devstack import topics
 from devstack.produce import produce
-from tests.airflow.test_operators import (
+from tests.support.airflow_env import (
     Env,
     add_batch,
     fake_checkpoint,

@@ -12,7 +12,7 @@ import uuid
 
 import pytest
 
-from tests.airflow.test_operators import (
+from tests.support.airflow_env import (
     SPARK_LOCAL_CONN,
     assert_no_secret,
     kafka_conn,

@@ -18,7 +18,7 @@ import pytest
 from devstack import topics
 from devstack.produce import produce
 from tests.airflow.conftest import REPO
-from tests.airflow.test_operators import SPARK_LOCAL_CONN, kafka_conn, new_dag, run_inline, write_registry
+from tests.support.airflow_env import SPARK_LOCAL_CONN, kafka_conn, new_dag, run_inline, write_registry
 from tests.support.checkpoint_factory import write_checkpoint
 
 pytestmark = [pytest.mark.airflow, pytest.mark.integration]
@@ -76,7 +76,7 @@ def test_the_audit_report_task_links_its_markdown_report(jobs):
 
     bag = DagBag(dag_folder=str(REPO / "dags"))
     dr = bag.get_dag("streaming_audit").test()
-    from tests.airflow.test_operators import collect
+    from tests.support.dag_runs import collect
 
     r = collect("streaming_audit", dr.run_id, dr.state, 0)
     assert r.states["report"] == "success", r.states

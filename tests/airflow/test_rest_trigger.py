@@ -16,7 +16,7 @@ import pytest
 
 from tests.airflow.conftest import TIMINGS
 from tests.airflow.services import AirflowServices, sync_dags_folder
-from tests.airflow.test_operators import write_registry
+from tests.support.airflow_env import write_registry
 
 pytestmark = pytest.mark.airflow
 

@@ -44,16 +44,9 @@ from airflow_kafka_spark.runtime import drivers
 from devstack import oracle, topics
 from devstack.produce import ProducedRecord, produce
 from tests.airflow.conftest import TIMINGS
-from tests.airflow.test_operators import (
-    SECRET,
-    SPARK_LOCAL_CONN,
-    RunResult,
-    assert_no_secret,
-    collect,
-    kafka_conn,
-    write_registry,
-)
+from tests.support.airflow_env import SECRET, SPARK_LOCAL_CONN, assert_no_secret, kafka_conn, write_registry
 from tests.support.checkpoint_factory import write_checkpoint
+from tests.support.dag_runs import RunResult, collect
 from tests.support.kafka import end_offsets
 from tests.support.processes import driver_groups
 from tests.support.waiting import wait_until

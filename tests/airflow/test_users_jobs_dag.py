@@ -38,9 +38,9 @@ from airflow_kafka_spark.checkpoint.reader import read_checkpoint
 from airflow_kafka_spark.lifecycle.record import LifecycleRecord
 from airflow_kafka_spark.runtime import drivers
 from devstack import oracle, topics
-from tests.airflow.test_operators import SPARK_LOCAL_CONN, kafka_conn, write_registry
 from tests.airflow.test_safe_restart_dag import Feed, events
 from tests.support.agent_harness import USER_JOBS
+from tests.support.airflow_env import SPARK_LOCAL_CONN, kafka_conn, write_registry
 from tests.support.dag_runs import RunResult, run_safe_restart, safe_restart_dag, wait_committed_everything
 from tests.support.processes import driver_groups
 from tests.support.waiting import wait_until

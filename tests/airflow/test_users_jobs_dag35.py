@@ -31,8 +31,8 @@ from airflow_kafka_spark.lifecycle.record import LifecycleRecord
 from airflow_kafka_spark.runtime import drivers
 from devstack import oracle, spark_runtimes, topics, user_jobs
 from tests.airflow.conftest import TIMINGS
-from tests.airflow.test_operators import SPARK_LOCAL_CONN, kafka_conn, write_registry
 from tests.airflow.test_safe_restart_dag import PARTITIONS, Feed
+from tests.support.airflow_env import SPARK_LOCAL_CONN, kafka_conn, write_registry
 from tests.support.dag_runs import RunResult, run_safe_restart, safe_restart_dag, wait_committed_everything
 from tests.support.processes import driver_groups
 

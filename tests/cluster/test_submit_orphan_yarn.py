@@ -32,8 +32,8 @@ from airflow_kafka_spark.lifecycle.record import LifecycleRecord
 from airflow_kafka_spark.registry.loader import load_registry
 from airflow_kafka_spark.runtime import detach, drivers, start_stop, submit
 from devstack.topics import create_topic
-from tests.airflow.test_operators import write_registry
 from tests.cluster.test_safe_restart_yarn import SPARK_YARN_CONN
+from tests.support.airflow_env import write_registry
 from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.cluster, pytest.mark.airflow, pytest.mark.integration]

@@ -32,8 +32,8 @@ from airflow_kafka_spark.checkpoint.reader import read_checkpoint
 from airflow_kafka_spark.lifecycle.record import LifecycleRecord
 from devstack import oracle, topics, user_jobs
 from tests.airflow.conftest import TIMINGS, airflow_home  # noqa: F401  (the session's Airflow home fixture)
-from tests.airflow.test_operators import kafka_conn, write_registry
 from tests.airflow.test_safe_restart_dag import PARTITIONS, Feed
+from tests.support.airflow_env import kafka_conn, write_registry
 from tests.support.dag_runs import RunResult, run_safe_restart, safe_restart_dag, wait_committed_everything
 
 pytestmark = [pytest.mark.cluster, pytest.mark.airflow, pytest.mark.integration, pytest.mark.userjobs]

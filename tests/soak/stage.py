@@ -10,7 +10,7 @@ import random
 from pathlib import Path
 
 from tests.airflow.services import AirflowServices
-from tests.airflow.test_operators import SPARK_LOCAL_CONN, kafka_conn
+from tests.support.airflow_env import SPARK_LOCAL_CONN, kafka_conn
 
 REPO = Path(__file__).resolve().parents[2]
 DAG_ID = "streaming_safe_restart_soak"

@@ -45,11 +45,11 @@ from airflow_kafka_spark.runtime import drivers
 from devstack import topics
 from devstack.broker import LocalBroker
 from tests.airflow.services import AirflowServices
-from tests.airflow.test_operators import write_registry
 from tests.soak.feeder import Feeder
 from tests.soak.figures import Figures, announced, finish
 from tests.soak.harness import DriverCounter, TaskKiller
 from tests.soak.stage import DAG_ID, JOB, MODE_OPS, PARTITIONS, RATE, airflow_env, knobs, soak_dag, start_airflow
+from tests.support.airflow_env import write_registry
 from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.soak, pytest.mark.airflow, pytest.mark.integration]

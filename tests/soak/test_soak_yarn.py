@@ -42,13 +42,13 @@ from devstack.broker import LocalBroker
 from devstack.hadoop import HadoopCluster
 from devstack.spark_yarn import prepare
 from tests.airflow.services import AirflowServices
-from tests.airflow.test_operators import write_registry
 from tests.cluster.test_safe_restart_yarn import SPARK_YARN_CONN
 from tests.soak.feeder import Feeder
 from tests.soak.figures import Figures, finish
 from tests.soak.harness import AppCounter
 from tests.soak.stage import JOB, PARTITIONS, RATE, airflow_env, knobs, soak_dag, start_airflow
 from tests.soak.test_soak import Soak, run_sequence
+from tests.support.airflow_env import write_registry
 from tests.support.processes import processes
 from tests.support.waiting import wait_until
 

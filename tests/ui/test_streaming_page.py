@@ -39,7 +39,7 @@ from devstack import topics
 from devstack.produce import produce
 from tests.airflow.conftest import REPO
 from tests.airflow.services import AirflowServices, sync_dags_folder
-from tests.airflow.test_operators import SPARK_LOCAL_CONN, kafka_conn, new_dag, run_inline, write_registry
+from tests.support.airflow_env import SPARK_LOCAL_CONN, kafka_conn, new_dag, run_inline, write_registry
 from tests.support.browser import Browser
 from tests.support.waiting import wait_until
 
