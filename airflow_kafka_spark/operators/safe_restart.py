@@ -27,6 +27,7 @@ from the generic operators. What a plain chain cannot do is done here:
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
@@ -58,6 +59,22 @@ from airflow_kafka_spark.registry.model import JobSpec
 from airflow_kafka_spark.runtime import probe, safe_restart, submit
 from airflow_kafka_spark.runtime.app_versions import last_good_app
 from airflow_kafka_spark.runtime.health import make_control
+from airflow_kafka_spark.runtime.restart_steps import (
+    ApprovalSummary,
+    AuditEntry,
+    BackupTaken,
+    ChangeSummary,
+    DriverRef,
+    HealthSummary,
+    RestartPlan,
+    RollbackOutcome,
+    RunContext,
+    RunLeaseRef,
+    StopSummary,
+    SubmittedDriver,
+    VerdictSummary,
+    from_xcom,
+)
 
 RUN_LEASE_SUFFIX = ".safe-restart" + RECORD_SUFFIX
 # Task ids of the DAG, shared by the DAG file and these operators.
@@ -124,15 +141,14 @@ class SafeRestartPlanOperator(StreamingJobOperator):
                                        backup_id=optional_text(self.backup_id), when=optional_text(self.datetime),
                                        probe=found)
         alive = driver_alive(spec, record)
-        plan = {"job": spec.name, "mode": mode, **decision.to_dict(), "dry_run": dry_run,
-                "accept_data_loss": flag(self.accept_data_loss, name="accept_data_loss"),
-                "reason": optional_text(self.reason), "who": who(context), "run": run_holder(context),
-                "registry_compatibility_version": spec.compatibility_version,
-                "recorded_compatibility_version": recorded, "was_running": alive,
-                "driver_before": None if record is None or record.driver is None else
-                {"kind": record.driver.kind, "id": record.driver.id, "alive": alive},
-                "position_before": position(spec), "run_lease": None}
-        self.log.info("safe restart of %s by %s: %s%s", spec.name, plan["who"], decision.why,
+        before = None if record is None or record.driver is None else \
+            DriverRef(kind=record.driver.kind, id=record.driver.id, alive=alive)
+        plan = RestartPlan.of(
+            decision, job=spec.name, mode=mode,
+            flags=(dry_run, flag(self.accept_data_loss, name="accept_data_loss")),
+            asked=RunContext(reason=optional_text(self.reason), who=who(context), run=run_holder(context)),
+            compat=(spec.compatibility_version, recorded), before=(before, position(spec)), was_running=alive)
+        self.log.info("safe restart of %s by %s: %s%s", spec.name, plan.asked.who, decision.why,
                       " (dry run: nothing will be changed)" if dry_run else "")
         if not dry_run:
             lease_record = run_lease_record(spec)
@@ -141,13 +157,15 @@ class SafeRestartPlanOperator(StreamingJobOperator):
                                                    run_id=context["ti"].run_id)
             except UserError as exc:
                 fail(context, f"job {spec.name} is being restarted by another run, nothing was changed: {exc}")
-            plan["run_lease"] = {"holder": lease.holder, "expires_at_ms": lease.expires_at_ms}
+            plan = dataclasses.replace(plan, run_lease=RunLeaseRef(holder=lease.holder,
+                                                                   expires_at_ms=lease.expires_at_ms))
+        doc = plan.to_dict()
         # Each decision also under its own key: the DAG wires them into the steps' arguments as
         # ``plan.output["<key>"]``, which pulls an XCom *key*, not a dict item.
         # (An XCom holding None reads as "not found" there, hence "" for "nothing".)
         for key in PLAN_KEYS:
-            context["ti"].xcom_push(key=key, value="" if plan[key] is None else plan[key])
-        return plan
+            context["ti"].xcom_push(key=key, value="" if doc[key] is None else doc[key])
+        return doc
 
 
 def _states(context: Any) -> dict[str, str]:
@@ -169,8 +187,8 @@ class SafeRestartRollbackOperator(StreamingJobOperator):
     """
 
     def run(self, context: Any) -> dict[str, Any]:
-        plan = _pull(context, PLAN)
-        if not plan or plan.get("dry_run"):
+        plan = from_xcom(RestartPlan, _pull(context, PLAN))
+        if plan is None or plan.dry_run:
             raise AirflowSkipException("dry run or no plan: nothing to roll back")
         states = _states(context)
         failed = [t for t in CHANGE_STEPS if states.get(t) == "failed"]
@@ -179,43 +197,40 @@ class SafeRestartRollbackOperator(StreamingJobOperator):
         if states.get(STOP) != "success":
             raise AirflowSkipException("the run failed before the job was stopped: nothing to roll back")
         _, spec = self.load()
-        out: dict[str, Any] = {"job": spec.name, "failed_steps": failed, "notes": []}
-        sub = _pull(context, SUBMIT)
-        if sub and sub.get("driver"):
-            out["stopped"] = stop_job(spec, context=context, log=self.log, only_driver_id=str(sub["driver"]["id"]))
-        restored = steps_for(spec).rollback(spec, context, _pull(context, BACKUP) or {}, self.log)
-        out["notes"].extend(restored.pop("notes"))
-        out.update(restored)
-        out["resubmitted"] = None
-        if not plan.get("was_running"):
-            out["notes"].append("the job was not running before this run: left stopped")
+        sub = from_xcom(SubmittedDriver, _pull(context, SUBMIT))
+        stopped = None if sub is None else stop_job(spec, context=context, log=self.log, only_driver_id=sub.id)
+        restored = dict(steps_for(spec).rollback(spec, context, _pull(context, BACKUP) or {}, self.log))
+        notes = list(restored.pop("notes"))
+        resubmitted = None
+        if not plan.was_running:
+            notes.append("the job was not running before this run: left stopped")
         elif last_good_app(LifecycleRecord.load(spec.checkpoint)) is None:
-            out["notes"].append("no application of this job ever passed a health gate: nothing to resubmit")
+            notes.append("no application of this job ever passed a health gate: nothing to resubmit")
         else:
-            out["resubmitted"] = submit_job(spec, context=context, log=self.log, previous=True)
+            resubmitted = submit_job(spec, context=context, log=self.log, previous=True)
+        out = RollbackOutcome(job=spec.name, failed_steps=tuple(failed), notes=tuple(notes), restored=restored,
+                              stopped=stopped, resubmitted=resubmitted)
+        again = out.resubmitted_driver
         record = LifecycleRecord.load_or_create(spec.name, spec.checkpoint)
         record.add_event(LifecycleEvent.SAFE_RESTART_ROLLED_BACK, actor=actor(context), failed_steps=failed,
-                         restored_backup_id=out["restored_backup_id"],
-                         resubmitted_driver=(out["resubmitted"] or {}).get("driver"), notes=out["notes"])
+                         restored_backup_id=out.restored_backup_id,
+                         resubmitted_driver=None if again is None else again.to_dict(), notes=notes)
         record.save()
         self.log.warning("rolled back job %s after %s failed: %s", spec.name, ", ".join(failed),
-                         "; ".join(out["notes"]) or "previous application resubmitted")
-        return out
+                         "; ".join(notes) or "previous application resubmitted")
+        return out.to_dict()
 
 
-def _verdict_of(context: Any, task_id: str) -> dict[str, Any] | None:
-    doc = _pull(context, task_id) or _pull(context, task_id, "verdict")
-    if not isinstance(doc, Mapping):
-        return None
-    return {"verdict": doc.get("verdict"), "headline": doc.get("headline"), "overridden": doc.get("overridden")}
+def _verdict_of(context: Any, task_id: str) -> VerdictSummary | None:
+    return from_xcom(VerdictSummary, _pull(context, task_id) or _pull(context, task_id, "verdict"))
 
 
-def outcome_of(plan: Mapping[str, Any] | None, states: Mapping[str, str],
+def outcome_of(plan: RestartPlan | Mapping[str, Any] | None, states: Mapping[str, str],
                approval: Mapping[str, Any] | None = None) -> str:
     """The run's outcome from its task states and the approval decision (pure)."""
     if states.get(PLAN) != "success" or not plan:
         return "REFUSED"
-    if plan.get("dry_run"):
+    if plan.dry_run if isinstance(plan, RestartPlan) else plan.get("dry_run"):
         return "DRY_RUN" if not any(states.get(t) == "failed" for t in (VALIDATE_BEFORE, *CHANGE_STEPS)) \
             else "DRY_RUN_FAILED"
     if states.get(VALIDATE_BEFORE) == "failed":
@@ -235,49 +250,46 @@ class SafeRestartFinishOperator(StreamingJobOperator):
     """Write the run's audit entry, release the run lease, and fail the run if anything failed."""
 
     def run(self, context: Any) -> dict[str, Any]:
-        plan = _pull(context, PLAN)
+        plan = from_xcom(RestartPlan, _pull(context, PLAN))
         states = _states(context)
         failures = {t: _pull(context, t, FAILURE_KEY) for t, s in states.items() if s == "failed"}
         approval = _pull(context, APPROVE, APPROVAL_KEY)
         outcome = outcome_of(plan, states, approval)
-        rollback = _pull(context, ROLLBACK) if states.get(ROLLBACK) == "success" else None
-        backup = _pull(context, BACKUP) or {}
-        audit: dict[str, Any] = {
-            "outcome": outcome, "job": str(self.job), "who": (plan or {}).get("who") or who(context),
-            "reason": (plan or {}).get("reason") or optional_text(self.reason), "mode": (plan or {}).get("mode"),
-            "action": (plan or {}).get("action"), "why": (plan or {}).get("why"),
-            "probe": {k: v for k, v in ((plan or {}).get("probe") or {}).items() if k != "log_tail"} or None,
-            "dry_run": bool((plan or {}).get("dry_run")), "run": run_holder(context),
-            "verdict_before": _verdict_of(context, VALIDATE_BEFORE),
-            "verdict_after": _verdict_of(context, VALIDATE_AFTER),
-            "backup_id": backup.get("backup_id"), "reset": _summary(_pull(context, RESET)),
-            "restore": _summary(_pull(context, RESTORE)), "stop": _stop_summary(_pull(context, STOP)),
-            "submitted_driver": (_pull(context, SUBMIT) or {}).get("driver"),
-            "health": _health_summary(_pull(context, HEALTH_GATE)), "rollback": rollback,
-            "approval": _approval_summary(approval),
-            "offsets_before": ((plan or {}).get("position_before") or {}).get("offsets"),
-            "offsets_after": None, "failures": {k: v for k, v in failures.items() if v}, "task_states": states}
         spec = None
         try:
             _, spec = self.load()
         except UserError as exc:
             self.log.info("no job to audit: %s", exc)
+        if spec is not None and states.get(HEALTH_GATE) == "failed" and not failures.get(HEALTH_GATE):
+            failures[HEALTH_GATE] = (recorded_gate_failure(spec, run_holder(context))
+                                     or _gate_failure_from_driver(spec, _pull(context, SUBMIT), self.log))
+        entry = AuditEntry(
+            outcome=outcome, job=str(self.job), who=(plan.asked.who if plan else None) or who(context),
+            reason=(plan.asked.reason if plan else None) or optional_text(self.reason), plan=plan,
+            dry_run=bool(plan and plan.dry_run), run=run_holder(context),
+            verdicts=(_verdict_of(context, VALIDATE_BEFORE), _verdict_of(context, VALIDATE_AFTER)),
+            backup_id=getattr(from_xcom(BackupTaken, _pull(context, BACKUP)), "backup_id", None),
+            reset=from_xcom(ChangeSummary, _pull(context, RESET)),
+            restore=from_xcom(ChangeSummary, _pull(context, RESTORE)),
+            stop=from_xcom(StopSummary, _pull(context, STOP)),
+            submitted_driver=from_xcom(SubmittedDriver, _pull(context, SUBMIT)),
+            health=from_xcom(HealthSummary, _pull(context, HEALTH_GATE)),
+            rollback=from_xcom(RollbackOutcome, _pull(context, ROLLBACK)) if states.get(ROLLBACK) == "success"
+            else None,
+            approval=from_xcom(ApprovalSummary, approval),
+            offsets_after=None if spec is None else position(spec)["offsets"],
+            failures={k: v for k, v in failures.items() if v}, task_states=states)
+        audit = entry.to_dict()
         if spec is not None:
-            audit["offsets_after"] = position(spec)["offsets"]
-            if states.get(HEALTH_GATE) == "failed" and not failures.get(HEALTH_GATE):
-                failures[HEALTH_GATE] = (recorded_gate_failure(spec, run_holder(context))
-                                         or _gate_failure_from_driver(spec, _pull(context, SUBMIT), self.log))
-                audit["failures"] = {k: v for k, v in failures.items() if v}
             params = context.get("params") or {}
-            dry_run = plan.get("dry_run") if plan else flag(params.get("dry_run", False), name="dry_run")
+            dry_run = plan.dry_run if plan else flag(params.get("dry_run", False), name="dry_run")
             if not dry_run:    # a refused run is audited too: who tried, and why it was refused
                 record = LifecycleRecord.load_or_create(spec.name, spec.checkpoint)
-                record.add_event(LifecycleEvent.SAFE_RESTART, actor=audit["who"], **{k: v for k, v in audit.items()
-                                                                         if k not in ("task_states", "who")})
+                record.add_event(LifecycleEvent.SAFE_RESTART, actor=entry.who, **entry.event_fields())
                 record.save()
-            if plan and plan.get("run_lease"):
+            if plan and plan.run_lease:
                 try:
-                    run_lease_record(spec).release_lease(plan["run_lease"]["holder"])
+                    run_lease_record(spec).release_lease(plan.run_lease.holder)
                 except UserError as exc:
                     self.log.warning("run lease not released: %s", exc)
         self.log.info("safe restart of %s: %s", audit["job"], outcome)
@@ -288,11 +300,12 @@ class SafeRestartFinishOperator(StreamingJobOperator):
                       for t in (PLAN, VALIDATE_BEFORE, APPROVE, *CHANGE_STEPS, ROLLBACK) if t in failures),
                      "a step did not complete")
         tail = ""
+        rollback = entry.rollback
         if rollback:
-            parts = [f"restored backup {rollback['restored_backup_id']}" if rollback.get("restored_backup_id") else "",
-                     "resubmitted the previous application (driver "
-                     f"{(rollback.get('resubmitted') or {}).get('driver', {}).get('id')})"
-                     if rollback.get("resubmitted") else "", *rollback.get("notes", [])]
+            again = rollback.resubmitted_driver
+            parts = [f"restored backup {rollback.restored_backup_id}" if rollback.restored_backup_id else "",
+                     f"resubmitted the previous application (driver {again.id if again else None})"
+                     if rollback.resubmitted else "", *rollback.notes]
             tail = "; rolled back: " + "; ".join(p for p in parts if p)
         fail(context, f"safe restart of job {audit['job']} {outcome}: {first}{tail}")
         return audit   # not reached
@@ -304,49 +317,15 @@ def _gate_failure_from_driver(spec: Any, submitted: Any, log: Any) -> str | None
     Seen on YARN under load: the gate's task failed (by Airflow, around its resume from the triggerer)
     before any of its own code ran. The submitted driver's final state and log tail still say why.
     """
-    drv = (submitted or {}).get("driver") if isinstance(submitted, Mapping) else None
-    if not drv or not drv.get("id"):
+    drv = from_xcom(SubmittedDriver, submitted)
+    if drv is None:
         return None
     try:
-        endpoint = cluster_endpoint(spec, submitted) if drv.get("kind") != DriverKind.LOCAL else None
-        tail = submit.log_tail(submitted.get("log_path")) or make_control(drv, endpoint=endpoint).log_tail()
+        endpoint = cluster_endpoint(spec, submitted) if drv.kind != DriverKind.LOCAL else None
+        tail = submit.log_tail(submitted.get("log_path")) or make_control(drv.to_dict(), endpoint=endpoint).log_tail()
     except Exception as exc:   # a fallback for the audit: it must never replace the run's own failure
         log.warning("the health gate failed without a reason, and its driver could not be asked: %s", exc)
         return None
     log.warning("the health gate failed without a reason in XCom or the record; its driver was asked")
-    return f"health gate failed without reporting why (its task ended first); driver {drv['id']} now: {tail}" \
+    return f"health gate failed without reporting why (its task ended first); driver {drv.id} now: {tail}" \
         if tail else None
-
-
-def _summary(doc: Any) -> dict[str, Any] | None:
-    if not isinstance(doc, Mapping):
-        return None
-    plan = doc.get("plan") or {}
-    return {k: v for k, v in {"dry_run": doc.get("dry_run"), "operation_id": doc.get("operation_id"),
-                              "backup_id": doc.get("backup_id"), "headline": plan.get("headline"),
-                              "starting_offsets": doc.get("starting_offsets"),
-                              "aside_location": doc.get("aside_location")}.items() if v is not None}
-
-
-def _approval_summary(doc: Any) -> dict[str, Any] | None:
-    """Who decided what on which numbers: the approval as the audit keeps it."""
-    if not isinstance(doc, Mapping):
-        return None
-    request = doc.get("request") or {}
-    return {"decision": doc.get("decision"), "by": doc.get("by"), "comment": doc.get("comment"), "at": doc.get("at"),
-            "max_records_skipped": doc.get("max_records_skipped"), "reasons": request.get("reasons"),
-            "shown": {"skipped": request.get("skipped"), "replayed": request.get("replayed"),
-                      "topics": request.get("topics"), "codes": request.get("codes")}}
-
-
-def _stop_summary(doc: Any) -> dict[str, Any] | None:
-    if not isinstance(doc, Mapping):
-        return None
-    return {k: doc.get(k) for k in ("outcome", "graceful", "killed", "last_committed", "replay_batch", "driver")}
-
-
-def _health_summary(doc: Any) -> dict[str, Any] | None:
-    if not isinstance(doc, Mapping):
-        return None
-    return {k: doc.get(k) for k in ("state", "reason", "new_batches", "last_committed", "lag_records", "status",
-                                    "promoted", "idle", "dry_run")}
