@@ -133,7 +133,7 @@ def _lag(args: argparse.Namespace) -> int:
     from airflow_kafka_spark.errors import Unreachable, UserError, is_unreachable
     from airflow_kafka_spark.kafka.view import KafkaView
     from airflow_kafka_spark.watch.observation import keep_recent
-    from airflow_kafka_spark.watch.observe import observe
+    from airflow_kafka_spark.watch.observe import ObserveLimits, ObserveTarget, observe
     from airflow_kafka_spark.watch.status import StatusThresholds
 
     if args.count and not args.watch:
@@ -160,11 +160,12 @@ def _lag(args: argparse.Namespace) -> int:
         try:
             while True:
                 try:
-                    obs = observe(checkpoint=checkpoint, group_id=group,
-                                  topics=topics, view=view, thresholds=thresholds, samples=samples,
-                                  job=spec.name if spec else None, storage_options=dict(args.storage_option) or None,
-                                  basis=args.basis, timeout=args.timeout,
-                                  max_offsets_per_trigger=spec.max_offsets_per_trigger if spec else None)
+                    obs = observe(ObserveTarget(checkpoint=checkpoint, group_id=group, topics=topics,
+                                                job=spec.name if spec else None,
+                                                storage_options=dict(args.storage_option) or None, basis=args.basis),
+                                  view, thresholds=thresholds, samples=samples,
+                                  limits=ObserveLimits(timeout=args.timeout, max_offsets_per_trigger=(
+                                      spec.max_offsets_per_trigger if spec else None)))
                 except UserError as exc:
                     # A watch outlives a broker restart or a store briefly away: after a first good refresh, a
                     # refresh that got no answer is one line (and one JSON object), and the next one tries again.

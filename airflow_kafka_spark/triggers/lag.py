@@ -77,16 +77,16 @@ class StreamingLagTrigger(BaseTrigger):
         """Blocking: connection lookup, checkpoint read, Kafka requests (run via ``sync_to_async``)."""
         from airflow_kafka_spark.airflow_glue.stats import emit_observation
         from airflow_kafka_spark.hooks.streaming import StreamingKafkaHook
-        from airflow_kafka_spark.watch.observe import observe
+        from airflow_kafka_spark.watch.observe import ObserveLimits, ObserveTarget, observe
         from airflow_kafka_spark.watch.status import StatusThresholds
 
         config = StreamingKafkaHook(self.kafka_conn_id).kafka_config()
         # Only the stall threshold shapes the status here; the lag limits are the gate's (and may be 0,
         # "fully caught up", which a status threshold may not).
         thresholds = StatusThresholds.from_mapping({"stall_after_s": self.stall_after_s})
-        obs = observe(checkpoint=self.checkpoint, topics=self.topics, kafka_config=config, thresholds=thresholds,
-                      samples=samples, job=self.job, max_offsets_per_trigger=self.max_offsets_per_trigger,
-                      timeout=self.timeout)
+        obs = observe(ObserveTarget(checkpoint=self.checkpoint, topics=self.topics, job=self.job), config,
+                      thresholds=thresholds, samples=samples,
+                      limits=ObserveLimits(max_offsets_per_trigger=self.max_offsets_per_trigger, timeout=self.timeout))
         emit_observation(obs, group=self.job)      # every poll reaches the metrics, not only the sensor's first poke
         return obs
 

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal
 
 from airflow_kafka_spark.checkpoint.model import BatchOffsets, CheckpointState
@@ -68,50 +68,79 @@ def thresholds_for(spec: JobSpec, **overrides: Any) -> StatusThresholds:
     return StatusThresholds.from_mapping(base)
 
 
-def observe(
-    *,
-    checkpoint: str | None = None,
-    group_id: str | None = None,
-    topics: Sequence[str] | None = None,
-    kafka_config: Mapping[str, Any] | None = None,
-    view: KafkaView | None = None,
-    thresholds: StatusThresholds | None = None,
-    samples: Sequence[Sample] = (),
-    job: str | None = None,
-    storage_options: dict | None = None,
-    basis: Literal["committed", "planned"] = "committed",
-    max_offsets_per_trigger: int | None = None,
-    processing_rate: float | None = None,
-    timeout: float = 10.0,
-    probe_budget_s: float | None = None,
-    now_ms: int | None = None,
-) -> Observation:
+@dataclass(frozen=True)
+class ObserveTarget:
+    """What to observe: exactly one of a checkpoint location and a consumer group, with the job's topics.
+
+    ``topics``: the job's subscription; a group needs it (its offsets may cover other topics), a
+    checkpoint uses its own partitions and only adds topics listed here that it does not know yet
+    (no lag is invented for them: Spark would read them from ``startingOffsets``). ``basis``:
+    measure from the last committed batch (default) or from the planned one, checkpoints only.
+    """
+
+    checkpoint: str | None = None
+    group_id: str | None = None
+    topics: Sequence[str] | None = None
+    job: str | None = None
+    storage_options: dict | None = None
+    basis: Literal["committed", "planned"] = "committed"
+
+    def __post_init__(self) -> None:
+        if (self.checkpoint is None) == (self.group_id is None):
+            raise UserError("observe exactly one job position: a checkpoint location or a consumer group id")
+
+
+@dataclass(frozen=True)
+class ObserveLimits:
+    """How fast the job may read (rate limit, measured rate) and how long the observation may wait on Kafka.
+
+    ``probe_budget_s``: the time for reading first-unread records (default ``timeout``).
+    """
+
+    max_offsets_per_trigger: int | None = None
+    processing_rate: float | None = None
+    timeout: float = 10.0
+    probe_budget_s: float | None = None
+
+    @property
+    def budget_s(self) -> float:
+        return self.timeout if self.probe_budget_s is None else self.probe_budget_s
+
+
+@dataclass(frozen=True)
+class _Ask:
+    """One observation's inputs besides the position: the job, its thresholds and samples, limits, the clock."""
+
+    job: str | None
+    thresholds: StatusThresholds | None
+    samples: Sequence[Sample]
+    limits: ObserveLimits
+    now_ms: int | None
+
+
+def observe(target: ObserveTarget, kafka: KafkaView | Mapping[str, Any] | None, *,
+            thresholds: StatusThresholds | None = None, samples: Sequence[Sample] = (),
+            limits: ObserveLimits = ObserveLimits(), now_ms: int | None = None) -> Observation:
     """Observe a job from its checkpoint (or a consumer group's offsets) and the broker, once.
 
-    Exactly one of ``checkpoint`` and ``group_id``. ``topics``: the job's subscription; a group
-    needs it (its offsets may cover other topics), a checkpoint uses its own partitions and only
-    adds topics listed here that it does not know yet (no lag is invented for them: Spark would read
-    them from ``startingOffsets``). ``samples``: earlier :attr:`Observation.sample` values, any age.
+    ``kafka``: a Kafka client configuration (a view is opened and closed here) or an open
+    :class:`KafkaView` (left open). ``samples``: earlier :attr:`Observation.sample` values, any age.
     ``now_ms`` pins the clock (tests); by default "now" is when the broker was sampled, so record
     ages, stall clocks and headroom all share one instant.
     """
-    if (checkpoint is None) == (group_id is None):
-        raise UserError("observe exactly one job position: a checkpoint location or a consumer group id")
-    if kafka_config is None and view is None:
+    if kafka is None:
         raise UserError("no Kafka configuration: give at least bootstrap.servers")
-    own_view = view is None
-    kafka = view or KafkaView(dict(kafka_config or {}), timeout=timeout)
+    own_view = isinstance(kafka, Mapping)     # a configuration: this observation's own view
+    view = KafkaView(dict(kafka), timeout=limits.timeout) if isinstance(kafka, Mapping) else kafka
+    ask = _Ask(job=target.job, thresholds=thresholds, samples=samples, limits=limits, now_ms=now_ms)
     try:
-        if checkpoint is not None:
-            obs = _observe_checkpoint(kafka, checkpoint, topics, thresholds, samples, job, storage_options,
-                                      basis, max_offsets_per_trigger, processing_rate,
-                                      timeout if probe_budget_s is None else probe_budget_s, now_ms)
-            return replace(obs, interrupted=interrupted_finding(checkpoint, storage_options))
-        return _observe_group(kafka, str(group_id), topics, thresholds, samples, job, max_offsets_per_trigger,
-                              processing_rate, timeout if probe_budget_s is None else probe_budget_s, now_ms)
+        if target.checkpoint is not None:
+            obs = _observe_checkpoint(view, target, ask)
+            return replace(obs, interrupted=interrupted_finding(target.checkpoint, target.storage_options))
+        return _observe_group(view, str(target.group_id), target.topics, ask)
     finally:
         if own_view:
-            kafka.close()
+            view.close()
 
 
 def observe_job(spec: JobSpec, kafka_config: Mapping[str, Any] | None = None, *, view: KafkaView | None = None,
@@ -125,10 +154,11 @@ def observe_job(spec: JobSpec, kafka_config: Mapping[str, Any] | None = None, *,
     the audit, the metrics and the UI page all come through here).
     """
     checkpoint, group = spec.position_source
-    return observe(checkpoint=checkpoint, group_id=group, topics=spec.topics, kafka_config=kafka_config, view=view,
-                   thresholds=thresholds or thresholds_for(spec), samples=samples, job=spec.name,
-                   storage_options=storage_options if checkpoint else None,
-                   max_offsets_per_trigger=spec.max_offsets_per_trigger, timeout=timeout, now_ms=now_ms)
+    target = ObserveTarget(checkpoint=checkpoint, group_id=group, topics=spec.topics, job=spec.name,
+                           storage_options=storage_options if checkpoint else None)
+    return observe(target, view if view is not None else kafka_config, thresholds=thresholds or thresholds_for(spec),
+                   samples=samples, limits=ObserveLimits(max_offsets_per_trigger=spec.max_offsets_per_trigger,
+                                                         timeout=timeout), now_ms=now_ms)
 
 
 def history_batches(window: int) -> int:
@@ -177,69 +207,77 @@ def _first_unread(kafka: KafkaView, positions: PartitionOffsets, broker: BrokerS
     return found, sorted(unprobed), time.monotonic() - t0
 
 
-def _finish(kafka: KafkaView, *, job: str | None, source: Source, subject: str, positions: PartitionOffsets,
-            history: Sequence[BatchOffsets], committed: PartitionOffsets | None, broker: BrokerState,
-            thresholds: StatusThresholds | None, samples: Sequence[Sample], max_offsets_per_trigger: int | None,
-            processing_rate: float | None, budget_s: float, now_ms: int | None, include_new_partitions: bool,
-            notes: list[str], batches: tuple[int | None, int | None, int | None]) -> Observation:
-    now = broker.sampled_at_ms if now_ms is None else int(now_ms)
-    th = thresholds or StatusThresholds()
-    prev = _prev_samples(samples, now)
-    first_unread, unprobed, probe_s = _first_unread(kafka, positions, broker, budget_s)
+@dataclass(frozen=True)
+class _Read:
+    """What the position's own source said: where it is, its history, the broker now, notes, batch ids."""
+
+    source: Source
+    subject: str
+    positions: PartitionOffsets
+    history: Sequence[BatchOffsets]
+    committed: PartitionOffsets | None
+    broker: BrokerState
+    notes: list[str]
+    batches: tuple[int | None, int | None, int | None]    # last planned, last committed, last batch's timestamp
+
+
+def _finish(kafka: KafkaView, read: _Read, ask: _Ask) -> Observation:
+    positions, history, committed, broker, notes = read.positions, read.history, read.committed, read.broker, \
+        read.notes
+    now = broker.sampled_at_ms if ask.now_ms is None else int(ask.now_ms)
+    th = ask.thresholds or StatusThresholds()
+    prev = _prev_samples(ask.samples, now)
+    first_unread, unprobed, probe_s = _first_unread(kafka, positions, broker, ask.limits.budget_s)
     if unprobed:
         notes.append(f"time budget for reading first-unread records spent after {probe_s:.1f} s: "
                      f"{len(unprobed)} partition(s) interpolated")
     curves = CurveBook(history, [*prev, (broker.sampled_at_ms, broker.latest)])   # shared by lag and headroom
     lag = compute_lag(positions, broker, first_unread_ts=first_unread, history=history, now_ms=now,
                       samples=prev, basis="committed" if committed is not None else "planned",
-                      include_new_partitions=include_new_partitions, curves=curves)
+                      include_new_partitions=True, curves=curves)
     status = evaluate_status(history, broker.latest, now, previous_latest=prev, thresholds=th,
                              committed=committed, current_lag=lag)
     # New partitions count from their log start (S04): they are unread records too.
     head_positions = {p.tp: p.position for p in lag.partitions}
     headroom = compute_headroom(head_positions, broker, now_ms=now, first_unread_ts=first_unread, samples=prev,
                                 history=history, curves=curves)
-    catch_up = estimate_catch_up(lag.records_effective, processing_rate=processing_rate, history=history,
+    catch_up = estimate_catch_up(lag.records_effective, processing_rate=ask.limits.processing_rate, history=history,
                                  samples=[*prev, (broker.sampled_at_ms, broker.latest)],
-                                 max_offsets_per_trigger=max_offsets_per_trigger)
+                                 max_offsets_per_trigger=ask.limits.max_offsets_per_trigger)
     if broker.missing_topics:
         notes.append(f"topic(s) not on the cluster: {', '.join(broker.missing_topics)}")
-    planned_id, committed_id, last_ts = batches
+    planned_id, committed_id, last_ts = read.batches
     return Observation(
-        job=job, source=source, subject=subject, observed_at_ms=now, position=dict(positions), broker=broker,
-        lag=lag, status=status, headroom=headroom, catch_up=catch_up,
+        job=ask.job, source=read.source, subject=read.subject, observed_at_ms=now, position=dict(positions),
+        broker=broker, lag=lag, status=status, headroom=headroom, catch_up=catch_up,
         sample=Sample(broker.sampled_at_ms, dict(broker.latest), dict(positions)), thresholds=th,
         last_planned_batch=planned_id, last_committed_batch=committed_id, last_batch_timestamp_ms=last_ts,
         probe_seconds=probe_s, unprobed=unprobed, notes=notes)
 
 
-def _observe_checkpoint(kafka: KafkaView, location: str, topics: Sequence[str] | None,
-                        thresholds: StatusThresholds | None, samples: Sequence[Sample], job: str | None,
-                        storage_options: dict | None, basis: str, max_offsets_per_trigger: int | None,
-                        processing_rate: float | None, budget_s: float, now_ms: int | None) -> Observation:
-    window = (thresholds or StatusThresholds()).window
-    state = read_checkpoint(location, storage_options=storage_options, read_history=True,
+def _observe_checkpoint(kafka: KafkaView, target: ObserveTarget, ask: _Ask) -> Observation:
+    location, topics = str(target.checkpoint), target.topics
+    window = (ask.thresholds or StatusThresholds()).window
+    state = read_checkpoint(location, storage_options=target.storage_options, read_history=True,
                             history_batches=history_batches(window))
     if not state.exists:
         raise UserError(f"checkpoint {location} does not exist: the job has not started yet, or its checkpoint "
                         "was moved (check the registry's checkpoint path)")
     notes: list[str] = [f"checkpoint problem {p.code} at {p.path or '.'}: {p.message}"
                         for p in state.blocking_problems]
-    positions, committed = _checkpoint_positions(state, basis, notes)
+    positions, committed = _checkpoint_positions(state, target.basis, notes)
     wanted = list(dict.fromkeys([*sorted({tp.topic for tp in positions}), *(topics or ())]))
     if not wanted:
         raise UserError(f"checkpoint {location} has no Kafka source offsets and no topics were given")
     broker = kafka.broker_state(wanted, reference=positions or None)
     last = max((b for b in state.history if b.batch_timestamp_ms is not None), key=lambda b: b.batch_id,
                default=None)
-    return _finish(
-        kafka, job=job, source="checkpoint", subject=location, positions=positions, history=state.history,
-        committed=committed, broker=broker, thresholds=thresholds, samples=samples,
-        max_offsets_per_trigger=max_offsets_per_trigger, processing_rate=processing_rate, budget_s=budget_s,
-        now_ms=now_ms, include_new_partitions=True, notes=notes,
+    return _finish(kafka, _Read(
+        source="checkpoint", subject=location, positions=positions, history=state.history, committed=committed,
+        broker=broker, notes=notes,
         batches=(state.latest_planned.batch_id if state.latest_planned else None,
                  state.latest_committed.batch_id if state.latest_committed else None,
-                 last.batch_timestamp_ms if last else None))
+                 last.batch_timestamp_ms if last else None)), ask)
 
 
 def _checkpoint_positions(state: CheckpointState, basis: str, notes: list[str]
@@ -276,11 +314,7 @@ def _group_history(samples: Sequence[Sample], now_ms: int, current: PartitionOff
     return history
 
 
-def _observe_group(kafka: KafkaView, group_id: str, topics: Sequence[str] | None,
-                   thresholds: StatusThresholds | None, samples: Sequence[Sample], job: str | None,
-                   max_offsets_per_trigger: int | None, processing_rate: float | None, budget_s: float,
-                   now_ms: int | None) -> Observation:
-
+def _observe_group(kafka: KafkaView, group_id: str, topics: Sequence[str] | None, ask: _Ask) -> Observation:
     # Describe first: a fetch for a group that does not exist can crash librdkafka (see mirror.py).
     wanted_topics = set(topics) if topics else None
     positions = {tp: o for tp, o in kafka.group_offsets(group_id).items()
@@ -290,17 +324,15 @@ def _observe_group(kafka: KafkaView, group_id: str, topics: Sequence[str] | None
         raise UserError(f"consumer group {group_id} has no committed offsets and no topics were given; "
                         "pass the topics it consumes")
     broker = kafka.broker_state(wanted, reference=positions or None)
-    now = broker.sampled_at_ms if now_ms is None else int(now_ms)
+    now = broker.sampled_at_ms if ask.now_ms is None else int(ask.now_ms)
     notes = ["position from the consumer group's committed offsets; its history is built from earlier samples "
              "(one pseudo-batch per distinct position, stamped when first seen)"]
     if not positions:
         notes.append("the group has no committed offsets: nothing to measure yet")
-    history = _group_history(samples, now, positions)
-    return _finish(kafka, job=job, source="group", subject=group_id, positions=positions, history=history,
-                   committed=positions, broker=broker, thresholds=thresholds, samples=samples,
-                   max_offsets_per_trigger=max_offsets_per_trigger, processing_rate=processing_rate,
-                   budget_s=budget_s, now_ms=now_ms, include_new_partitions=True, notes=notes,
-                   batches=(None, None, history[-1].batch_timestamp_ms))
+    history = _group_history(ask.samples, now, positions)
+    return _finish(kafka, _Read(source="group", subject=group_id, positions=positions, history=history,
+                                committed=positions, broker=broker, notes=notes,
+                                batches=(None, None, history[-1].batch_timestamp_ms)), ask)
 
 
-__all__ = ["observe", "observe_job", "thresholds_for"]
+__all__ = ["ObserveLimits", "ObserveTarget", "observe", "observe_job", "thresholds_for"]

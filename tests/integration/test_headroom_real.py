@@ -30,7 +30,7 @@ from confluent_kafka import Producer
 from airflow_kafka_spark.checkpoint.reader import read_checkpoint
 from airflow_kafka_spark.kafka.offsets import TopicPartition
 from airflow_kafka_spark.kafka.view import KafkaView
-from airflow_kafka_spark.watch.observe import observe
+from airflow_kafka_spark.watch.observe import ObserveTarget, observe
 from devstack import spark, topics
 from tests.support.waiting import wait_until
 
@@ -100,7 +100,7 @@ def test_predicted_time_to_data_loss_matches_the_broker(broker, topic_name, tmp_
         committed = read_checkpoint(str(tmp_path / "ck")).latest_committed.kafka_offsets
 
         # The prediction, made once, right after the job stopped.
-        obs = observe(checkpoint=str(tmp_path / "ck"), view=view)
+        obs = observe(ObserveTarget(checkpoint=str(tmp_path / "ck")), view)
         predicted_at = obs.observed_at_ms
         head = obs.headroom
         assert head.seconds is not None and head.limited_by == "time" and head.lost_records == 0, head.to_dict()
@@ -136,7 +136,7 @@ def test_predicted_time_to_data_loss_matches_the_broker(broker, topic_name, tmp_
         print("\nheadroom predicted vs observed:", report)
 
         # And afterwards the same observation reports the loss.
-        after = observe(checkpoint=str(tmp_path / "ck"), view=view)
+        after = observe(ObserveTarget(checkpoint=str(tmp_path / "ck")), view)
         assert after.headroom.lost_records > 0 and "DATA_LOST" in [a.code for a in after.alerts()]
     finally:
         if job.poll() is None:

@@ -35,7 +35,7 @@ from airflow_kafka_spark.kafka.offsets import TopicPartition
 from airflow_kafka_spark.kafka.view import KafkaView
 from airflow_kafka_spark.watch.mirror import mirror_checkpoint
 from airflow_kafka_spark.watch.observation import Observation, Sample, keep_recent
-from airflow_kafka_spark.watch.observe import observe
+from airflow_kafka_spark.watch.observe import ObserveTarget, observe
 from airflow_kafka_spark.watch.status import Status, StatusThresholds
 from devstack import spark, topics
 from devstack.produce import produce
@@ -140,7 +140,8 @@ class Scenario:
         return self.view.latest_offsets([TopicPartition(self.topic, p) for p in range(PARTS)])
 
     def observe(self, thresholds: StatusThresholds | None = None) -> Observation:
-        obs = observe(checkpoint=str(self.checkpoint), view=self.view, thresholds=thresholds, samples=self.samples)
+        obs = observe(ObserveTarget(checkpoint=str(self.checkpoint)), self.view, thresholds=thresholds,
+                      samples=self.samples)
         self.samples = keep_recent(self.samples, obs.sample)
         return obs
 

@@ -22,7 +22,7 @@ from airflow_kafka_spark.kafka.offsets import TopicPartition
 from airflow_kafka_spark.ops.commands import backup_checkpoint, restore_checkpoint
 from airflow_kafka_spark.verdict.options import DeployOptions
 from airflow_kafka_spark.verdict.validate import validate
-from airflow_kafka_spark.watch.observe import observe
+from airflow_kafka_spark.watch.observe import ObserveTarget, observe
 from devstack import topics
 from devstack.produce import produce
 from tests.support import spark_session
@@ -88,7 +88,7 @@ def test_named_kafka_source_with_offsets_v2_round_trips_through_backup_and_resto
     restore_checkpoint(str(ck), str(tmp_path / "backups"), m.backup_id, kafka, job="named", backup_settle_s=0)
 
     produce(bootstrap, topic_name, 12, partitions=2, start_id=30)
-    lag = observe(checkpoint=str(ck), kafka_config=kafka).lag        # the restored copy, by source name
+    lag = observe(ObserveTarget(checkpoint=str(ck)), kafka).lag        # the restored copy, by source name
     assert lag.records == 12, lag
     assert run_named(named_sources, bootstrap, topic_name, ck) == 12   # exactly what came after the backup
-    assert observe(checkpoint=str(ck), kafka_config=kafka).lag.records == 0
+    assert observe(ObserveTarget(checkpoint=str(ck)), kafka).lag.records == 0

@@ -17,7 +17,7 @@ import pytest
 from airflow_kafka_spark.checkpoint.reader import read_checkpoint
 from airflow_kafka_spark.kafka.offsets import PartitionOffsets, TopicPartition, to_offsets_json
 from airflow_kafka_spark.watch.lag import compute_lag
-from airflow_kafka_spark.watch.observe import observe
+from airflow_kafka_spark.watch.observe import ObserveTarget, observe
 from tests.support.checkpoint_factory import START_TIMESTAMP_MS, commit_file, metadata_file, offsets_file
 from tests.unit.test_watch import FakeView
 
@@ -84,7 +84,7 @@ def test_fast_lag_equals_the_old_computation(tmp_path, seed):
     record_ts = {tp: now - rng.randint(0, 900_000) for tp in committed if rng.random() < 0.5}
     view = FakeView(latest=latest, earliest=earliest, record_ts=record_ts, now_ms=now)
 
-    fast = observe(checkpoint=str(tmp_path / "ck"), view=view, now_ms=now).lag
+    fast = observe(ObserveTarget(checkpoint=str(tmp_path / "ck")), view, now_ms=now).lag
     old = old_lag(str(tmp_path / "ck"), FakeView(latest=latest, earliest=earliest, record_ts=record_ts,
                                                  now_ms=now), now)
 

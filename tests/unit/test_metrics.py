@@ -13,7 +13,7 @@ from airflow_kafka_spark.airflow_glue.stats import stat_name
 from airflow_kafka_spark.lifecycle.events import LifecycleEvent
 from airflow_kafka_spark.lifecycle.record import LifecycleRecord
 from airflow_kafka_spark.watch import metrics as m
-from airflow_kafka_spark.watch.observe import observe
+from airflow_kafka_spark.watch.observe import ObserveTarget, observe
 from tests.support.checkpoint_factory import START_TIMESTAMP_MS, write_checkpoint
 from tests.unit.test_watch import FakeView, tp
 
@@ -72,7 +72,7 @@ def test_observation_samples_are_the_observations_numbers(tmp_path):
     ck = write_checkpoint(tmp_path / "ck", batches=5, sources=({"orders": 2},), records_per_batch=10)
     now = START_TIMESTAMP_MS + 60_000
     view = FakeView(latest={tp(0): 80, tp(1): 55}, record_ts={tp(0): now - 42_000, tp(1): now - 7_500}, now_ms=now)
-    obs = observe(checkpoint=ck.location, view=view)
+    obs = observe(ObserveTarget(checkpoint=ck.location), view)
     samples = m.observation_metrics(obs, group="orders", cluster_name=m.cluster_label(obs))
     _, parsed = parse(m.prometheus_text(samples))
 

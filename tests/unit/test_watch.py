@@ -16,7 +16,7 @@ from airflow_kafka_spark.errors import UserError
 from airflow_kafka_spark.kafka.model import BrokerState, GroupInfo, TopicInfo
 from airflow_kafka_spark.kafka.offsets import TopicPartition
 from airflow_kafka_spark.watch.observation import Sample, keep_recent, lag_gate
-from airflow_kafka_spark.watch.observe import observe
+from airflow_kafka_spark.watch.observe import ObserveLimits, ObserveTarget, observe
 from airflow_kafka_spark.watch.status import Status, StatusThresholds
 from tests.support.checkpoint_factory import START_TIMESTAMP_MS, write_checkpoint
 
@@ -86,7 +86,7 @@ def ck(tmp_path):
 
 def test_caught_up_job_is_ok_and_reads_nothing(ck):
     view = FakeView(latest={tp(0): 50, tp(1): 50}, now_ms=START_TIMESTAMP_MS + 5_000)
-    obs = observe(checkpoint=ck.location, view=view)
+    obs = observe(ObserveTarget(checkpoint=ck.location), view)
     assert obs.status.status is Status.OK and obs.lag.records == 0 and obs.lag.seconds == 0.0
     assert view.probed == []                       # nothing to read: no probe consumer at all
     assert obs.position == {tp(0): 50, tp(1): 50} and obs.last_committed_batch == 4
@@ -96,7 +96,7 @@ def test_caught_up_job_is_ok_and_reads_nothing(ck):
 def test_lag_seconds_come_from_the_first_unread_record(ck):
     now = START_TIMESTAMP_MS + 60_000
     view = FakeView(latest={tp(0): 80, tp(1): 55}, record_ts={tp(0): now - 42_000, tp(1): now - 7_500}, now_ms=now)
-    obs = observe(checkpoint=ck.location, view=view)
+    obs = observe(ObserveTarget(checkpoint=ck.location), view)
     by = obs.lag.by_tp()
     assert (by[tp(0)].records, by[tp(1)].records) == (30, 5)
     assert by[tp(0)].seconds == pytest.approx(42.0) and by[tp(0)].method == "record-timestamp"
@@ -110,7 +110,7 @@ def test_lag_seconds_come_from_the_first_unread_record(ck):
 def test_a_trailing_transaction_marker_is_no_lag(ck):
     """S25: after a transaction the log end is one past a commit marker: LE - C = 1, nothing to read."""
     view = FakeView(latest={tp(0): 51, tp(1): 50}, markers_only={tp(0)}, now_ms=START_TIMESTAMP_MS + 10_000)
-    obs = observe(checkpoint=ck.location, view=view, thresholds=StatusThresholds(stall_after_s=2))
+    obs = observe(ObserveTarget(checkpoint=ck.location), view, thresholds=StatusThresholds(stall_after_s=2))
     p0 = obs.lag.by_tp()[tp(0)]
     assert (p0.records, p0.records_effective, p0.seconds) == (1, 0, 0.0)   # kafka-consumer-groups says 1
     assert obs.status.status is Status.IDLE and obs.alerts() == []         # not STALLED on a marker
@@ -120,7 +120,7 @@ def test_a_trailing_transaction_marker_is_no_lag(ck):
 def test_probe_budget_falls_back_to_interpolation(ck):
     now = START_TIMESTAMP_MS + 60_000
     view = FakeView(latest={tp(0): 80, tp(1): 55}, now_ms=now)
-    obs = observe(checkpoint=ck.location, view=view, probe_budget_s=0)
+    obs = observe(ObserveTarget(checkpoint=ck.location), view, limits=ObserveLimits(probe_budget_s=0))
     assert view.probed == [] and obs.unprobed == [tp(0), tp(1)]
     assert all(p.method == "interpolated" for p in obs.lag.partitions)
     assert any("budget" in n for n in obs.notes)
@@ -130,7 +130,7 @@ def test_stalled_job_alerts_and_headroom_threshold(ck):
     now = START_TIMESTAMP_MS + 120_000
     view = FakeView(latest={tp(0): 60, tp(1): 50}, record_ts={tp(0): START_TIMESTAMP_MS + 5_000}, now_ms=now,
                     retention_ms=200_000)
-    obs = observe(checkpoint=ck.location, view=view, thresholds=StatusThresholds(stall_after_s=10))
+    obs = observe(ObserveTarget(checkpoint=ck.location), view, thresholds=StatusThresholds(stall_after_s=10))
     assert obs.status.status is Status.STALLED
     codes = [a.code for a in obs.alerts(min_headroom_s=3600)]
     assert codes == ["STALLED", "HEADROOM_LOW"]
@@ -142,7 +142,7 @@ def test_unknown_size_retention_warns_but_a_low_time_headroom_still_alerts(ck):
     now = START_TIMESTAMP_MS + 60_000
     view = FakeView(latest={tp(0): 80, tp(1): 50}, record_ts={tp(0): now - 42_000}, now_ms=now,
                     retention_bytes=10_000_000)
-    obs = observe(checkpoint=ck.location, view=view)
+    obs = observe(ObserveTarget(checkpoint=ck.location), view)
     assert obs.headroom.seconds is None and obs.headroom.unknown == [tp(0), tp(1)]
     def headroom_alerts(limit):
         return [a for a in obs.alerts(min_headroom_s=limit) if a.code.startswith("HEADROOM")]
@@ -155,7 +155,7 @@ def test_unknown_size_retention_warns_but_a_low_time_headroom_still_alerts(ck):
 def test_records_already_lost_is_an_alert(ck):
     view = FakeView(latest={tp(0): 90, tp(1): 50}, earliest={tp(0): 70}, record_ts={tp(0): START_TIMESTAMP_MS},
                     now_ms=START_TIMESTAMP_MS + 6_000)
-    obs = observe(checkpoint=ck.location, view=view)
+    obs = observe(ObserveTarget(checkpoint=ck.location), view)
     assert obs.headroom.lost_records == 20
     assert [a.code for a in obs.alerts()] == ["DATA_LOST"]
     assert view.probed == [(tp(0), 70)]              # read from the log start, not below it
@@ -164,23 +164,23 @@ def test_records_already_lost_is_an_alert(ck):
 def test_missing_checkpoint_and_bad_arguments(tmp_path):
     view = FakeView(latest={tp(0): 1})
     with pytest.raises(UserError, match="does not exist"):
-        observe(checkpoint=str(tmp_path / "nope"), view=view)
+        observe(ObserveTarget(checkpoint=str(tmp_path / "nope")), view)
     with pytest.raises(UserError, match="exactly one"):
-        observe(view=view)
+        observe(ObserveTarget(), view)
 
 
 def test_lag_gate_and_limits(ck):
     now = START_TIMESTAMP_MS + 60_000
     view = FakeView(latest={tp(0): 80, tp(1): 50}, record_ts={tp(0): now - 20_000}, now_ms=now)
-    obs = observe(checkpoint=ck.location, view=view)
+    obs = observe(ObserveTarget(checkpoint=ck.location), view)
     assert lag_gate(obs, max_lag_records=30, max_lag_seconds=None)["status"] == "success"
     assert lag_gate(obs, max_lag_records=29, max_lag_seconds=None) is None
     assert lag_gate(obs, max_lag_records=None, max_lag_seconds=19) is None
     assert lag_gate(obs, max_lag_records=100, max_lag_seconds=21)["observation"]["lag_records_effective"] == 30
     with pytest.raises(UserError, match="no lag limit"):
         obs.lag_within(None, None)
-    unknown = observe(checkpoint=ck.location, view=FakeView(latest={tp(0): 80, tp(1): 50}, now_ms=now),
-                      probe_budget_s=0)
+    unknown = observe(ObserveTarget(checkpoint=ck.location), FakeView(latest={tp(0): 80, tp(1): 50}, now_ms=now),
+                      limits=ObserveLimits(probe_budget_s=0))
     if unknown.lag.seconds is None:              # an unknown time lag never opens a seconds gate
         assert lag_gate(unknown, max_lag_records=None, max_lag_seconds=1e9) is None
 
@@ -188,7 +188,7 @@ def test_lag_gate_and_limits(ck):
 def test_fail_on_alert_ends_the_gate(ck):
     now = START_TIMESTAMP_MS + 120_000
     view = FakeView(latest={tp(0): 60, tp(1): 50}, record_ts={tp(0): START_TIMESTAMP_MS + 5_000}, now_ms=now)
-    obs = observe(checkpoint=ck.location, view=view, thresholds=StatusThresholds(stall_after_s=10))
+    obs = observe(ObserveTarget(checkpoint=ck.location), view, thresholds=StatusThresholds(stall_after_s=10))
     assert lag_gate(obs, max_lag_records=1, max_lag_seconds=None) is None
     gate = lag_gate(obs, max_lag_records=1, max_lag_seconds=None, fail_on_alert=True)
     assert gate["status"] == "failed" and "STALLED" in gate["message"]
@@ -205,7 +205,8 @@ def test_group_job_builds_its_history_from_samples():
     now = START_TIMESTAMP_MS + 100_000
     view = FakeView(latest={tp(0): 100}, group={tp(0): 40}, record_ts={tp(0): START_TIMESTAMP_MS}, now_ms=now)
     samples = [Sample(START_TIMESTAMP_MS + i * 10_000, {tp(0): 40 + i}, {tp(0): 40}) for i in range(5)]
-    obs = observe(group_id="g1", topics=[T], view=view, samples=samples, thresholds=StatusThresholds(stall_after_s=30))
+    obs = observe(ObserveTarget(group_id="g1", topics=[T]), view, thresholds=StatusThresholds(stall_after_s=30),
+                  samples=samples)
     assert obs.source == "group" and obs.lag.records == 60
     # the committed position has not moved since the first sample, 100 s ago: the group is stalled
     assert obs.status.status in (Status.STALLED, Status.STOPPED)
