@@ -122,7 +122,7 @@ def render_observation(obs: Observation) -> str:
     lag_s = fmt_duration(obs.lag.seconds) + (f" ({obs.lag.seconds_partition})" if obs.lag.seconds_partition else "")
     lines.append(f"total lag {obs.lag.records:,} records ({obs.lag.records_effective:,} readable), {lag_s} · "
                  f"headroom {head_txt} · catch-up {catch}")
-    for f in obs.status.findings:
+    for f in obs.status.notes:
         lines.append(f"  note: {f}")
     for n in obs.notes:
         lines.append(f"  note: {n}")

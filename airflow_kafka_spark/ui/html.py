@@ -196,7 +196,7 @@ def job_page(v: JobView, *, base: str) -> str:
                         f'<td class="num">{escape(h_txt)}</td></tr>')
         parts = ("<h2>Partitions</h2><table><tr><th>Partition</th><th>Position</th><th>Log start</th><th>Log end</th>"
                  f"<th>Lag</th><th>Lag (time)</th><th>Headroom</th></tr>{''.join(prow)}</table>"
-                 + "".join(f'<div class="muted">note: {escape(n)}</div>' for n in [*obs.status.findings, *obs.notes]))
+                 + "".join(f'<div class="muted">note: {escape(n)}</div>' for n in [*obs.status.notes, *obs.notes]))
     charts = (svg_chart(v.history, "lag_records", "Lag (records)", seconds=False)
               + svg_chart(v.history, "lag_seconds", "Lag (time)", seconds=True)
               + svg_chart(v.history, "headroom_s", "Retention headroom (time to data loss)", seconds=True))

@@ -52,27 +52,22 @@ downtime, S28) looks like a stall from the checkpoint alone — cross-check with
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from enum import StrEnum
-from itertools import pairwise
 from typing import TYPE_CHECKING, Any
 
 from airflow_kafka_spark._util.text import fmt_duration
 from airflow_kafka_spark.errors import UserError
 from airflow_kafka_spark.kafka.offsets import PartitionOffsets, TopicPartition
-from airflow_kafka_spark.watch.lag_trend import job_lag, lag_trend
-from airflow_kafka_spark.watch.rewind import find_rewinds
+from airflow_kafka_spark.watch.lag_trend import LagTrend, lag_trend
+from airflow_kafka_spark.watch.rewind import Rewinds, find_rewinds
+from airflow_kafka_spark.watch.rhythm import Rhythm, job_rhythm, stall_clock
 
 if TYPE_CHECKING:
     from airflow_kafka_spark.checkpoint.model import BatchOffsets
     from airflow_kafka_spark.watch.lag import JobLag
 
-STALL_FACTOR = 3
-STALL_FLOOR_S = 30.0
-STOPPED_FACTOR = 10
-STOPPED_FLOOR_S = 300.0
 DEFAULT_WINDOW = 10
 
 
@@ -169,12 +164,18 @@ class PartitionStatus:
 
 @dataclass(frozen=True)
 class JobStatus:
-    """The verdict: a status, one reason line for a person, every finding, and the numbers used."""
+    """The status: one status, one reason line for a person, notes, and the numbers used.
+
+    ``notes`` are plain lines (a recovered rewind, a transient regression, a blind trend): they are
+    not :class:`~airflow_kafka_spark.verdict.findings.Finding` values, which are the verdict's
+    (a code, a severity, a fix, per partition). "Finding" means only that; the JSON keeps its key
+    ``findings`` for these lines (the CLI's ``--json``, the sensor's XCom and the UI read it).
+    """
 
     status: Status
     reason: str
     evaluated_at_ms: int
-    findings: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
     numbers: dict[str, Any] = field(default_factory=dict)
     partitions: list[PartitionStatus] = field(default_factory=list)
 
@@ -182,25 +183,21 @@ class JobStatus:
     def is_alert(self) -> bool:
         return self.status.is_alert
 
+    @property
+    def findings(self) -> list[str]:
+        """The :attr:`notes`, under the name of their JSON key (kept for callers that read it)."""
+        return self.notes
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "status": str(self.status),
             "is_alert": self.is_alert,
             "reason": self.reason,
             "evaluated_at_ms": self.evaluated_at_ms,
-            "findings": list(self.findings),
+            "findings": list(self.notes),
             "numbers": self.numbers,
             "partitions": [p.to_dict() for p in self.partitions],
         }
-
-
-def _age_limit(given: float | None, med_interval: float | None, factor: float, floor: float) -> tuple[float, str]:
-    """A batch-age limit and where it came from: the threshold, else ``factor`` x the job's rhythm (>= floor)."""
-    if given is not None:
-        return float(given), "threshold"
-    if med_interval is not None:
-        return max(factor * med_interval, floor), "derived"
-    return floor, "default (fewer than 2 timed batches)"
 
 
 # --------------------------------------------------------------------------------------------
@@ -230,7 +227,6 @@ def evaluate_status(
     the oldest unread record's timestamp for the stall clock. The module docstring has the rules.
     """
     th = thresholds or StatusThresholds()
-    allowed = th.allowed_lag_records
     batches = sorted((b for b in history if b.kafka_offsets), key=lambda b: b.batch_id)
     if not batches:
         return JobStatus(
@@ -240,137 +236,128 @@ def evaluate_status(
             numbers={"batches_in_history": 0},
         )
     latest = batches[-1]
-    planned = latest.kafka_offsets
-    position = dict(committed) if committed is not None else dict(planned)
+    position = dict(committed) if committed is not None else dict(latest.kafka_offsets)
     timed = [b for b in batches if b.batch_timestamp_ms is not None]
-    findings: list[str] = []
+    notes: list[str] = []
     numbers: dict[str, Any] = {
         "batches_in_history": len(batches),
         "last_batch_id": latest.batch_id,
         "last_batch_timestamp_ms": latest.batch_timestamp_ms,
         "position_basis": "committed" if committed is not None else "planned",
     }
-
-    # ---- timing: the job's own rhythm --------------------------------------------------------
-    intervals = [
-        (b.batch_timestamp_ms - a.batch_timestamp_ms) / 1000.0
-        for a, b in pairwise(timed)
-        if b.batch_timestamp_ms > a.batch_timestamp_ms
-    ]
-    med_interval = statistics.median(intervals) if intervals else None
-    stall_after, stall_src = _age_limit(th.stall_after_s, med_interval, STALL_FACTOR, STALL_FLOOR_S)
-    stopped_after, stopped_src = _age_limit(th.stopped_after_s, med_interval, STOPPED_FACTOR, STOPPED_FLOOR_S)
-    stopped_after = max(stopped_after, stall_after)
-    t_last = max((b.batch_timestamp_ms for b in timed), default=None)
-    age_s = (now_ms - t_last) / 1000.0 if t_last is not None else None
-    numbers.update(
-        median_batch_interval_s=med_interval,
-        stall_after_s=stall_after,
-        stall_after_source=stall_src,
-        stopped_after_s=stopped_after,
-        stopped_after_source=stopped_src,
-        last_batch_age_s=age_s,
-    )
-
+    rhythm = job_rhythm(timed, th.stall_after_s, th.stopped_after_s, now_ms)
+    numbers.update(rhythm.numbers())
     samples = sorted((t, dict(e)) for t, e in (previous_latest or ()) if t < now_ms)
-    all_samples: list[tuple[int, PartitionOffsets]] = [*samples, (now_ms, dict(broker_latest))]
-
-    # ---- REWIND ------------------------------------------------------------------------------
     rewinds = find_rewinds(batches, position, broker_latest, samples)
+    notes.extend(f"rewind {r}" for r in rewinds.recovered)
+    numbers["rewind"] = {str(tp): line for tp, line in sorted(rewinds.rewind.items())}
+    lag = _lag_now(position, broker_latest, current_lag, th, notes)
+    numbers.update(lag_records=lag.raw_total, lag_records_effective=lag.effective_total, lag_seconds=lag.seconds)
+    clock = stall_clock(rhythm.t_last, latest.kafka_offsets, committed, samples, current_lag, now_ms,
+                         th.allowed_lag_records)
+    numbers.update(waiting_since_ms=clock[0], stall_clock_s=clock[1], stall_clock_from=clock[2])
+    trend = lag_trend(timed, [*samples, (now_ms, dict(broker_latest))], latest.kafka_offsets, now_ms,
+                      allowed=th.allowed_lag_records, window=th.window)
+    numbers.update(trend_mode=trend.mode, trend_growing=trend.growing, **trend.extra)
+    status, reason = _verdict(rewinds, lag, rhythm, clock[1], trend, th, notes)
+    parts = _partitions(status, position, rewinds, lag)
+    return JobStatus(status, reason, now_ms, notes, numbers, parts)
+
+
+@dataclass(frozen=True)
+class _LagNow:
+    """Lag now, per partition (raw and effective) and in total, and the time lag when known."""
+
+    raw: Mapping[TopicPartition, int | None]
+    effective: Mapping[TopicPartition, int | None]
+    raw_total: int
+    effective_total: int
+    seconds: float | None
+
+
+def _lag_now(position: PartitionOffsets, broker_latest: PartitionOffsets, current_lag: JobLag | None,
+             th: StatusThresholds, notes: list[str]) -> _LagNow:
+    if current_lag is not None:
+        return _LagNow(raw={p.tp: p.records for p in current_lag.partitions},
+                       effective={p.tp: p.records_effective for p in current_lag.partitions},
+                       raw_total=current_lag.records, effective_total=current_lag.records_effective,
+                       seconds=current_lag.seconds)
+    raw = {tp: broker_latest[tp] - off if tp in broker_latest else None for tp, off in position.items()}
+    total = sum(max(0, v) for v in raw.values() if v is not None)
+    if th.max_lag_seconds is not None:
+        notes.append("max_lag_seconds is set but the time lag is unknown (pass current_lag)")
+    return _LagNow(raw=raw, effective={tp: max(0, v) if v is not None else None for tp, v in raw.items()},
+                   raw_total=total, effective_total=total, seconds=None)
+
+
+def _verdict(rewinds: Rewinds, lag: _LagNow, rhythm: Rhythm, stall_clock_s: float | None, trend: LagTrend,
+             th: StatusThresholds, notes: list[str]) -> tuple[Status, str]:
+    """The status and its reason line, in the module docstring's order; adds the notes that go with them."""
     rewind, transient = rewinds.rewind, rewinds.transient
     transient_lines = [
         f"possible transient regression (S26), REWIND if it persists: {line}" for _, line in sorted(transient.items())
     ]
-    findings.extend(f"rewind {r}" for r in rewinds.recovered)
-    numbers["rewind"] = {str(tp): line for tp, line in sorted(rewind.items())}
-
-    # ---- lag now ------------------------------------------------------------------------------
-    if current_lag is not None:
-        raw = {p.tp: p.records for p in current_lag.partitions}
-        eff = {p.tp: p.records_effective for p in current_lag.partitions}
-        lag_raw, lag_eff, lag_s = current_lag.records, current_lag.records_effective, current_lag.seconds
-    else:
-        raw = {tp: broker_latest[tp] - off if tp in broker_latest else None for tp, off in position.items()}
-        eff = {tp: max(0, v) if v is not None else None for tp, v in raw.items()}
-        lag_raw = sum(max(0, v) for v in raw.values() if v is not None)
-        lag_eff, lag_s = lag_raw, None
-        if th.max_lag_seconds is not None:
-            findings.append("max_lag_seconds is set but the time lag is unknown (pass current_lag)")
-    numbers.update(lag_records=lag_raw, lag_records_effective=lag_eff, lag_seconds=lag_s)
-
-    # ---- stall clock: since when have records been waiting? -----------------------------------
-    waiting_since, evidence = t_last, "last batch"
-    if t_last is not None:
-        processed_all = committed is None or all(committed.get(tp) == off for tp, off in planned.items())
-        quiet = [t for t, e in samples if t >= t_last and processed_all and job_lag(e, planned) <= allowed]
-        if quiet and max(quiet) > waiting_since:
-            waiting_since, evidence = max(quiet), "broker sample that showed nothing to read"
-        if current_lag is not None:
-            waiting = [p for p in current_lag.partitions if (p.records_effective or 0) > 0]
-            stamps = [p.first_unread_ts_ms for p in waiting]
-            if waiting and all(ts is not None for ts in stamps):
-                oldest = min(min(ts for ts in stamps if ts is not None), now_ms)
-                if oldest > waiting_since:
-                    waiting_since, evidence = oldest, "timestamp of the oldest unread record"
-    stall_clock_s = (now_ms - waiting_since) / 1000.0 if waiting_since is not None else None
-    numbers.update(waiting_since_ms=waiting_since, stall_clock_s=stall_clock_s, stall_clock_from=evidence)
-
-    # ---- trend ---------------------------------------------------------------------------------
-    trend = lag_trend(timed, all_samples, planned, now_ms, allowed=allowed, window=th.window)
-    numbers.update(trend_mode=trend.mode, trend_growing=trend.growing, **trend.extra)
-
-    # ---- verdict --------------------------------------------------------------------------------
-    lagging = lag_eff > allowed
+    lag_eff, lag_s, age_s = lag.effective_total, lag.seconds, rhythm.age_s
+    lagging = lag_eff > th.allowed_lag_records
     waits = f"{lag_eff} records wait" + (f" (oldest {fmt_duration(lag_s)} old)" if lag_s is not None else "")
     if rewind:
         status = Status.REWIND
         first = next(iter(sorted(rewind.items())))[1]
         reason = f"REWIND: {first}" + (f" (+{len(rewind) - 1} more partitions)" if len(rewind) > 1 else "")
-    elif lagging and stall_clock_s is not None and stall_clock_s > stopped_after:
+    elif lagging and stall_clock_s is not None and stall_clock_s > rhythm.stopped_after:
         status = Status.STOPPED
         reason = (
             f"STOPPED: no new batch for {fmt_duration(age_s)}; {waits} since {fmt_duration(stall_clock_s)} "
-            f"(> stopped_after {fmt_duration(stopped_after)}, {stopped_src})"
+            f"(> stopped_after {fmt_duration(rhythm.stopped_after)}, {rhythm.stopped_source})"
         )
-    elif lagging and stall_clock_s is not None and stall_clock_s > stall_after:
+    elif lagging and stall_clock_s is not None and stall_clock_s > rhythm.stall_after:
         status = Status.STALLED
         reason = (
             f"STALLED: no new batch for {fmt_duration(age_s)}; {waits} since {fmt_duration(stall_clock_s)} "
-            f"(> stall_after {fmt_duration(stall_after)}, {stall_src})"
+            f"(> stall_after {fmt_duration(rhythm.stall_after)}, {rhythm.stall_source})"
         )
-    elif not lagging and age_s is not None and age_s > stall_after:
+    elif not lagging and age_s is not None and age_s > rhythm.stall_after:
         status = Status.IDLE
         reason = f"IDLE: caught up and no new data for {fmt_duration(age_s)} (not an alert)"
     else:
-        warns: list[str] = []
-        if th.max_lag_records is not None and lag_eff > th.max_lag_records:
-            warns.append(f"lag {lag_eff} records > max_lag_records {th.max_lag_records}")
-        if th.max_lag_seconds is not None and lag_s is not None and lag_s > th.max_lag_seconds:
-            warns.append(f"lag {fmt_duration(lag_s)} > max_lag_seconds {fmt_duration(th.max_lag_seconds)}")
-        if lagging and trend.growing and trend.reason:
-            warns.append(trend.reason)
-        warns.extend(transient_lines)
-        if warns:
-            status, reason = Status.WARN, f"WARN: {warns[0]}"
-            findings.extend(warns[1:])
-        elif lagging and ("samples" in trend.mode or "rates" in trend.mode):
-            status, reason = Status.OK, f"OK: {waits}, not growing"
-        elif lagging:
-            status = Status.OK
-            reason = f"OK: {waits}; batch sizes do not grow (trend of a rate-limited job unknown)"
-        else:
-            status, reason = Status.OK, "OK: caught up"
+        status, reason = _ok_or_warn(lag, lagging, waits, trend, th, transient_lines, notes)
     if transient and status is not Status.WARN:
-        findings.extend(transient_lines)
+        notes.extend(transient_lines)
     if trend.mode in ("batch-sizes", "insufficient") and status in (Status.OK, Status.WARN):
-        findings.append(
+        notes.append(
             f"lag trend from {trend.mode.replace('-', ' ')} only, blind to a rate-limited job "
             "falling behind: pass earlier broker samples (previous_latest)"
         )
+    return status, reason
 
+
+def _ok_or_warn(lag: _LagNow, lagging: bool, waits: str, trend: LagTrend, th: StatusThresholds,
+                transient_lines: list[str], notes: list[str]) -> tuple[Status, str]:
+    lag_eff, lag_s = lag.effective_total, lag.seconds
+    warns: list[str] = []
+    if th.max_lag_records is not None and lag_eff > th.max_lag_records:
+        warns.append(f"lag {lag_eff} records > max_lag_records {th.max_lag_records}")
+    if th.max_lag_seconds is not None and lag_s is not None and lag_s > th.max_lag_seconds:
+        warns.append(f"lag {fmt_duration(lag_s)} > max_lag_seconds {fmt_duration(th.max_lag_seconds)}")
+    if lagging and trend.growing and trend.reason:
+        warns.append(trend.reason)
+    warns.extend(transient_lines)
+    if warns:
+        notes.extend(warns[1:])
+        return Status.WARN, f"WARN: {warns[0]}"
+    if lagging and ("samples" in trend.mode or "rates" in trend.mode):
+        return Status.OK, f"OK: {waits}, not growing"
+    if lagging:
+        return Status.OK, f"OK: {waits}; batch sizes do not grow (trend of a rate-limited job unknown)"
+    return Status.OK, "OK: caught up"
+
+
+def _partitions(status: Status, position: PartitionOffsets, rewinds: Rewinds, lag: _LagNow
+                ) -> list[PartitionStatus]:
+    rewind, transient = rewinds.rewind, rewinds.transient
     parts: list[PartitionStatus] = []
     for tp in sorted(set(position) | set(rewind)):
-        p_raw, p_eff = raw.get(tp), eff.get(tp)
+        p_raw, p_eff = lag.raw.get(tp), lag.effective.get(tp)
         if tp in rewind:
             parts.append(PartitionStatus(tp, Status.REWIND, p_raw, p_eff, rewind[tp]))
         elif tp in transient:
@@ -381,4 +368,4 @@ def evaluate_status(
             parts.append(PartitionStatus(tp, Status.IDLE, p_raw, p_eff))
         else:
             parts.append(PartitionStatus(tp, Status.OK, p_raw, p_eff))
-    return JobStatus(status, reason, now_ms, findings, numbers, parts)
+    return parts
