@@ -16,6 +16,7 @@ from airflow_kafka_spark.cli import output as report
 from airflow_kafka_spark.cli._args import Command, add_kafka_arguments, positive_int
 from airflow_kafka_spark.cli._job import add_execute_argument, executes
 from airflow_kafka_spark.errors import ExitCode
+from airflow_kafka_spark.ops.options import Retention, RunOptions, Stores
 
 
 def _backup_arguments(p: argparse.ArgumentParser) -> None:
@@ -100,14 +101,13 @@ def _backup(args: argparse.Namespace) -> int:
                 job=args.job,
                 reason=args.reason,
                 force=args.force,
-                spark_version=args.spark_version,
                 settle_s=args.settle,
-                keep_last=args.keep_last,
-                max_age_s=parse_duration(args.max_age) if args.max_age else None,
-                storage_options=storage.opts(args.storage_option),
-                backup_storage_options=storage.opts(args.backup_storage_option),
-                seal_key=storage.seal_key_of(args),
-                progress=progress,
+                retention=Retention(keep_last=args.keep_last,
+                                    max_age_s=parse_duration(args.max_age) if args.max_age else None),
+                run=RunOptions(stores=Stores(checkpoint=storage.opts(args.storage_option),
+                                             backup=storage.opts(args.backup_storage_option)),
+                               spark_version=args.spark_version, seal_key=storage.seal_key_of(args),
+                               progress=progress),
             )
     except OperationBlocked as exc:
         return storage.blocked(exc, args)

@@ -30,6 +30,7 @@ from airflow_kafka_spark.cli._storage import (
 )
 from airflow_kafka_spark.errors import ExitCode
 from airflow_kafka_spark.ops.modes import ResetMode, SinkLogPolicy
+from airflow_kafka_spark.ops.options import RunOptions, SinkFacts, Stores
 from airflow_kafka_spark.registry.model import SINK_CHOICES, Sink
 
 # --------------------------------------------------------------------------------------------------
@@ -117,22 +118,13 @@ def _restore(args: argparse.Namespace) -> int:
     try:
         sink = Sink.named(args.sink) if args.sink else (spec.sink if spec else None)
         with progress_lines("restore", args) as progress:
-            result = restore_checkpoint(
-                checkpoint,
-                backup_root,
-                backup_id,
-                config,
-                job=args.job,
-                dry_run=not execute,
-                idempotent_sink=None if sink is None else sink.replay_is_idempotent,
-                sink_output=args.sink_output or (spec.sink_output if spec else None),
-                progress=progress,
-                storage_options=opts(args.storage_option),
-                backup_storage_options=opts(args.backup_storage_option),
-                kafka_timeout=args.timeout,
-                backup_settle_s=args.settle,
-                seal_key=key,
-            )
+            facts = SinkFacts(idempotent=None if sink is None else sink.replay_is_idempotent,
+                              output=args.sink_output or (spec.sink_output if spec else None))
+            stores = Stores(checkpoint=opts(args.storage_option), backup=opts(args.backup_storage_option))
+            run = RunOptions(stores=stores,
+                             progress=progress, kafka_timeout=args.timeout, backup_settle_s=args.settle, seal_key=key)
+            result = restore_checkpoint(checkpoint, backup_root, backup_id, config, job=args.job, dry_run=not execute,
+                                        sink=facts, run=run)
     except OperationBlocked as exc:
         return blocked(exc, args, _render_plan_doc)
     if args.json:
@@ -230,20 +222,11 @@ def _reset(args: argparse.Namespace) -> int:
     )
     try:
         with progress_lines("reset", args) as progress:
-            result = reset_checkpoint(
-                checkpoint,
-                backup_root,
-                config,
-                request,
-                job=args.job,
-                dry_run=not execute,
-                progress=progress,
-                actor=args.actor,
-                storage_options=opts(args.storage_option),
-                backup_storage_options=opts(args.backup_storage_option),
-                kafka_timeout=args.timeout,
-                backup_settle_s=args.settle,
-            )
+            stores = Stores(checkpoint=opts(args.storage_option), backup=opts(args.backup_storage_option))
+            run = RunOptions(stores=stores,
+                             progress=progress, kafka_timeout=args.timeout, backup_settle_s=args.settle)
+            result = reset_checkpoint(checkpoint, backup_root, config, request, job=args.job, dry_run=not execute,
+                                      actor=args.actor, run=run)
     except OperationBlocked as exc:
         return blocked(exc, args, _render_plan_doc)
     if args.write_starting_offsets and result.starting_offsets and execute:

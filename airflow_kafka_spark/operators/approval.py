@@ -31,6 +31,7 @@ from airflow.sdk.exceptions import AirflowSkipException
 from airflow_kafka_spark.airflow_glue.jobs import kafka_config, load_job, optional_text, run_reporting_failure
 from airflow_kafka_spark.airflow_glue.kinds import steps_for
 from airflow_kafka_spark.ops.approval import ApprovalRequest, approval_request
+from airflow_kafka_spark.ops.options import SinkFacts
 from airflow_kafka_spark.ops.plan import Plan
 
 APPROVAL_KEY = "approval"
@@ -55,8 +56,8 @@ def change_plan(spec: Any, plan: dict[str, Any]) -> Plan | None:
         from airflow_kafka_spark.ops.commands import restore_checkpoint
 
         return restore_checkpoint(spec.checkpoint, spec.backup_root, plan["restore_backup_id"], kafka_config(spec),
-                                  job=spec.name, dry_run=True, idempotent_sink=spec.replay_is_idempotent,
-                                  sink_output=spec.sink_output).plan
+                                  job=spec.name, dry_run=True,
+                                  sink=SinkFacts(idempotent=spec.replay_is_idempotent, output=spec.sink_output)).plan
     return None
 
 

@@ -9,7 +9,6 @@ pre-operation backup: they already hold the operation lock and have recovered.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection
 from typing import TYPE_CHECKING
 
 from airflow_kafka_spark._util.fs import open_location
@@ -22,6 +21,16 @@ from airflow_kafka_spark.ops.backup.manifest import LOCK_NAME
 from airflow_kafka_spark.ops.backup.prune import PruneResult, check_retention, prune_job
 from airflow_kafka_spark.ops.backup.take import BackupResult, take_backup
 from airflow_kafka_spark.ops.guards import operation_lock, refuse_if_interrupted
+from airflow_kafka_spark.ops.options import (
+    DEFAULT_RUN,
+    NO_RETENTION,
+    NO_SINK,
+    Progress,
+    Retention,
+    RunOptions,
+    SinkFacts,
+    Stores,
+)
 from airflow_kafka_spark.ops.recover import finish_interrupted
 
 if TYPE_CHECKING:   # reset and restore ask Kafka: imported when run, so a backup or prune starts without a Kafka client
@@ -29,35 +38,31 @@ if TYPE_CHECKING:   # reset and restore ask Kafka: imported when run, so a backu
     from airflow_kafka_spark.ops.reset_plan import ResetRequest
     from airflow_kafka_spark.ops.restore import RestoreResult
 
-#: Hears one short line per step of a long operation ("backing up the checkpoint"); the CLI prints
-#: them once a run takes more than a second, the Airflow layer may log them.
-Progress = Callable[[str], None]
+__all__ = ["Progress", "Retention", "RunOptions", "SinkFacts", "Stores", "backup_checkpoint", "prune_backups",
+           "reset_checkpoint", "restore_checkpoint"]
 
 
 def backup_checkpoint(checkpoint_location: str, backup_root: str, *, job: str | None = None,
-                      reason: str = "manual", force: bool = False, spark_version: str | None = None,
-                      settle_s: float = 2.0, keep_last: int | None = None, max_age_s: float | None = None,
-                      storage_options: dict | None = None, backup_storage_options: dict | None = None,
-                      now_ms: int | None = None, seal_key: bytes | None = None,
-                      progress: Progress | None = None, keep_ids: Collection[str] = ()) -> BackupResult:
+                      reason: str = "manual", force: bool = False, settle_s: float = 2.0, now_ms: int | None = None,
+                      retention: Retention = NO_RETENTION, run: RunOptions = DEFAULT_RUN) -> BackupResult:
     """Copy the last committed version of a stopped query's checkpoint to ``backup_root`` (``backup.take``).
 
     Refuses (exit 3) while an interrupted reset/restore is recorded beside the checkpoint: the
     folder may be half moved. ``settle_s`` is the least time between the listing before the copy
-    and the one after it; ``keep_last`` / ``max_age_s`` prune after a successful backup, never the
-    backups named in ``keep_ids`` (a restore in the same run reads one). Raises
+    and the one after it; ``retention`` prunes after a successful backup. Raises
     :class:`OperationBlocked` (exit 3) for a running query without ``force``, :class:`UserError`
-    (exit 2) for bad input; in both cases nothing is published. ``seal_key`` (default:
-    ``$AKS_SEAL_KEY_FILE``'s) adds the keyed seal. ``progress`` hears each step (the CLI shows the
-    steps of a run that takes more than a second).
+    (exit 2) for bad input; in both cases nothing is published. ``run.seal_key`` (default:
+    ``$AKS_SEAL_KEY_FILE``'s) adds the keyed seal. ``run.progress`` hears each step (the CLI shows
+    the steps of a run that takes more than a second).
     """
-    refuse_if_interrupted(checkpoint_location, storage_options)
-    if progress:
-        progress("copying and hashing the checkpoint's files, then verifying the backup")
+    refuse_if_interrupted(checkpoint_location, run.stores.checkpoint)
+    if run.progress:
+        run.progress("copying and hashing the checkpoint's files, then verifying the backup")
     return take_backup(checkpoint_location, backup_root, job=job, reason=reason, force=force,
-                       spark_version=spark_version, settle_s=settle_s, keep_last=keep_last, max_age_s=max_age_s,
-                       storage_options=storage_options, backup_storage_options=backup_storage_options,
-                       now_ms=now_ms, seal_key=seal_key, keep_ids=keep_ids)
+                       spark_version=run.spark_version, settle_s=settle_s, keep_last=retention.keep_last,
+                       max_age_s=retention.max_age_s, storage_options=run.stores.checkpoint,
+                       backup_storage_options=run.stores.backup, now_ms=now_ms, seal_key=run.seal_key,
+                       keep_ids=retention.keep_ids)
 
 
 def prune_backups(backup_root: str, job: str, *, keep_last: int | None = None, max_age_s: float | None = None,
@@ -83,9 +88,7 @@ def prune_backups(backup_root: str, job: str, *, keep_last: int | None = None, m
 
 def reset_checkpoint(checkpoint_location: str, backup_root: str | None, kafka_config: dict, request: ResetRequest,
                      *, job: str | None = None, dry_run: bool = False, actor: str | None = None,
-                     storage_options: dict | None = None, backup_storage_options: dict | None = None,
-                     kafka_timeout: float = 10.0, backup_settle_s: float = 2.0,
-                     progress: Progress | None = None) -> ResetResult:
+                     run: RunOptions = DEFAULT_RUN) -> ResetResult:
     """Plan and (unless ``dry_run``) execute a reset (``ops.reset``).
 
     Raises :class:`OperationBlocked` (exit 3) when the plan blocks, the job is running, or the
@@ -95,8 +98,9 @@ def reset_checkpoint(checkpoint_location: str, backup_root: str | None, kafka_co
     """
     from airflow_kafka_spark.ops import reset
 
-    kw = dict(job=job, actor=actor, storage_options=storage_options, backup_storage_options=backup_storage_options,
-              kafka_timeout=kafka_timeout, backup_settle_s=backup_settle_s, progress=progress)
+    storage_options = run.stores.checkpoint
+    kw = dict(job=job, actor=actor, storage_options=storage_options, backup_storage_options=run.stores.backup,
+              kafka_timeout=run.kafka_timeout, backup_settle_s=run.backup_settle_s, progress=run.progress)
     if dry_run:
         return reset.run_reset(checkpoint_location, backup_root, kafka_config, request, dry_run=True, **kw)
     ck = open_location(checkpoint_location, storage_options, what="checkpoint location")
@@ -110,25 +114,24 @@ def reset_checkpoint(checkpoint_location: str, backup_root: str | None, kafka_co
 
 
 def restore_checkpoint(checkpoint_location: str, backup_root: str, backup_id: str, kafka_config: dict, *,
-                       job: str | None = None, dry_run: bool = False, idempotent_sink: bool | None = None,
-                       sink_output: str | None = None, actor: str | None = None,
-                       storage_options: dict | None = None, backup_storage_options: dict | None = None,
-                       kafka_timeout: float = 10.0, backup_settle_s: float = 2.0,
-                       seal_key: bytes | None = None, progress: Progress | None = None) -> RestoreResult:
+                       job: str | None = None, dry_run: bool = False, actor: str | None = None,
+                       sink: SinkFacts = NO_SINK, run: RunOptions = DEFAULT_RUN) -> RestoreResult:
     """Roll ``checkpoint_location`` back to backup ``backup_id`` (``ops.restore``, which explains the order).
 
-    ``sink_output`` lets a file sink's ``_spark_metadata`` be compared with the backup (S19).
+    ``sink.output`` lets a file sink's ``_spark_metadata`` be compared with the backup (S19).
     Raises :class:`OperationBlocked` (exit 3) when the verdict blocks, :class:`UserError` (exit 2)
     for bad input (unknown or tampered backup, wrong job, another operation holding the location);
     in both cases nothing was changed.
     """
     from airflow_kafka_spark.ops import restore
 
+    storage_options = run.stores.checkpoint
     t = restore.open_restore(checkpoint_location, backup_root, backup_id, job=job, storage_options=storage_options,
-                             backup_storage_options=backup_storage_options, seal_key=seal_key)
-    kw = dict(job=t.job, idempotent_sink=idempotent_sink, sink_output=sink_output, actor=actor,
-              storage_options=storage_options, backup_storage_options=backup_storage_options,
-              kafka_timeout=kafka_timeout, backup_settle_s=backup_settle_s, seal_key=t.seal_key, progress=progress)
+                             backup_storage_options=run.stores.backup, seal_key=run.seal_key)
+    kw = dict(job=t.job, idempotent_sink=sink.idempotent, sink_output=sink.output, actor=actor,
+              storage_options=storage_options, backup_storage_options=run.stores.backup,
+              kafka_timeout=run.kafka_timeout, backup_settle_s=run.backup_settle_s, seal_key=t.seal_key,
+              progress=run.progress)
     if dry_run:
         return restore.run_restore(t.ck, t.root, t.manifest, t.record, kafka_config, dry_run=True, **kw)
     # Not queued behind another restore/reset (timeout 0): two restores started together must not

@@ -13,6 +13,7 @@ def test_seal_key_from_a_generic_connection(monkeypatch, tmp_path):
     from airflow_kafka_spark.operators.checkpoint import seal_key_from_connection
     from airflow_kafka_spark.ops.backup.catalog import list_backups
     from airflow_kafka_spark.ops.commands import backup_checkpoint
+    from airflow_kafka_spark.ops.options import RunOptions
     from tests.support.checkpoint_factory import write_checkpoint
 
     key = "k3y-from-a-connection-0123456789"
@@ -26,7 +27,8 @@ def test_seal_key_from_a_generic_connection(monkeypatch, tmp_path):
             seal_key_from_connection(conn_id)
         assert "\n" not in str(err.value)
     ck = write_checkpoint(tmp_path / "ck", batches=2)
-    m = backup_checkpoint(ck.location, str(tmp_path / "b"), job="orders", settle_s=0, seal_key=got).manifest
+    m = backup_checkpoint(ck.location, str(tmp_path / "b"), job="orders", settle_s=0,
+                          run=RunOptions(seal_key=got)).manifest
     assert m.hmac.startswith("hmac-sha256:")
     assert [b.backup_id for b in list_backups(str(tmp_path / "b"), "orders", seal_key=got).backups] == [m.backup_id]
     assert list_backups(str(tmp_path / "b"), "orders", seal_key=b"another-key-0123456789").backups == []

@@ -39,6 +39,7 @@ from airflow_kafka_spark.lifecycle.record import LifecycleRecord
 from airflow_kafka_spark.ops.backup.catalog import list_backups
 from airflow_kafka_spark.ops.backup.store import verify_backup
 from airflow_kafka_spark.ops.commands import backup_checkpoint, reset_checkpoint, restore_checkpoint
+from airflow_kafka_spark.ops.options import RunOptions
 from airflow_kafka_spark.ops.reset_plan import ResetRequest
 from airflow_kafka_spark.runtime import drivers
 from devstack import topics
@@ -134,7 +135,7 @@ def test_backup_restore_reset_round_trip(ck_store, backup_store, stores, hadoop,
     # the query moves on to batch 7; restore brings back exactly the backup's bytes
     advance(ck_url, topic_name, 4, 7)
     moved_on = remote_tree(ck_url)
-    restored = restore_checkpoint(ck_url, root_url, m.backup_id, kafka, backup_settle_s=0)
+    restored = restore_checkpoint(ck_url, root_url, m.backup_id, kafka, run=RunOptions(backup_settle_s=0))
     assert restored.restored and restored.aside_location.startswith(ck_url + ".restore-")
     assert remote_tree(ck_url) == written
     assert remote_tree(restored.aside_location) == moved_on
@@ -142,7 +143,7 @@ def test_backup_restore_reset_round_trip(ck_store, backup_store, stores, hadoop,
 
     # reset (preserve): the restored checkpoint moves aside untouched, its backup verifies, the
     # location holds only Spark's start file, and the next run starts where the last committed batch ended
-    reset = reset_checkpoint(ck_url, root_url, kafka, ResetRequest(mode="preserve"), backup_settle_s=0)
+    reset = reset_checkpoint(ck_url, root_url, kafka, ResetRequest(mode="preserve"), run=RunOptions(backup_settle_s=0))
     assert list(remote_tree(ck_url)) == ["sources/0/0"]
     assert read_initial_offsets(ck_url, "0") == {TopicPartition(topic_name, 0): 40, TopicPartition(topic_name, 1): 40}
     assert remote_tree(reset.aside_location) == written

@@ -26,6 +26,7 @@ from airflow_kafka_spark.lifecycle.record import LifecycleRecord
 from airflow_kafka_spark.ops.backup.catalog import list_backups
 from airflow_kafka_spark.ops.backup.store import verify_backup
 from airflow_kafka_spark.ops.commands import backup_checkpoint, reset_checkpoint, restore_checkpoint
+from airflow_kafka_spark.ops.options import RunOptions, SinkFacts
 from airflow_kafka_spark.ops.reset_plan import ResetRequest
 from devstack import oracle, topics
 from devstack.produce import produce
@@ -104,12 +105,12 @@ def test_restore_round_trip_replays_exactly_what_it_announced(job):
     assert moved_on.latest_committed.batch_id > c_first
 
     dry = restore_checkpoint(str(job.checkpoint), str(job.backups), first.backup_id, job.kafka, dry_run=True,
-                             idempotent_sink=False, backup_settle_s=0)
+                             sink=SinkFacts(idempotent=False), run=RunOptions(backup_settle_s=0))
     assert dry.records_to_replay == 240 and not dry.restored
     assert read_checkpoint(str(job.checkpoint)).commit_batch_ids == moved_on.commit_batch_ids
 
     result = restore_checkpoint(str(job.checkpoint), str(job.backups), first.backup_id, job.kafka,
-                                idempotent_sink=False, backup_settle_s=0)
+                                sink=SinkFacts(idempotent=False), run=RunOptions(backup_settle_s=0))
     assert result.restored and result.records_to_replay == 240
     assert result.plan.severity == "WARN" and "REPLAY" in {f.code for f in result.plan.findings}
     restored = read_checkpoint(str(job.checkpoint))
@@ -139,7 +140,8 @@ def test_restore_past_retention_is_blocked_with_the_count_and_changes_nothing(jo
 
     before = (tree(job.root), tree(job.backups))
     with pytest.raises(OperationBlocked) as err:
-        restore_checkpoint(str(job.checkpoint), str(job.backups), old.backup_id, job.kafka, backup_settle_s=0)
+        restore_checkpoint(str(job.checkpoint), str(job.backups), old.backup_id, job.kafka,
+                           run=RunOptions(backup_settle_s=0))
     assert err.value.exit_code == 3 and err.value.code == "OFFSET_BELOW_LOG_START"
     assert "nothing was changed" in str(err.value) and "\n" not in str(err.value)
     lost = [f for f in err.value.details["plan"]["findings"] if f["code"] == "OFFSET_BELOW_LOG_START"]
@@ -182,7 +184,7 @@ def test_restore_bad_input_is_one_line_and_changes_nothing(job, tmp_path):
         kwargs = {"backup_root": str(job.backups), "backup_id": good.backup_id, **override}
         with pytest.raises(UserError) as err:
             restore_checkpoint(str(job.checkpoint), kwargs.pop("backup_root"), kwargs.pop("backup_id"), job.kafka,
-                               backup_settle_s=0, **kwargs)
+                               **kwargs, run=RunOptions(backup_settle_s=0))
         assert needle in str(err.value), (name, str(err.value))
         assert "\n" not in str(err.value), name
         assert tree(tmp_path) == before, name
@@ -292,7 +294,8 @@ def test_reset_dry_run_and_bad_input_change_nothing(broker, tmp_path, reset_setu
 def test_reset_accepting_data_loss_is_audited(broker, tmp_path, reset_setup):
     ck, _, topic = reset_setup
     result = reset_checkpoint(ck.location, str(tmp_path / "backups"), {"bootstrap.servers": broker.bootstrap_servers},
-                              ResetRequest(mode="latest", accept_data_loss=True), actor="tester", backup_settle_s=0)
+                              ResetRequest(mode="latest", accept_data_loss=True), actor="tester",
+                              run=RunOptions(backup_settle_s=0))
     assert result.plan.skipped == 2 * (100 - 40)
     assert parse_offsets_json(result.starting_offsets) == {TopicPartition(topic, 0): 100,
                                                            TopicPartition(topic, 1): 100}

@@ -26,6 +26,7 @@ from airflow_kafka_spark.lifecycle.journal import Journal
 from airflow_kafka_spark.lifecycle.model import DriverInfo
 from airflow_kafka_spark.lifecycle.record import LifecycleRecord
 from airflow_kafka_spark.ops.commands import backup_checkpoint, reset_checkpoint
+from airflow_kafka_spark.ops.options import RunOptions
 from airflow_kafka_spark.ops.recover import finish_interrupted
 from airflow_kafka_spark.ops.reset_plan import ResetRequest
 from devstack import topics
@@ -97,7 +98,7 @@ def test_plan_blocked(broker, tmp_path, topic_name):
     before = tree(tmp_path)
     err = blocked(lambda: reset_checkpoint(ck.location, str(tmp_path / "b"),
                                            {"bootstrap.servers": broker.bootstrap_servers},
-                                           ResetRequest(mode="preserve"), job=JOB, backup_settle_s=0),
+                                           ResetRequest(mode="preserve"), job=JOB, run=RunOptions(backup_settle_s=0)),
                   BlockReason.PLAN_BLOCKED)
     blocking = {f["code"] for f in err.details["plan"]["findings"] if f["severity"] == "BLOCK"}
     assert err.code not in {r.value for r in BlockReason} and err.code in blocking, err.details

@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from airflow_kafka_spark.ops.commands import backup_checkpoint, restore_checkpoint
+from airflow_kafka_spark.ops.options import RunOptions
 from tests.support import spark_session
 
 pytestmark = pytest.mark.integration
@@ -73,8 +74,8 @@ def restored_twin(ck: Path, tmp_path: Path, broker) -> tuple[Path, dict]:
     shutil.copytree(ck, twin)
     m = backup_checkpoint(str(ck), str(tmp_path / "backups"), job=JOB, settle_s=0).manifest
     shutil.rmtree(ck)
-    restore_checkpoint(str(ck), str(tmp_path / "backups"), m.backup_id,
-                       {"bootstrap.servers": broker.bootstrap_servers}, job=JOB, backup_settle_s=0)
+    restore_checkpoint(str(ck), str(tmp_path / "backups"), m.backup_id, {"bootstrap.servers": broker.bootstrap_servers},
+                       job=JOB, run=RunOptions(backup_settle_s=0))
     return twin, m.selection
 
 

@@ -20,6 +20,7 @@ from airflow_kafka_spark.checkpoint.position import resume_position
 from airflow_kafka_spark.checkpoint.reader import read_checkpoint
 from airflow_kafka_spark.kafka.offsets import TopicPartition
 from airflow_kafka_spark.ops.commands import backup_checkpoint, restore_checkpoint
+from airflow_kafka_spark.ops.options import RunOptions
 from airflow_kafka_spark.verdict.options import DeployOptions
 from airflow_kafka_spark.verdict.validate import validate
 from airflow_kafka_spark.watch.observe import ObserveTarget, observe
@@ -85,7 +86,8 @@ def test_named_kafka_source_with_offsets_v2_round_trips_through_backup_and_resto
     assert m.selection["mode"] == "version" and m.committed_offsets == ends
     assert "sources/orders/0" in {f.path for f in m.files}
     shutil.rmtree(ck)
-    restore_checkpoint(str(ck), str(tmp_path / "backups"), m.backup_id, kafka, job="named", backup_settle_s=0)
+    restore_checkpoint(str(ck), str(tmp_path / "backups"), m.backup_id, kafka, job="named",
+                       run=RunOptions(backup_settle_s=0))
 
     produce(bootstrap, topic_name, 12, partitions=2, start_id=30)
     lag = observe(ObserveTarget(checkpoint=str(ck)), kafka).lag        # the restored copy, by source name

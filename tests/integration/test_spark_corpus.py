@@ -49,6 +49,7 @@ from airflow_kafka_spark.kafka.model import BrokerState
 from airflow_kafka_spark.kafka.offsets import TopicPartition
 from airflow_kafka_spark.ops.backup.store import materialize
 from airflow_kafka_spark.ops.commands import backup_checkpoint, restore_checkpoint
+from airflow_kafka_spark.ops.options import RunOptions
 from airflow_kafka_spark.verdict.evaluate import evaluate
 from airflow_kafka_spark.verdict.options import DeployOptions
 from airflow_kafka_spark.verdict.validate import validate
@@ -178,7 +179,7 @@ def test_sparks_kafka_checkpoint_restarts_from_its_restored_copy_as_from_itself(
     m = backup_checkpoint(str(ck), str(tmp_path / "backups"), job="kafka", settle_s=0).manifest
     shutil.rmtree(ck)
     restore_checkpoint(str(ck), str(tmp_path / "backups"), m.backup_id, kafka_config, job="kafka",
-                       backup_settle_s=0)
+                       run=RunOptions(backup_settle_s=0))
     (topic,) = {tp.topic for tp in read_checkpoint(str(ck)).latest_committed.kafka_offsets}
     from_original = _restart_kafka_query(broker.bootstrap_servers, topic, twin)
     from_restored = _restart_kafka_query(broker.bootstrap_servers, topic, ck)

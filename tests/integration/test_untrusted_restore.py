@@ -25,6 +25,7 @@ from airflow_kafka_spark._util import faults
 from airflow_kafka_spark.errors import UserError
 from airflow_kafka_spark.lifecycle.record import LifecycleRecord
 from airflow_kafka_spark.ops.commands import backup_checkpoint, restore_checkpoint
+from airflow_kafka_spark.ops.options import RunOptions
 from devstack import topics
 from devstack.produce import produce
 from tests.support.checkpoint_factory import commit_file, offsets_file, write_checkpoint
@@ -124,7 +125,7 @@ def test_a_staging_copy_that_vanishes_before_the_commit_point_restores_and_recor
     monkeypatch.setattr(faults, "crash_point", vanish)
     with pytest.raises(UserError) as err:
         restore_checkpoint(ck.location, str(root), old.backup_id, {"bootstrap.servers": broker.bootstrap_servers},
-                           backup_settle_s=0)
+                           run=RunOptions(backup_settle_s=0))
     assert "vanished" in str(err.value) and "\n" not in str(err.value)
     assert tree(ck.root) == current and restored_events(ck.location) == 0
     assert not (base / "job[12].operation.json").exists()
@@ -145,7 +146,7 @@ def test_a_staging_copy_gone_after_the_journal_is_not_recorded_as_restored(broke
     monkeypatch.setattr(faults, "crash_point", vanish)
     with pytest.raises(UserError, match="is gone; nothing was restored"):
         restore_checkpoint(ck.location, str(root), old.backup_id, {"bootstrap.servers": broker.bootstrap_servers},
-                           backup_settle_s=0)
+                           run=RunOptions(backup_settle_s=0))
     assert tree(ck.root) == current and restored_events(ck.location) == 0
     assert not (base / "job[12].operation.json").exists()
 

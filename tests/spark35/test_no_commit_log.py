@@ -18,6 +18,7 @@ from collections import Counter
 import pytest
 
 from airflow_kafka_spark.ops.commands import backup_checkpoint, restore_checkpoint
+from airflow_kafka_spark.ops.options import RunOptions
 from devstack import oracle
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark35]
@@ -48,8 +49,8 @@ def test_no_commit_log_restarts_on_spark_35_from_its_restored_copy_as_from_itsel
     m = backup_checkpoint(str(j.checkpoint), str(tmp_path / "backups"), settle_s=0).manifest
     assert m.selection["mode"] == "whole" and "no commit log" in m.selection["why"]
     shutil.rmtree(j.checkpoint)
-    restore_checkpoint(str(j.checkpoint), str(tmp_path / "backups"), m.backup_id,
-                       {"bootstrap.servers": j.bootstrap}, backup_settle_s=0)
+    restore_checkpoint(str(j.checkpoint), str(tmp_path / "backups"), m.backup_id, {"bootstrap.servers": j.bootstrap},
+                       run=RunOptions(backup_settle_s=0))
 
     j.produce(60)
     assert j.run().ok

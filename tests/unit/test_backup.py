@@ -28,6 +28,7 @@ from airflow_kafka_spark.ops.backup.manifest import FileEntry, Manifest
 from airflow_kafka_spark.ops.backup.selection import select_files
 from airflow_kafka_spark.ops.backup.store import verify_backup
 from airflow_kafka_spark.ops.commands import backup_checkpoint, prune_backups
+from airflow_kafka_spark.ops.options import Retention
 from tests.support.checkpoint_factory import commit_file, offsets_file, write_checkpoint
 
 JOB = "orders"
@@ -295,16 +296,17 @@ def test_a_backup_taken_before_a_restore_never_prunes_the_backup_that_restore_re
     ids = []
     for i in range(3):
         add_batches(ck, 5 + i, 1)
-        ids.append(backup_checkpoint(ck.location, root, job=JOB, settle_s=0, keep_last=3,
-                                     now_ms=1_000_000 + i * 1000).backup_id)
+        ids.append(backup_checkpoint(ck.location, root, job=JOB, settle_s=0, now_ms=1_000_000 + i * 1000,
+                                     retention=Retention(keep_last=3)).backup_id)
     add_batches(ck, 8, 1)
-    new = backup_checkpoint(ck.location, root, job=JOB, settle_s=0, keep_last=3, now_ms=1_010_000,
-                            keep_ids=[ids[0]])
+    new = backup_checkpoint(ck.location, root, job=JOB, settle_s=0, now_ms=1_010_000,
+                            retention=Retention(keep_last=3, keep_ids=[ids[0]]))
     assert new.pruned == []                       # the oldest is the restore's target: kept
     assert [b.backup_id for b in list_backups(root, JOB).backups] == [new.backup_id, *ids[::-1]]
     verify_backup(root, JOB, ids[0])
     add_batches(ck, 9, 1)                         # the next backup (no restore pending) applies retention again
-    later = backup_checkpoint(ck.location, root, job=JOB, settle_s=0, keep_last=3, now_ms=1_020_000)
+    later = backup_checkpoint(ck.location, root, job=JOB, settle_s=0, now_ms=1_020_000,
+                              retention=Retention(keep_last=3))
     assert sorted(later.pruned) == sorted(ids[:2])
 
 

@@ -26,6 +26,7 @@ from airflow_kafka_spark.ops.backup.precopy import precopy_checkpoint
 from airflow_kafka_spark.ops.backup.reuse import PRECOPY_NAME
 from airflow_kafka_spark.ops.backup.store import verify_backup
 from airflow_kafka_spark.ops.commands import backup_checkpoint, prune_backups
+from airflow_kafka_spark.ops.options import RunOptions
 from tests.support.checkpoint_factory import write_checkpoint
 from tests.unit.test_backup import JOB, add_batches, tree
 
@@ -101,11 +102,11 @@ def test_a_tampered_precopy_is_ignored_and_the_backup_reads_every_file(ck, tmp_p
 def test_a_precopy_sealed_with_another_key_is_not_trusted(ck, tmp_path):
     root = str(tmp_path / "b")
     precopy_checkpoint(ck.location, root, job=JOB, seal_key=b"k" * 32)
-    r = backup_checkpoint(ck.location, root, job=JOB, settle_s=0, seal_key=b"other-key-" * 4)
+    r = backup_checkpoint(ck.location, root, job=JOB, settle_s=0, run=RunOptions(seal_key=b"other-key-" * 4))
     assert r.files_from_precopy == 0 and r.files_hashed == r.files
     mine = precopy_checkpoint(ck.location, root, job=JOB, seal_key=b"k" * 32)
     add_batches(ck, 5, 1)
-    r2 = backup_checkpoint(ck.location, root, job=JOB, settle_s=0, seal_key=b"k" * 32)
+    r2 = backup_checkpoint(ck.location, root, job=JOB, settle_s=0, run=RunOptions(seal_key=b"k" * 32))
     assert r2.files_hashed == 4 and r2.files_from_precopy + r2.files_from_previous >= mine.files
 
 

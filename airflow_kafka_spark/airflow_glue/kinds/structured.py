@@ -24,6 +24,7 @@ from airflow_kafka_spark.kafka.offsets import to_offsets_json
 from airflow_kafka_spark.lifecycle.events import LifecycleEvent
 from airflow_kafka_spark.lifecycle.record import LifecycleRecord
 from airflow_kafka_spark.names import validate_backup_id
+from airflow_kafka_spark.ops.options import Retention, RunOptions, SinkFacts
 from airflow_kafka_spark.registry.model import JobSpec
 from airflow_kafka_spark.runtime import safe_restart
 from airflow_kafka_spark.runtime.app_versions import last_good_app
@@ -89,12 +90,12 @@ class StructuredSteps:
         if step.dry_run:
             return {"job": spec.name, "backup_id": None, "dry_run": True,
                     "would_back_up": spec.checkpoint, "to": spec.backup_root, "position": position(spec)}
-        retention = spec.backup_retention
-        result = backup_checkpoint(
-            spec.checkpoint, spec.backup_root, job=spec.name,
-            reason=step.reason or f"backup by {actor(context)}",
-            keep_last=retention.keep_last, max_age_s=retention.max_age_s, seal_key=step.seal_key,
-            keep_ids=[step.keep_backup_id] if step.keep_backup_id else [])
+        kept = spec.backup_retention
+        retention = Retention(keep_last=kept.keep_last, max_age_s=kept.max_age_s,
+                              keep_ids=[step.keep_backup_id] if step.keep_backup_id else [])
+        result = backup_checkpoint(spec.checkpoint, spec.backup_root, job=spec.name,
+                                   reason=step.reason or f"backup by {actor(context)}", retention=retention,
+                                   run=RunOptions(seal_key=step.seal_key))
         log.info("job %s: backup %s of batch %s (%d files, %d new blobs, %.1fs)", spec.name, result.backup_id,
                  result.manifest.last_committed_batch, result.files, result.blobs_written, result.seconds)
         return {"job": spec.name, "backup_id": result.backup_id, **result.to_dict()}
@@ -103,10 +104,10 @@ class StructuredSteps:
         from airflow_kafka_spark.ops.commands import restore_checkpoint
 
         validate_backup_id(step.backup_id)
-        result = restore_checkpoint(
-            spec.checkpoint, spec.backup_root, step.backup_id, kafka_config(spec), job=spec.name,
-            dry_run=step.dry_run, idempotent_sink=spec.replay_is_idempotent,
-            sink_output=spec.sink_output, actor=actor(context), seal_key=step.seal_key)
+        result = restore_checkpoint(spec.checkpoint, spec.backup_root, step.backup_id, kafka_config(spec),
+                                    job=spec.name, dry_run=step.dry_run, actor=actor(context),
+                                    sink=SinkFacts(idempotent=spec.replay_is_idempotent, output=spec.sink_output),
+                                    run=RunOptions(seal_key=step.seal_key))
         log.info("job %s: %s", spec.name, result.plan.headline)
         log.info("%s", result.plan.render())
         return {"job": spec.name, **result.to_dict()}
@@ -170,8 +171,8 @@ class StructuredSteps:
             return {"restored_backup_id": None,
                     "notes": [f"checkpoint unchanged since backup {backup_id}: not restored"]}
         res = restore_checkpoint(spec.checkpoint, spec.backup_root, backup_id, kafka_config(spec), job=spec.name,
-                                 idempotent_sink=spec.replay_is_idempotent, sink_output=spec.sink_output,
-                                 actor=actor(context))
+                                 actor=actor(context),
+                                 sink=SinkFacts(idempotent=spec.replay_is_idempotent, output=spec.sink_output))
         return {"restored_backup_id": backup_id, "notes": [],
                 "restore": {"records_to_replay": res.records_to_replay,
                             "pre_restore_backup_id": res.pre_restore_backup_id,

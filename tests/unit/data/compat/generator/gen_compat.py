@@ -12,6 +12,7 @@ sys.path.insert(0, ".")
 from airflow_kafka_spark._util import fs as storage
 from airflow_kafka_spark.lifecycle.record import LifecycleRecord
 from airflow_kafka_spark.ops.backup import backup_checkpoint
+from airflow_kafka_spark.ops.options import RunOptions
 from airflow_kafka_spark.ops.journal import Journal
 from airflow_kafka_spark.ops.plan import PartitionMove, Plan
 from airflow_kafka_spark.ops.reset import ResetRequest, parse_to_offsets
@@ -43,7 +44,7 @@ for b in (3, 4):
     for p in range(2):
         ck.write(f"state/0/{p}/{b + 1}.delta", f"delta {b}".encode())
 b2 = backup_checkpoint(ck.location, str(root), job="orders", reason="compat second (sealed)", settle_s=0.0,
-                       now_ms=1_760_000_060_000, seal_key=KEY)
+                       now_ms=1_760_000_060_000, run=RunOptions(seal_key=KEY))
 (out / "seal.key").write_bytes(KEY)
 REQUEST = ResetRequest(mode="to-offsets", to_offsets=parse_to_offsets('{"orders":{"0":30,"1":30}}'))
 plan = Plan(kind="reset", subject=ck.location)
