@@ -99,8 +99,7 @@ def reset_checkpoint(checkpoint_location: str, backup_root: str | None, kafka_co
     from airflow_kafka_spark.ops import reset
 
     storage_options = run.stores.checkpoint
-    kw = dict(job=job, actor=actor, storage_options=storage_options, backup_storage_options=run.stores.backup,
-              kafka_timeout=run.kafka_timeout, backup_settle_s=run.backup_settle_s, progress=run.progress)
+    kw = dict(job=job, actor=actor, run=run)
     if dry_run:
         return reset.run_reset(checkpoint_location, backup_root, kafka_config, request, dry_run=True, **kw)
     ck = open_location(checkpoint_location, storage_options, what="checkpoint location")

@@ -22,7 +22,6 @@ log does not list them: readers that go through the log see only the new run. Th
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,6 +42,7 @@ from airflow_kafka_spark.ops.backup.catalog import open_backup_root
 from airflow_kafka_spark.ops.backup.take import take_backup
 from airflow_kafka_spark.ops.guards import check_locations, journal_path, running_reason
 from airflow_kafka_spark.ops.modes import SinkLogPolicy
+from airflow_kafka_spark.ops.options import RunOptions
 from airflow_kafka_spark.ops.plan import PartitionMove, Plan
 from airflow_kafka_spark.ops.reset_plan import SINK_LOG_DIR, ResetRequest, SinkInfo, build_reset_plan, old_positions
 from airflow_kafka_spark.ops.reset_start import SOURCE_FILES, files_from_payload
@@ -104,10 +104,10 @@ class ResetResult:
 
 
 def run_reset(checkpoint_location: str, backup_root: str | None, kafka_config: dict, request: ResetRequest, *,
-           job: str | None, dry_run: bool, actor: str | None, storage_options: dict | None,
-           backup_storage_options: dict | None, kafka_timeout: float, backup_settle_s: float,
-           progress: Callable[[str], None] | None = None) -> ResetResult:
-    step = progress or (lambda _text: None)
+              job: str | None, dry_run: bool, actor: str | None, run: RunOptions) -> ResetResult:
+    """Plan and (unless ``dry_run``) execute a reset; ``ops.commands.reset_checkpoint`` has the lock and recovery."""
+    storage_options, backup_storage_options = run.stores.checkpoint, run.stores.backup
+    step = run.progress or (lambda _text: None)
     ck = open_location(checkpoint_location, storage_options, what="checkpoint location")
     if backup_root is None and not dry_run:
         raise UserError("a reset takes a verified backup first: pass a backup root (--backup-root)")
@@ -126,7 +126,7 @@ def run_reset(checkpoint_location: str, backup_root: str | None, kafka_config: d
 
     step("planning against Kafka")
     plan, state, record = plan_with_state(checkpoint_location, kafka_config, request,
-                                           storage_options=storage_options, kafka_timeout=kafka_timeout)
+                                           storage_options=storage_options, kafka_timeout=run.kafka_timeout)
     op_id = new_operation_id()
     stamp = op_id
     aside = ck.sibling(f".reset-{stamp}")
@@ -160,7 +160,7 @@ def run_reset(checkpoint_location: str, backup_root: str | None, kafka_config: d
     step("backing up the checkpoint (verified before anything moves)")
     bk = take_backup(checkpoint_location, str(backup_root), job=job,
                       reason=f"before reset --mode {request.mode} ({op_id})", storage_options=storage_options,
-                           backup_storage_options=backup_storage_options, settle_s=backup_settle_s)
+                           backup_storage_options=backup_storage_options, settle_s=run.backup_settle_s)
     faults.crash_point("reset.backed_up")
     again = read_checkpoint(checkpoint_location, storage_options=storage_options)
     if (again.offset_batch_ids, again.commit_batch_ids) != (state.offset_batch_ids, state.commit_batch_ids):

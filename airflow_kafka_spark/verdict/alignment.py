@@ -35,6 +35,7 @@ from airflow_kafka_spark.verdict.first_batch import RecentBatches
 from airflow_kafka_spark.verdict.options import DeployOptions
 from airflow_kafka_spark.verdict.partition_findings import (
     ProbedRecord,
+    Span,
     ahead_of_log_end,
     below_log_start,
     gone_counts,
@@ -140,7 +141,7 @@ def check_start(
         here: list[Finding] = []
         compacted = "compact" in (getattr(info, "cleanup_policy", "") or "")
         if not cluster_mismatch and c is not None:
-            reset = topic_reset(tp, c, ls, le, pos, record, info, options, timestamps.get(tp), nums)
+            reset = topic_reset(tp, Span(c, ls, le), pos, record, info, options, timestamps.get(tp), nums)
             if reset is not None:
                 here.append(reset)
         if c is None:  # a partition first seen in the pending batch: the re-run reads it from earliest

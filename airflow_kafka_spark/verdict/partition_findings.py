@@ -10,7 +10,7 @@ no longer starts at 0 (S04), a partition gone (S05), a topic or its offsets not 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from airflow_kafka_spark.checkpoint.position import ResumePosition
 from airflow_kafka_spark.kafka.offsets import TopicPartition
@@ -61,11 +61,17 @@ def offsets_unavailable(
     )
 
 
+class Span(NamedTuple):
+    """A partition's resume offset and the broker's log start and end for it."""
+
+    resume: int
+    log_start: int
+    log_end: int
+
+
 def topic_reset(
     tp: TopicPartition,
-    c: int,
-    ls: int,
-    le: int,
+    span: Span,
     pos: ResumePosition,
     record: LifecycleRecord | None,
     info: Any,
@@ -73,6 +79,9 @@ def topic_reset(
     probe: ProbedRecord,
     nums: dict[str, Number],
 ) -> Finding | None:
+    """TOPIC_RESET when the topic id changed since it was recorded, or (no record) a record now below the
+    resume offset is newer than the batch that read past it."""
+    c, ls, le = span
     recorded = recorded_topic_id(record, tp.topic, info)
     skip = reset_skip(c, ls, le)
     if recorded:
