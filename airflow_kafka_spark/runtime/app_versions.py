@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from airflow_kafka_spark.lifecycle.events import LifecycleEvent
@@ -64,26 +65,45 @@ def last_good_app(record: LifecycleRecord | None) -> dict[str, Any] | None:
     return dict(entry) if isinstance(entry, dict) else None
 
 
-def record_submit(record: LifecycleRecord, *, app: Mapping[str, Any], driver: DriverInfo, master: str,
-                  deploy_mode: str | None, mode: str, committed_before: int | None, query_id_before: str | None,
-                  log_path: str | None, starting_offsets_file: str | None, actor: str | None,
-                  rollback: bool = False, endpoint: Mapping[str, Any] | None = None,
-                  holder: str | None = None) -> dict[str, Any]:
-    """Write what was started into ``record`` (not saved): the driver and ``submitted_app``.
+@dataclass(frozen=True)
+class SubmittedApp:
+    """What a submit started, as the record keeps it under ``submitted_app``.
 
-    ``holder`` (the submitting task, ``dag/run/task``) lets a retry of that task recognise its own driver.
+    ``mode``: how the driver was detached (``detach``); ``committed_before`` / ``query_id_before``:
+    where the checkpoint stood, for the health gate's "new batches" count; ``holder`` (the
+    submitting task, ``dag/run/task``) lets a retry of that task recognise its own driver.
     """
+
+    app: Mapping[str, Any]
+    driver: DriverInfo
+    master: str
+    deploy_mode: str | None
+    mode: str
+    committed_before: int | None
+    query_id_before: str | None
+    log_path: str | None = None
+    starting_offsets_file: str | None = None
+    actor: str | None = None
+    rollback: bool = False
+    endpoint: Mapping[str, Any] | None = None
+    holder: str | None = None
+
+
+def record_submit(record: LifecycleRecord, submitted: SubmittedApp) -> dict[str, Any]:
+    """Write what was started into ``record`` (not saved): the driver and ``submitted_app``; returns the entry."""
+    s, driver, app = submitted, submitted.driver, submitted.app
     record.set_driver(driver.kind, driver.id, host=driver.host, started_at=driver.started_at)
-    entry = {"app": dict(app), "driver": dataclasses.asdict(driver), "master": master, "deploy_mode": deploy_mode,
-             "detach": mode, "committed_before": committed_before, "query_id_before": query_id_before,
-             "log_path": log_path, "starting_offsets_file": starting_offsets_file,
-             "submitted_at_ms": int(time.time() * 1000), "actor": actor, "rollback": rollback,
-             "endpoint": dict(endpoint) if endpoint else None, "holder": holder}
+    entry = {"app": dict(app), "driver": dataclasses.asdict(driver), "master": s.master,
+             "deploy_mode": s.deploy_mode, "detach": s.mode, "committed_before": s.committed_before,
+             "query_id_before": s.query_id_before, "log_path": s.log_path,
+             "starting_offsets_file": s.starting_offsets_file, "submitted_at_ms": int(time.time() * 1000),
+             "actor": s.actor, "rollback": s.rollback, "endpoint": dict(s.endpoint) if s.endpoint else None,
+             "holder": s.holder}
     record.extra[SUBMITTED_KEY] = entry
-    record.add_event(LifecycleEvent.DRIVER_SUBMITTED, actor=actor, driver_kind=driver.kind, driver_id=driver.id,
+    record.add_event(LifecycleEvent.DRIVER_SUBMITTED, actor=s.actor, driver_kind=driver.kind, driver_id=driver.id,
                      application=app.get("application"), application_args=list(app.get("application_args") or []),
-                     compatibility_version=app.get("compatibility_version"), master=master, detach=mode,
-                     committed_before=committed_before, rollback=rollback)
+                     compatibility_version=app.get("compatibility_version"), master=s.master, detach=s.mode,
+                     committed_before=s.committed_before, rollback=s.rollback)
     return entry
 
 

@@ -194,11 +194,11 @@ def submit_job(spec: JobSpec, *, kafka_config: Mapping[str, Any], target: SparkT
                          drv.id, search.tag, ", ".join(endpoint.urls))
                 started = drv
                 drv = search.check_after_submit(started, drivers.control(started, endpoint=endpoint).kill)
-        entry = app_versions.record_submit(
-            record, app=app, driver=drv, master=master, deploy_mode=deploy_mode, mode=mode,
+        entry = app_versions.record_submit(record, app_versions.SubmittedApp(
+            app=app, driver=drv, master=master, deploy_mode=deploy_mode, mode=mode,
             committed_before=state.latest_committed.batch_id if state.latest_committed else None,
             query_id_before=state.query_id, log_path=log_path, starting_offsets_file=starting_file, actor=actor,
-            rollback=is_previous, endpoint=endpoint.to_dict() if endpoint else None, holder=holder)
+            rollback=is_previous, endpoint=endpoint.to_dict() if endpoint else None, holder=holder))
         kind_entry = kind.at_submit(run_spec, record, kafka_config)   # e.g. a DStream job's group: the gate's baseline
         # next_starting_offsets stays until the health gate sees the new query plan a batch from it:
         # a driver that dies at start must not use them up.

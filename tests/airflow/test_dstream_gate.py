@@ -63,12 +63,12 @@ def test_the_dstream_gate_waits_for_a_broker_that_is_down_as_it_starts(broker, a
 
     # What the submit records: the driver (this process, alive) and the group's offsets as the baseline.
     record = LifecycleRecord.load_or_create("eps", spec.checkpoint)
-    app_versions.record_submit(
-        record, app={"application": spec.application, "application_args": [], "compatibility_version": "1"},
+    app_versions.record_submit(record, app_versions.SubmittedApp(
+        app={"application": spec.application, "application_args": [], "compatibility_version": "1"},
         driver=DriverInfo(kind="local-pid", id=str(os.getpid()), host=socket.gethostname(),
                           started_at=int(time.time() * 1000)),
         master="local[2]", deploy_mode=None, mode=detach.DETACH_LOCAL, committed_before=None, query_id_before=None,
-        log_path=None, starting_offsets_file=None, actor="test", holder=None)
+        log_path=None, starting_offsets_file=None, actor="test", holder=None))
     with KafkaView({"bootstrap.servers": bs}) as view:
         baseline = dstream_runtime.record_submit(spec, record, kafka=view)
     record.save()

@@ -190,10 +190,11 @@ def test_already_running_a_live_recorded_driver(job):
     record = LifecycleRecord.load_or_create(JOB, job.checkpoint)
     me = DriverInfo(kind="local-pid", id=str(os.getpid()), host=socket.gethostname(),
                     started_at=int(time.time() * 1000))                  # this test's process: alive
-    app_versions.record_submit(record, app={"application": "app.py", "application_args": [],
+    app_versions.record_submit(record, app_versions.SubmittedApp(
+                               app={"application": "app.py", "application_args": [],
                                             "compatibility_version": "7"}, driver=me, master="local[2]",
                                deploy_mode=None, mode=detach.DETACH_LOCAL, committed_before=1, query_id_before=None,
-                               log_path=None, starting_offsets_file=None, actor="test", holder="dag/run_1/submit")
+                               log_path=None, starting_offsets_file=None, actor="test", holder="dag/run_1/submit"))
     record.save()
     blocked(lambda: submit(job), BlockReason.ALREADY_RUNNING)
     after = LifecycleRecord.load(job.checkpoint)

@@ -143,11 +143,11 @@ def record_fake_submit(env: Env, job: str, pid: int, *, committed_before: int | 
     state = read_checkpoint(ck)
     if committed_before is None and state.latest_committed is not None:
         committed_before = state.latest_committed.batch_id
-    app_versions.record_submit(
-        record, app={"application": "app.py", "application_args": [], "compatibility_version": "7"},
+    app_versions.record_submit(record, app_versions.SubmittedApp(
+        app={"application": "app.py", "application_args": [], "compatibility_version": "7"},
         driver=DriverInfo(kind="local-pid", id=str(pid), host=socket.gethostname(), started_at=int(time.time() * 1000)),
         master="local[2]", deploy_mode=None, mode=detach.DETACH_LOCAL, committed_before=committed_before,
-        query_id_before=state.query_id, log_path=None, starting_offsets_file=None, actor="test", holder=holder)
+        query_id_before=state.query_id, log_path=None, starting_offsets_file=None, actor="test", holder=holder))
     record.save()
     return record
 

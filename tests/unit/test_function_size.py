@@ -36,7 +36,7 @@ def _measure() -> dict[str, tuple[int, int]]:
         tree = ast.parse(path.read_text())
         rel = path.relative_to(PACKAGE).as_posix()
 
-        def visit(node: ast.AST, prefix: str) -> None:
+        def visit(node: ast.AST, prefix: str, rel: str = rel) -> None:
             for child in ast.iter_child_nodes(node):
                 if isinstance(child, ast.ClassDef):
                     visit(child, f"{prefix}{child.name}.")
