@@ -106,19 +106,37 @@ def check_or_wait(check: Callable[[], HealthCheck], samples: list[list[Any]]) ->
 
 
 
-def check_health(*, checkpoint: str, topics: Sequence[str], kafka_config: Callable[[], dict[str, Any]],
-                 min_batches: int, baseline_batch: int | None, baseline_query_id: str | None,
-                 alive: Callable[[], bool], log_tail: Callable[[], str] | None = None,
-                 samples: Sequence[Sequence[Any]] = (), kafka_timeout_s: float = 10.0,
-                 idle_pass_s: float | None = None, submitted_at_ms: int | None = None,
-                 now_ms: int | None = None) -> HealthCheck:
-    """One health look: FAILED if the driver is gone or the job rewinds, HEALTHY once ``min_batches``
-    new batches are committed and the lag is not growing, WAITING otherwise.
+@dataclass(frozen=True)
+class HealthLook:
+    """What one health look needs: the job's checkpoint and topics, the gate's rule, the driver, the clock.
 
     ``baseline_batch``/``baseline_query_id``: the checkpoint's last committed batch and query id
     when the driver was submitted. A different query id (a reset left a new checkpoint) means
     every committed batch is new. ``idle_pass_s``/``submitted_at_ms``: the idle pass (module doc).
+    ``samples``: the broker samples earlier looks returned (``HealthCheck.samples``).
     """
+
+    checkpoint: str
+    topics: Sequence[str]
+    kafka_config: Callable[[], dict[str, Any]]
+    min_batches: int
+    baseline_batch: int | None
+    baseline_query_id: str | None
+    alive: Callable[[], bool]
+    log_tail: Callable[[], str] | None = None
+    samples: Sequence[Sequence[Any]] = ()
+    kafka_timeout_s: float = 10.0
+    idle_pass_s: float | None = None
+    submitted_at_ms: int | None = None
+    now_ms: int | None = None
+
+
+def check_health(look: HealthLook) -> HealthCheck:
+    """One health look: FAILED if the driver is gone or the job rewinds, HEALTHY once ``min_batches``
+    new batches are committed and the lag is not growing, WAITING otherwise."""
+    checkpoint, topics, kafka_config, min_batches = look.checkpoint, look.topics, look.kafka_config, look.min_batches
+    idle_pass_s, submitted_at_ms, kafka_timeout_s = look.idle_pass_s, look.submitted_at_ms, look.kafka_timeout_s
+    baseline_batch, baseline_query_id, samples = look.baseline_batch, look.baseline_query_id, look.samples
     kept = [list(s) for s in samples][-MAX_SAMPLES:]
     state = read_checkpoint(checkpoint, read_history=True)
     committed = state.latest_committed
@@ -127,8 +145,8 @@ def check_health(*, checkpoint: str, topics: Sequence[str], kafka_config: Callab
     new = sum(1 for b in state.commit_batch_ids if b > floor)
     base = {"new_batches": new, "last_committed": committed.batch_id if committed else None,
             "query_id": state.query_id, "samples": kept}
-    if not alive():
-        tail = log_tail() if log_tail else ""
+    if not look.alive():
+        tail = look.log_tail() if look.log_tail else ""
         return HealthCheck(FAILED, f"the driver exited after {new} new committed batch(es)"
                            + (f"; last driver output:\n{tail}" if tail else ""), **base)
     wrong = None if same_query or not state.offset_batch_ids else first_batch_mismatch(state, planned_start(checkpoint))
@@ -136,7 +154,7 @@ def check_health(*, checkpoint: str, topics: Sequence[str], kafka_config: Callab
         return HealthCheck(FAILED, wrong, **base)
     if new < min_batches:
         waiting = f"{new} of {min_batches} new batches committed"
-        alive_s = ((now_ms or int(time.time() * 1000)) - submitted_at_ms) / 1000 if submitted_at_ms else None
+        alive_s = ((look.now_ms or int(time.time() * 1000)) - submitted_at_ms) / 1000 if submitted_at_ms else None
         if idle_pass_s is None or alive_s is None or alive_s < idle_pass_s:
             return HealthCheck(WAITING, waiting, **base)
         position = _position_if_idle(state)

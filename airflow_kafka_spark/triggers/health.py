@@ -20,6 +20,7 @@ from airflow_kafka_spark.runtime.health import (
     FAILED,
     HEALTHY,
     HealthCheck,
+    HealthLook,
     check_health,
     check_or_wait,
     failed_gate_log,
@@ -81,11 +82,11 @@ class StreamingHealthTrigger(BaseTrigger):
 
         ctl = make_control(self.driver, endpoint=self.endpoint)
         local_tail = lambda: submit.log_tail(self.log_path, kafka_config=config_cache.get("c"))  # noqa: E731
-        return check_health(checkpoint=self.checkpoint, topics=self.topics, kafka_config=config,
-                            min_batches=self.min_batches, baseline_batch=self.baseline_batch,
-                            baseline_query_id=self.baseline_query_id, alive=ctl.is_alive,
-                            log_tail=failed_gate_log(ctl, local_tail),
-                            samples=samples, idle_pass_s=self.idle_pass_s, submitted_at_ms=self.submitted_at_ms)
+        return check_health(HealthLook(checkpoint=self.checkpoint, topics=self.topics, kafka_config=config,
+                                       min_batches=self.min_batches, baseline_batch=self.baseline_batch,
+                                       baseline_query_id=self.baseline_query_id, alive=ctl.is_alive,
+                                       log_tail=failed_gate_log(ctl, local_tail), samples=samples,
+                                       idle_pass_s=self.idle_pass_s, submitted_at_ms=self.submitted_at_ms))
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         samples: list[list[Any]] = []

@@ -419,7 +419,7 @@ def test_kafka_options_for_the_job_never_carry_secrets():
 # --------------------------------------------------------------------------------------------------
 
 def test_health_probe_waits_passes_and_fails(env):
-    from airflow_kafka_spark.runtime.health import FAILED, HEALTHY, WAITING, check_health
+    from airflow_kafka_spark.runtime.health import FAILED, HEALTHY, WAITING, HealthLook, check_health
 
     ck = fake_checkpoint(env, "delta", batches=4, rpb=10)
     from airflow_kafka_spark.checkpoint.reader import read_checkpoint
@@ -430,7 +430,7 @@ def test_health_probe_waits_passes_and_fails(env):
         args = {"checkpoint": str(ck), "topics": [env.topic], "min_batches": 2, "baseline_batch": 1,
                 "kafka_config": lambda: {"bootstrap.servers": env.bootstrap}, "baseline_query_id": qid,
                 "alive": lambda: True}
-        return check_health(**{**args, **kw})
+        return check_health(HealthLook(**{**args, **kw}))
 
     healthy = probe()
     assert healthy.state == HEALTHY and healthy.new_batches == 2 and healthy.last_committed == 3, healthy.reason
@@ -445,7 +445,7 @@ def test_health_probe_passes_a_quiet_caught_up_job_as_idle_only_after_the_idle_w
     """Spark plans no batch on a quiet topic: once the driver has lived ``idle_pass_s`` with its position at
     the log end and no batch in flight, the gate passes as idle (and says the new code is unproven)."""
     from airflow_kafka_spark.checkpoint.reader import read_checkpoint
-    from airflow_kafka_spark.runtime.health import HEALTHY, WAITING, check_health
+    from airflow_kafka_spark.runtime.health import HEALTHY, WAITING, HealthLook, check_health
     from tests.support.kafka import end_offsets
 
     ck = fake_checkpoint(env, "idle-probe", batches=2, rpb=5)
@@ -457,7 +457,7 @@ def test_health_probe_passes_a_quiet_caught_up_job_as_idle_only_after_the_idle_w
         args = {"checkpoint": str(ck), "topics": [env.topic], "min_batches": 2, "baseline_batch": 1,
                 "kafka_config": lambda: {"bootstrap.servers": env.bootstrap}, "baseline_query_id": qid,
                 "alive": lambda: True, "idle_pass_s": 30.0, "submitted_at_ms": now - 60_000}
-        return check_health(**{**args, **kw})
+        return check_health(HealthLook(**{**args, **kw}))
 
     behind = probe()                         # committed 10 per partition, the topic holds far more
     assert behind.state == WAITING and not behind.idle

@@ -13,7 +13,7 @@ import pytest
 from airflow_kafka_spark.checkpoint.initial_offsets import write_initial_offsets
 from airflow_kafka_spark.kafka.offsets import TopicPartition, to_offsets_json
 from airflow_kafka_spark.lifecycle.record import LifecycleRecord
-from airflow_kafka_spark.runtime.health import FAILED, HEALTHY, check_health
+from airflow_kafka_spark.runtime.health import FAILED, HEALTHY, HealthLook, check_health
 from devstack import topics
 from tests.support.scenario import Job, short
 
@@ -37,9 +37,10 @@ def test_gate_fails_when_the_first_batch_did_not_start_at_the_reset_plan(broker,
     res = j.run(starting_offsets="earliest")
     assert res.ok, short(res.error, 2000)
 
-    probe = check_health(checkpoint=str(j.checkpoint), topics=[topic_name],
-                         kafka_config=lambda: {"bootstrap.servers": broker.bootstrap_servers}, min_batches=1,
-                         baseline_batch=7, baseline_query_id="the-old-query", alive=lambda: True)
+    probe = check_health(HealthLook(checkpoint=str(j.checkpoint), topics=[topic_name],
+                                    kafka_config=lambda: {"bootstrap.servers": broker.bootstrap_servers},
+                                    min_batches=1, baseline_batch=7, baseline_query_id="the-old-query",
+                                    alive=lambda: True))
     rows = len(j.sink_rows())
     print("EXACT_START " + json.dumps({"case": f"gate {case}", "state": str(probe.state), "sink_rows": rows,
                                        "planned_rows": 15 + 8, "reason": probe.reason[:300]}))
@@ -61,7 +62,8 @@ def test_gate_does_not_judge_before_the_first_batch_or_without_a_plan(broker, tm
     record.set_next_starting_offsets(to_offsets_json({TopicPartition(topic_name, 0): 4}), actor="test")
     record.save()
     write_initial_offsets(str(j.checkpoint), "0", {TopicPartition(topic_name, 0): 4})
-    probe = check_health(checkpoint=str(j.checkpoint), topics=[topic_name],
-                         kafka_config=lambda: {"bootstrap.servers": broker.bootstrap_servers}, min_batches=1,
-                         baseline_batch=None, baseline_query_id=None, alive=lambda: True)
+    probe = check_health(HealthLook(checkpoint=str(j.checkpoint), topics=[topic_name],
+                                    kafka_config=lambda: {"bootstrap.servers": broker.bootstrap_servers},
+                                    min_batches=1, baseline_batch=None, baseline_query_id=None,
+                                    alive=lambda: True))
     assert probe.state != FAILED, probe.reason      # sources/0/0 only: no batch planned yet
