@@ -144,28 +144,30 @@ def _limit(value: int | None) -> int | None:
     return value if value is not None and value >= 0 else None
 
 
-def partition_headroom(
-    tp: TopicPartition,
-    position: int,
-    *,
-    topic: TopicInfo | None,
-    log_start: int | None,
-    log_end: int | None,
-    now_ms: int,
-    first_unread: FirstUnread = None,
-    first_unread_known: bool = False,
-    segment_max_ts: int | None = None,
-    partition_bytes: int | None = None,
-    produce_bytes_per_s: float | None = None,
-    produce_records_per_s: float | None = None,
-    curve: OffsetTimeCurve | LazyCurve | None = None,
-) -> PartitionHeadroom:
-    """Headroom of one partition; see the module docstring for the rules and their approximations.
+@dataclass(frozen=True)
+class PartitionFacts:
+    """What the broker (and the caller's samples) say about one partition, for its headroom.
 
     ``first_unread``/``first_unread_known`` have the meaning of :data:`~airflow_kafka_spark.watch.lag.FirstUnread`.
-    The produce rate in bytes/s is ``produce_bytes_per_s`` if given, else ``produce_records_per_s`` ×
-    the average record size.
+    ``segment_max_ts``: largest timestamp of the segment holding the position (exact time rule).
+    ``partition_bytes``: its size on the leader (for ``retention.bytes``). The produce rate in bytes/s
+    is ``produce_bytes_per_s`` if given, else ``produce_records_per_s`` × the average record size.
     """
+
+    log_start: int | None
+    log_end: int | None
+    first_unread: FirstUnread = None
+    first_unread_known: bool = False
+    segment_max_ts: int | None = None
+    partition_bytes: int | None = None
+    produce_bytes_per_s: float | None = None
+    produce_records_per_s: float | None = None
+
+
+def partition_headroom(tp: TopicPartition, position: int, facts: PartitionFacts, *, topic: TopicInfo | None,
+                       now_ms: int, curve: OffsetTimeCurve | LazyCurve | None = None) -> PartitionHeadroom:
+    """Headroom of one partition; see the module docstring for the rules and their approximations."""
+    log_start, log_end = facts.log_start, facts.log_end
     if position == EARLIEST and log_start is not None:
         position = log_start
     elif position == LATEST and log_end is not None:
@@ -177,23 +179,8 @@ def partition_headroom(
                                  by_time_basis=None, by_size_s=None, by_size_basis=None, seconds=None,
                                  limited_by=None,
                                  deletes_at_ms=None, unknown="partition not on the broker")
-    lost = max(0, log_start - position) if log_start is not None else 0
-    readable_from = max(position, log_start) if log_start is not None else position
-    first_ts: int | None = None
-    nothing_readable = readable_from >= log_end
-    if first_unread_known and not nothing_readable:
-        if first_unread is None:
-            nothing_readable = True
-        else:
-            off, first_ts = (first_unread if isinstance(first_unread, tuple) else (None, first_unread))
-            if off is not None and off >= log_end:
-                nothing_readable = True
-            elif off is not None:
-                readable_from = max(readable_from, off)
-            if first_ts is not None and first_ts < 0:
-                first_ts = None
-    unread = 0 if nothing_readable else log_end - readable_from
-    base.update(unread_records=unread, lost_records=lost)
+    unread = _unread(position, facts)
+    base.update(unread_records=unread.records, lost_records=unread.lost)
 
     deletes = _deletes(topic)
     if deletes is False:
@@ -215,68 +202,10 @@ def partition_headroom(
     retention_ms = _limit(topic.retention_ms) if topic else None
     retention_bytes = _limit(topic.retention_bytes) if topic else None
 
-    if lost:
-        notes.append(f"{lost} unread offsets already deleted (log start {log_start} > position {position})")
-
-    # ---- by time ------------------------------------------------------------------------------
-    by_time: float | None = None
-    time_basis: TimeBasis | None = None
-    if lost:
-        by_time, time_basis = 0.0, "already-lost"
-    elif retention_ms is not None:
-        if nothing_readable:
-            by_time, time_basis = retention_ms / 1000.0, "nothing-unread"
-            notes.append("nothing unread: a record produced from now on is kept at least retention.ms")
-        else:
-            ref: float | None = None
-            if segment_max_ts is not None:
-                ref, time_basis = float(segment_max_ts), "segment-max-ts"
-            elif first_ts is not None:
-                ref, time_basis = float(first_ts), "first-unread-record"
-            elif curve is not None and (est := curve.time_of(readable_from)) is not None:
-                ref, time_basis = est[0], "interpolated"
-            if ref is None:
-                unknown.append("time of the first unread record unknown (no timestamp, too few points "
-                               "to interpolate)")
-            else:
-                by_time = max(0.0, ref + retention_ms - now_ms) / 1000.0
-
-    # ---- by size ------------------------------------------------------------------------------
-    by_size: float | None = None
-    size_basis: SizeBasis | None = None
-    if lost:
-        by_size, size_basis = 0.0, "already-lost"
-    elif retention_bytes is not None:
-        records_on_disk = log_end - log_start if log_start is not None else None
-        avg = (partition_bytes / records_on_disk
-               if partition_bytes is not None and records_on_disk else None)
-        rate = produce_bytes_per_s
-        if rate is None and produce_records_per_s is not None and avg is not None:
-            rate = produce_records_per_s * avg
-        if nothing_readable:
-            unread_bytes: float | None = 0.0
-            size_basis = "nothing-unread"
-        else:
-            unread_bytes = unread * avg if avg is not None else None
-            size_basis = "unread-bytes"
-        if unread_bytes is None:
-            unknown.append("partition size unknown (pass partition_bytes) for retention.bytes")
-            size_basis = None
-        else:
-            remaining = retention_bytes - unread_bytes
-            if remaining <= 0:
-                by_size = 0.0
-                notes.append(f"unread data (~{unread_bytes:.0f} B) already ≥ retention.bytes "
-                             f"{retention_bytes}: "
-                             "the segment holding the position goes at the next retention check once it is "
-                             "not the newest")
-            elif rate is None:
-                unknown.append("produce rate unknown for retention.bytes (pass samples or "
-                               "produce_bytes_per_s)")
-                size_basis = None
-            elif rate > 0:
-                by_size = remaining / rate
-            # rate == 0: the partition does not grow, size retention never reaches the position
+    if unread.lost:
+        notes.append(f"{unread.lost} unread offsets already deleted (log start {log_start} > position {position})")
+    by_time, time_basis = _by_time(unread, facts, retention_ms, curve, now_ms, notes, unknown)
+    by_size, size_basis = _by_size(unread, facts, retention_bytes, notes, unknown)
 
     if unknown:
         return PartitionHeadroom(**base, by_time_s=by_time, by_time_basis=time_basis, by_size_s=by_size,
@@ -292,6 +221,103 @@ def partition_headroom(
     return PartitionHeadroom(**base, by_time_s=by_time, by_time_basis=time_basis, by_size_s=by_size,
                              by_size_basis=size_basis, seconds=seconds, limited_by=limited_by,
                              deletes_at_ms=now_ms + int(seconds * 1000), notes=notes)
+
+
+@dataclass(frozen=True)
+class _Unread:
+    """From where the job reads next: offsets already lost, the first readable offset and its time, how many wait."""
+
+    lost: int
+    readable_from: int
+    first_ts: int | None
+    nothing_readable: bool
+    records: int
+
+
+def _unread(position: int, facts: PartitionFacts) -> _Unread:
+    log_start, log_end = facts.log_start, int(facts.log_end or 0)
+    lost = max(0, log_start - position) if log_start is not None else 0
+    readable_from = max(position, log_start) if log_start is not None else position
+    first_ts: int | None = None
+    nothing_readable = readable_from >= log_end
+    if facts.first_unread_known and not nothing_readable:
+        first_unread = facts.first_unread
+        if first_unread is None:
+            nothing_readable = True
+        else:
+            off, first_ts = (first_unread if isinstance(first_unread, tuple) else (None, first_unread))
+            if off is not None and off >= log_end:
+                nothing_readable = True
+            elif off is not None:
+                readable_from = max(readable_from, off)
+            if first_ts is not None and first_ts < 0:
+                first_ts = None
+    return _Unread(lost=lost, readable_from=readable_from, first_ts=first_ts, nothing_readable=nothing_readable,
+                   records=0 if nothing_readable else log_end - readable_from)
+
+
+def _by_time(unread: _Unread, facts: PartitionFacts, retention_ms: int | None,
+             curve: OffsetTimeCurve | LazyCurve | None, now_ms: int, notes: list[str], unknown: list[str]
+             ) -> tuple[float | None, TimeBasis | None]:
+    """Seconds until ``retention.ms`` deletes the first unread record, and what that rests on."""
+    if unread.lost:
+        return 0.0, "already-lost"
+    if retention_ms is None:
+        return None, None
+    if unread.nothing_readable:
+        notes.append("nothing unread: a record produced from now on is kept at least retention.ms")
+        return retention_ms / 1000.0, "nothing-unread"
+    ref: float | None = None
+    time_basis: TimeBasis | None = None
+    if facts.segment_max_ts is not None:
+        ref, time_basis = float(facts.segment_max_ts), "segment-max-ts"
+    elif unread.first_ts is not None:
+        ref, time_basis = float(unread.first_ts), "first-unread-record"
+    elif curve is not None and (est := curve.time_of(unread.readable_from)) is not None:
+        ref, time_basis = est[0], "interpolated"
+    if ref is None:
+        unknown.append("time of the first unread record unknown (no timestamp, too few points to interpolate)")
+        return None, time_basis
+    return max(0.0, ref + retention_ms - now_ms) / 1000.0, time_basis
+
+
+def _by_size(unread: _Unread, facts: PartitionFacts, retention_bytes: int | None, notes: list[str],
+             unknown: list[str]) -> tuple[float | None, SizeBasis | None]:
+    """Seconds until ``retention.bytes`` reaches the position at the produce rate, and what that rests on."""
+    if unread.lost:
+        return 0.0, "already-lost"
+    if retention_bytes is None:
+        return None, None
+    log_start, log_end = facts.log_start, int(facts.log_end or 0)
+    records_on_disk = log_end - log_start if log_start is not None else None
+    avg = (facts.partition_bytes / records_on_disk
+           if facts.partition_bytes is not None and records_on_disk else None)
+    rate = facts.produce_bytes_per_s
+    if rate is None and facts.produce_records_per_s is not None and avg is not None:
+        rate = facts.produce_records_per_s * avg
+    size_basis: SizeBasis | None
+    if unread.nothing_readable:
+        unread_bytes: float | None = 0.0
+        size_basis = "nothing-unread"
+    else:
+        unread_bytes = unread.records * avg if avg is not None else None
+        size_basis = "unread-bytes"
+    if unread_bytes is None:
+        unknown.append("partition size unknown (pass partition_bytes) for retention.bytes")
+        return None, None
+    remaining = retention_bytes - unread_bytes
+    if remaining <= 0:
+        notes.append(f"unread data (~{unread_bytes:.0f} B) already ≥ retention.bytes "
+                     f"{retention_bytes}: "
+                     "the segment holding the position goes at the next retention check once it is "
+                     "not the newest")
+        return 0.0, size_basis
+    if rate is None:
+        unknown.append("produce rate unknown for retention.bytes (pass samples or produce_bytes_per_s)")
+        return None, None
+    if rate > 0:
+        return remaining / rate, size_basis
+    return None, size_basis     # rate == 0: the partition does not grow, size retention never reaches the position
 
 
 def compute_headroom(
@@ -326,14 +352,13 @@ def compute_headroom(
     book = curves if curves is not None else CurveBook(history or (), all_samples)
     parts: list[PartitionHeadroom] = []
     for tp in sorted(positions):
-        parts.append(partition_headroom(
-            tp, positions[tp], topic=broker.topics.get(tp.topic), log_start=broker.earliest.get(tp),
-            log_end=broker.latest.get(tp), now_ms=now_ms, first_unread=first_unread_ts.get(tp),
+        facts = PartitionFacts(
+            log_start=broker.earliest.get(tp), log_end=broker.latest.get(tp), first_unread=first_unread_ts.get(tp),
             first_unread_known=tp in first_unread_ts, segment_max_ts=segment_max_ts.get(tp),
             partition_bytes=partition_bytes.get(tp), produce_bytes_per_s=produce_bytes_per_s.get(tp),
-            produce_records_per_s=rates.get(tp),
-            curve=book.lazy(tp),
-        ))
+            produce_records_per_s=rates.get(tp))
+        parts.append(partition_headroom(tp, positions[tp], facts, topic=broker.topics.get(tp.topic), now_ms=now_ms,
+                                        curve=book.lazy(tp)))
     return summarize_headroom(parts, now_ms=now_ms)
 
 

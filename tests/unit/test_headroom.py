@@ -21,7 +21,7 @@ from airflow_kafka_spark.checkpoint.throughput import processing_rates as proces
 from airflow_kafka_spark.kafka.model import BrokerState, TopicInfo
 from airflow_kafka_spark.kafka.offsets import TopicPartition
 from airflow_kafka_spark.watch.catch_up import estimate_catch_up
-from airflow_kafka_spark.watch.headroom import compute_headroom, partition_headroom
+from airflow_kafka_spark.watch.headroom import PartitionFacts, compute_headroom, partition_headroom
 from airflow_kafka_spark.watch.offset_time import OffsetTimeCurve
 
 T = "clicks"
@@ -320,8 +320,8 @@ def test_minimum_of_time_and_size_and_over_partitions():
 
 def test_partition_headroom_direct_sentinels():
     from airflow_kafka_spark.kafka.offsets import EARLIEST
-    p = partition_headroom(tp(0), EARLIEST, topic=topic_info(), log_start=7, log_end=9, now_ms=HOUR,
-                           first_unread=(7, 0), first_unread_known=True)
+    p = partition_headroom(tp(0), EARLIEST, PartitionFacts(log_start=7, log_end=9, first_unread=(7, 0),
+                                                           first_unread_known=True), topic=topic_info(), now_ms=HOUR)
     assert p.position == 7 and p.seconds == 0.0 and p.unread_records == 2
 
 
