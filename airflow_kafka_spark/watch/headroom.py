@@ -320,33 +320,44 @@ def _by_size(unread: _Unread, facts: PartitionFacts, retention_bytes: int | None
     return None, size_basis     # rate == 0: the partition does not grow, size retention never reaches the position
 
 
+@dataclass(frozen=True)
+class Measured:
+    """Per partition, what is known besides offsets: the largest timestamp of the segment holding the position
+    (exact time rule), the partition's size on the leader (``describeLogDirs``, for ``retention.bytes``), and
+    its produce rate in bytes/s."""
+
+    segment_max_ts: Mapping[TopicPartition, int] | None = None
+    partition_bytes: Mapping[TopicPartition, int] | None = None
+    produce_bytes_per_s: Mapping[TopicPartition, float] | None = None
+
+
+NOT_MEASURED = Measured()
+
+
 def compute_headroom(
     positions: PartitionOffsets,
     broker: BrokerState,
     *,
     now_ms: int,
     first_unread_ts: Mapping[TopicPartition, FirstUnread] | None = None,
-    segment_max_ts: Mapping[TopicPartition, int] | None = None,
-    partition_bytes: Mapping[TopicPartition, int] | None = None,
-    produce_bytes_per_s: Mapping[TopicPartition, float] | None = None,
+    measured: Measured = NOT_MEASURED,
     samples: Sequence[OffsetSample] | None = None,
     history: Sequence[BatchOffsets] | None = None,
     curves: CurveBook | None = None,
 ) -> JobHeadroom:
     """Headroom of every partition at ``positions`` (normally ``C``) and of the job.
 
-    ``first_unread_ts``: as for :func:`~airflow_kafka_spark.watch.lag.compute_lag`. ``segment_max_ts``:
-    largest timestamp of the segment holding each position, when known (exact time rule).
-    ``partition_bytes``: size of each partition on the leader (``describeLogDirs``), needed for
-    ``retention.bytes``. ``produce_bytes_per_s``: if not given, the record rate between the first of
-    ``samples`` and the current broker sample × the average record size. ``history`` and ``samples``
-    also feed the interpolated time of ``C`` when its timestamp is unknown; ``curves`` shares those
-    curves with :func:`~airflow_kafka_spark.watch.lag.compute_lag` (built here, lazily, if absent).
+    ``first_unread_ts``: as for :func:`~airflow_kafka_spark.watch.lag.compute_lag`. ``measured``: what
+    else is known per partition (:class:`Measured`); a produce rate not given there is the record rate
+    between the first of ``samples`` and the current broker sample × the average record size.
+    ``history`` and ``samples`` also feed the interpolated time of ``C`` when its timestamp is unknown;
+    ``curves`` shares those curves with :func:`~airflow_kafka_spark.watch.lag.compute_lag` (built here,
+    lazily, if absent).
     """
     first_unread_ts = first_unread_ts or {}
-    segment_max_ts = segment_max_ts or {}
-    partition_bytes = partition_bytes or {}
-    produce_bytes_per_s = produce_bytes_per_s or {}
+    segment_max_ts = measured.segment_max_ts or {}
+    partition_bytes = measured.partition_bytes or {}
+    produce_bytes_per_s = measured.produce_bytes_per_s or {}
     all_samples: list[OffsetSample] = [*(samples or ()), (broker.sampled_at_ms, broker.latest)]
     rates = produce_rates(all_samples)
     book = curves if curves is not None else CurveBook(history or (), all_samples)

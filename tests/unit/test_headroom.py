@@ -21,7 +21,7 @@ from airflow_kafka_spark.checkpoint.throughput import processing_rates as proces
 from airflow_kafka_spark.kafka.model import BrokerState, TopicInfo
 from airflow_kafka_spark.kafka.offsets import TopicPartition
 from airflow_kafka_spark.watch.catch_up import estimate_catch_up
-from airflow_kafka_spark.watch.headroom import PartitionFacts, compute_headroom, partition_headroom
+from airflow_kafka_spark.watch.headroom import Measured, PartitionFacts, compute_headroom, partition_headroom
 from airflow_kafka_spark.watch.offset_time import OffsetTimeCurve
 
 T = "clicks"
@@ -138,7 +138,7 @@ def test_time_headroom_is_a_lower_bound_and_exact_with_segment_max_ts():
         b = broker({tp(0): log.log_start}, {tp(0): log.log_end}, topics={T: topic_info(retention)})
         first = compute_headroom({tp(0): c}, b, now_ms=now, first_unread_ts={tp(0): (c, log.ts_of(c))})
         exact = compute_headroom({tp(0): c}, b, now_ms=now, first_unread_ts={tp(0): (c, log.ts_of(c))},
-                                 segment_max_ts={tp(0): seg.largest_ts})
+                                 measured=Measured(segment_max_ts={tp(0): seg.largest_ts}))
         p_first, p_exact = first.partitions[0], exact.partitions[0]
         assert p_first.by_time_basis == "first-unread-record" and p_exact.by_time_basis == "segment-max-ts"
         assert p_exact.seconds == pytest.approx(max(0, actual_deletion - now) / 1000)
@@ -249,7 +249,8 @@ def test_size_headroom_against_the_broker_rule_on_generated_logs():
         b = broker({tp(0): log.log_start}, {tp(0): log.log_end},
                    topics={T: topic_info(-1, retention_bytes)}, sampled_at_ms=now)
         samples = [(now - 60_000, {tp(0): log.log_end - 60 * rate})]
-        h = compute_headroom({tp(0): c}, b, now_ms=now, partition_bytes={tp(0): log.size}, samples=samples)
+        h = compute_headroom({tp(0): c}, b, now_ms=now, samples=samples,
+                             measured=Measured(partition_bytes={tp(0): log.size}))
         p = h.partitions[0]
         assert p.by_time_s is None and p.limited_by in ("size", None)
         if c == log.log_end:
@@ -273,27 +274,27 @@ def test_size_headroom_against_the_broker_rule_on_generated_logs():
 def test_size_headroom_simple_numbers_and_rates():
     b = broker({tp(0): 0}, {tp(0): 1_000}, topics={T: topic_info(-1, 200_000)}, sampled_at_ms=100_000)
     # 1 000 records in 100 000 B: 100 B each; C = 500 → 50 000 B unread; 150 000 B to go
-    h = compute_headroom({tp(0): 500}, b, now_ms=100_000, partition_bytes={tp(0): 100_000},
-                         produce_bytes_per_s={tp(0): 1_000.0})
+    h = compute_headroom({tp(0): 500}, b, now_ms=100_000,
+                         measured=Measured(partition_bytes={tp(0): 100_000}, produce_bytes_per_s={tp(0): 1_000.0}))
     p = h.partitions[0]
     assert p.by_size_basis == "unread-bytes" and p.seconds == pytest.approx(150.0) and p.limited_by == "size"
     # the same rate from broker samples: 10 records/s × 100 B
-    h = compute_headroom({tp(0): 500}, b, now_ms=100_000, partition_bytes={tp(0): 100_000},
-                         samples=[(0, {tp(0): 0})])
+    h = compute_headroom({tp(0): 500}, b, now_ms=100_000, samples=[(0, {tp(0): 0})],
+                         measured=Measured(partition_bytes={tp(0): 100_000}))
     assert h.seconds == pytest.approx(150.0)
     # not growing: never reached by size
-    h = compute_headroom({tp(0): 500}, b, now_ms=100_000, partition_bytes={tp(0): 100_000},
-                         samples=[(0, {tp(0): 1_000})])
+    h = compute_headroom({tp(0): 500}, b, now_ms=100_000, samples=[(0, {tp(0): 1_000})],
+                         measured=Measured(partition_bytes={tp(0): 100_000}))
     assert h.seconds is None and h.infinite
     # already past: 0
     small = broker({tp(0): 0}, {tp(0): 1_000}, topics={T: topic_info(-1, 10_000)})
-    h = compute_headroom({tp(0): 500}, small, now_ms=0, partition_bytes={tp(0): 100_000},
-                         produce_bytes_per_s={tp(0): 1.0})
+    h = compute_headroom({tp(0): 500}, small, now_ms=0,
+                         measured=Measured(partition_bytes={tp(0): 100_000}, produce_bytes_per_s={tp(0): 1.0}))
     assert h.seconds == 0.0 and "retention.bytes" in h.partitions[0].notes[0]
     # size and rate needed; unknown otherwise
     assert "partition size unknown" in compute_headroom({tp(0): 500}, b, now_ms=0).partitions[0].unknown
-    assert "produce rate unknown" in compute_headroom({tp(0): 500}, b, now_ms=0,
-                                                      partition_bytes={tp(0): 1}).partitions[0].unknown
+    assert "produce rate unknown" in compute_headroom(
+        {tp(0): 500}, b, now_ms=0, measured=Measured(partition_bytes={tp(0): 1})).partitions[0].unknown
 
 
 def test_minimum_of_time_and_size_and_over_partitions():
@@ -309,7 +310,7 @@ def test_minimum_of_time_and_size_and_over_partitions():
         sizes = {k: latest[k] * 100 for k in pos}
         rates = {k: rng.choice([0.0, 10.0, 1_000.0]) for k in pos}
         h = compute_headroom(pos, broker(earliest, latest, topics=topics), now_ms=now, first_unread_ts=first,
-                             partition_bytes=sizes, produce_bytes_per_s=rates)
+                             measured=Measured(partition_bytes=sizes, produce_bytes_per_s=rates))
         for p in h.partitions:
             parts = [s for s in (p.by_time_s, p.by_size_s) if s is not None]
             assert p.seconds == (min(parts) if parts else None)
