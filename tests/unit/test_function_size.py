@@ -18,15 +18,33 @@ MAX_PARAMS = 9
 MAX_LINES = 80
 
 OWNED_ELSEWHERE = "owned elsewhere this round (the backup/restore engine is being reworked in its own branch)"
+DSTREAM_CALLER = "its keyword arguments are used by tests/dstream/, owned elsewhere this round"
+NOT_YET = "not split yet (issue 29): "
 #: "<path under the package>::<qualified name>": why it stays over a limit.
 ALLOWED: dict[str, str] = {
+    # ten or more parameters
     "ops/backup/take.py::take_backup": OWNED_ELSEWHERE,
     "ops/backup/take.py::_backup_once": OWNED_ELSEWHERE,
     "ops/restore.py::run_restore": OWNED_ELSEWHERE,
     "ops/restore_plan.py::judge_restore": "its one caller is ops/restore.py, " + OWNED_ELSEWHERE,
-    "triggers/health.py::StreamingHealthTrigger.__init__": "Airflow re-creates a trigger from the keyword arguments "
-    "its serialize() stored in the metadata DB: they are a stored contract, like the class path",
+    "triggers/health.py::StreamingHealthTrigger.__init__": "Airflow re-creates a trigger from the keyword "
+    "arguments its serialize() stored in the metadata DB: they are a stored contract, like the class path",
     "triggers/lag.py::StreamingLagTrigger.__init__": "as StreamingHealthTrigger.__init__: serialized keyword arguments",
+    "runtime/start_stop.py::submit_job": DSTREAM_CALLER + "; also 137 lines",
+    "watch/audit/job.py::audit_job": DSTREAM_CALLER,
+    "verdict/validate.py::validate": NOT_YET + "67 call sites take its keywords; the next typed value is a "
+    "ValidateTarget like watch.observe's ObserveTarget",
+    # over 80 lines
+    "checkpoint/checks.py::ConsistencyChecks._check_structure": NOT_YET + "84 lines, one check per folder",
+    "cli/backup.py::_backups": NOT_YET + "86 lines, the listing's table and JSON",
+    "lifecycle/document.py::RecordDocument.from_dict": NOT_YET + "83 lines, one field per line of the record",
+    "ops/reset_plan.py::build_reset_plan": NOT_YET + "86 lines",
+    "registry/job.py::parse_job": NOT_YET + "159 lines, one registry field per line; registry/fields.py is owned "
+    "elsewhere this round",
+    "verdict/alignment.py::check_start": NOT_YET + "120 lines, one finding per branch",
+    "verdict/new_query.py::new_query_findings": NOT_YET + "94 lines",
+    "watch/audit/chart.py::render_chart": NOT_YET + "121 lines of SVG",
+    "watch/lag_trend.py::lag_trend": NOT_YET + "83 lines, three voters",
 }
 
 
