@@ -56,10 +56,11 @@ from airflow_kafka_spark.runtime import app_versions, submit
 from airflow_kafka_spark.runtime.health import (
     FAILED,
     HEALTHY,
+    HealthLook,
     HealthProbe,
+    check_health,
     failed_gate_log,
     make_control,
-    probe_health,
     probe_or_wait,
 )
 from airflow_kafka_spark.triggers.health import StreamingHealthTrigger
@@ -144,12 +145,12 @@ class StreamingHealthSensor(BaseSensorOperator):
 
         ctl = make_control(gate["driver"], endpoint=gate["endpoint"])
         local_tail = lambda: submit.log_tail(gate["log_path"], kafka_config=config.get("c"))  # noqa: E731
-        probe = probe_or_wait(lambda: probe_health(
+        look = HealthLook(
             checkpoint=gate["checkpoint"], topics=gate["topics"], kafka_config=get_config,
             min_batches=gate["min_batches"], baseline_batch=gate["baseline_batch"],
             baseline_query_id=gate["baseline_query_id"], alive=ctl.is_alive, log_tail=failed_gate_log(ctl, local_tail),
-            samples=self._samples, idle_pass_s=gate["idle_pass_s"], submitted_at_ms=gate["submitted_at_ms"]),
-            self._samples)
+            samples=self._samples, idle_pass_s=gate["idle_pass_s"], submitted_at_ms=gate["submitted_at_ms"])
+        probe = probe_or_wait(lambda: check_health(look), self._samples)
         self._samples = probe.samples
         self.log.info("health gate %s: %s", spec.name, probe.reason)
         return probe
