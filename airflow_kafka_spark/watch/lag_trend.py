@@ -133,29 +133,50 @@ def lag_trend(
             )
 
     # rates: an older broker sample gives the produce rate when the samples alone are too few.
+    if "samples" not in modes:
+        rates = _rates_vote(timed, samples, planned, now_ms, allowed=allowed, window=window, med_batch=med_batch)
+        if rates is not None:
+            numbers, voted, reason = rates
+            extra.update(numbers)
+            if voted:
+                modes.append("rates")
+            if reason:
+                reasons.append(reason)
+    return LagTrend(bool(reasons), "+".join(modes) or "insufficient", reasons[0] if reasons else None, extra)
+
+
+def _rates_vote(timed: Sequence[BatchOffsets], samples: Sequence[tuple[int, PartitionOffsets]],
+                planned: PartitionOffsets, now_ms: int, *, allowed: int, window: int, med_batch: float
+                ) -> tuple[dict[str, Any], bool, str | None] | None:
+    """Produce rate (from an older broker sample) against consume rate (over the window's batches).
+
+    None without an older sample or two batches in the window; else (numbers, whether both rates are
+    known so the evaluator votes, the reason when it says "growing").
+    """
     prev = [(t, e) for t, e in samples if t < now_ms]
     window_batches = timed[-(window + 1) :]
-    if "samples" not in modes and prev and len(window_batches) >= 2:
-        t0 = window_batches[0].batch_timestamp_ms or 0
-        t1 = window_batches[-1].batch_timestamp_ms or 0
-        inside = [s for s in prev if s[0] >= t0]
-        ref_t, ref = inside[0] if inside else prev[-1]
-        now_end = samples[-1][1]
-        produced = sum(now_end[tp] - ref[tp] for tp in now_end if tp in ref and now_end[tp] >= ref[tp])
-        r_p = produced / ((now_ms - ref_t) / 1000.0) if now_ms > ref_t else None
-        r_c = (
-            (batch_size(window_batches[0].kafka_offsets, window_batches[-1].kafka_offsets) / ((t1 - t0) / 1000.0))
-            if t1 > t0
-            else None
+    if not prev or len(window_batches) < 2:
+        return None
+    t0 = window_batches[0].batch_timestamp_ms or 0
+    t1 = window_batches[-1].batch_timestamp_ms or 0
+    inside = [s for s in prev if s[0] >= t0]
+    ref_t, ref = inside[0] if inside else prev[-1]
+    now_end = samples[-1][1]
+    produced = sum(now_end[tp] - ref[tp] for tp in now_end if tp in ref and now_end[tp] >= ref[tp])
+    r_p = produced / ((now_ms - ref_t) / 1000.0) if now_ms > ref_t else None
+    r_c = (
+        (batch_size(window_batches[0].kafka_offsets, window_batches[-1].kafka_offsets) / ((t1 - t0) / 1000.0))
+        if t1 > t0
+        else None
+    )
+    waiting = job_lag(now_end, planned)
+    numbers = {"produce_rate": r_p, "consume_rate": r_c, "waiting_records": waiting}
+    if r_p is None or r_c is None:
+        return numbers, False, None
+    if r_p > r_c and waiting > max(allowed, 2 * med_batch):
+        return numbers, True, (
+            f"produced {r_p:.1f} rec/s against {r_c:.1f} rec/s consumed over the window, "
+            f"and {waiting} records wait (more than two median batches of {med_batch:g}): "
+            f"lag grows ~{r_p - r_c:.1f} rec/s"
         )
-        waiting = job_lag(now_end, planned)
-        extra.update(produce_rate=r_p, consume_rate=r_c, waiting_records=waiting)
-        if r_p is not None and r_c is not None:
-            modes.append("rates")
-            if r_p > r_c and waiting > max(allowed, 2 * med_batch):
-                reasons.append(
-                    f"produced {r_p:.1f} rec/s against {r_c:.1f} rec/s consumed over the window, "
-                    f"and {waiting} records wait (more than two median batches of {med_batch:g}): "
-                    f"lag grows ~{r_p - r_c:.1f} rec/s"
-                )
-    return LagTrend(bool(reasons), "+".join(modes) or "insufficient", reasons[0] if reasons else None, extra)
+    return numbers, True, None

@@ -44,7 +44,6 @@ ALLOWED: dict[str, str] = {
     "verdict/alignment.py::check_start": NOT_YET + "120 lines, one finding per branch",
     "verdict/new_query.py::new_query_findings": NOT_YET + "94 lines",
     "watch/audit/chart.py::render_chart": NOT_YET + "121 lines of SVG",
-    "watch/lag_trend.py::lag_trend": NOT_YET + "83 lines, three voters",
 }
 
 
