@@ -120,48 +120,14 @@ class RecordDocument:
                 )
                 for n, t in obj(doc.get("topics"), "topics").items()
             }
-            drv = doc.get("driver")
-            driver = (
-                None
-                if drv is None
-                else DriverInfo(
-                    kind=req_str(obj(drv, "driver").get("kind"), "driver.kind"),
-                    id=req_str(drv.get("id"), "driver.id"),
-                    host=opt_str(drv.get("host"), "driver.host"),
-                    started_at=opt_int(drv.get("started_at"), "driver.started_at"),
-                )
-            )
-            ls = doc.get("lease")
-            lease = (
-                None
-                if ls is None
-                else Lease(
-                    holder=req_str(obj(ls, "lease").get("holder"), "lease.holder"),
-                    run_id=req_str(ls.get("run_id"), "lease.run_id"),
-                    expires_at_ms=req_int(ls.get("expires_at_ms"), "lease.expires_at_ms"),
-                )
-            )
+            driver = _driver_of(doc.get("driver"))
+            lease = _lease_of(doc.get("lease"))
             history = doc.get("history") or []
             if not isinstance(history, list) or not all(isinstance(e, dict) for e in history):
                 raise ValueError("history must be a list of objects")
             nso = opt_str(doc.get("next_starting_offsets"), "next_starting_offsets")
             if nso is not None:
                 parse_offsets_json(nso, what="next_starting_offsets")
-            known = {
-                "format",
-                "job_name",
-                "checkpoint_location",
-                "kafka_cluster_id",
-                "topics",
-                "spark_version",
-                "compatibility_version",
-                "next_starting_offsets",
-                "driver",
-                "lease",
-                "history",
-                "revision",
-                "updated_at_ms",
-            }
             return cls(
                 job_name=req_str(doc.get("job_name"), "job_name"),
                 checkpoint_location=req_str(doc.get("checkpoint_location"), "checkpoint_location"),
@@ -175,7 +141,7 @@ class RecordDocument:
                 history=history[-HISTORY_LIMIT:],
                 revision=req_int(doc.get("revision", 0), "revision"),
                 updated_at_ms=opt_int(doc.get("updated_at_ms"), "updated_at_ms"),
-                extra={k: v for k, v in doc.items() if k not in known},
+                extra={k: v for k, v in doc.items() if k not in _KNOWN_KEYS},
                 location=location,
             )
         except UserError as exc:
@@ -244,4 +210,32 @@ def _corrupt(where: str, reason: str) -> UserError:
         "beside the checkpoint, not Spark's: restore it from a backup, or move it away to "
         "start a fresh record (cluster and topic identity checks restart from the next "
         "validation)"
+    )
+
+
+#: The record's own keys; any other key of the document is kept in ``extra`` (e.g. ``submitted_app``).
+_KNOWN_KEYS = frozenset({
+    "format", "job_name", "checkpoint_location", "kafka_cluster_id", "topics", "spark_version",
+    "compatibility_version", "next_starting_offsets", "driver", "lease", "history", "revision", "updated_at_ms",
+})
+
+
+def _driver_of(drv: Any) -> DriverInfo | None:
+    if drv is None:
+        return None
+    return DriverInfo(
+        kind=req_str(obj(drv, "driver").get("kind"), "driver.kind"),
+        id=req_str(drv.get("id"), "driver.id"),
+        host=opt_str(drv.get("host"), "driver.host"),
+        started_at=opt_int(drv.get("started_at"), "driver.started_at"),
+    )
+
+
+def _lease_of(ls: Any) -> Lease | None:
+    if ls is None:
+        return None
+    return Lease(
+        holder=req_str(obj(ls, "lease").get("holder"), "lease.holder"),
+        run_id=req_str(ls.get("run_id"), "lease.run_id"),
+        expires_at_ms=req_int(ls.get("expires_at_ms"), "lease.expires_at_ms"),
     )
