@@ -114,7 +114,15 @@ class ConsistencyChecks:
                           f"{oldest}-{latest}: Spark does not need them to restart, but the lag history "
                           f"has a hole (expected only with asyncProgressTrackingEnabled)")
 
-        done = commit_ids[upto_latest - 1] if upto_latest else None
+        self._check_uncommitted(offset_ids, commit_ids, offsets, commit_ids[upto_latest - 1] if upto_latest else None)
+
+    def _check_uncommitted(self, offset_ids: list[int], commit_ids: list[int], offsets: set[int],
+                           done: int | None) -> None:
+        """Batches planned but never committed below the newest, and holes in commits/ (``done``: newest commit
+        at or below the newest offsets)."""
+        latest = self.latest
+        if latest is None:    # no offsets at all: _check_structure said so already
+            return
         # No commits/ folder at all is Spark 2.1's layout (it wrote none): Spark restarts it by re-running
         # batch L from offsets/L-1 (MicroBatchExecution: "no commit log present"), a pending batch.
         # An empty commits/ is not: Spark 2.2+ commits every batch, so its files were removed.
