@@ -9,7 +9,7 @@ for machines, exit 3 when blocked. ``backups --prune`` prints its plan and delet
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow_kafka_spark.cli import _storage as storage
 from airflow_kafka_spark.cli import output as report
@@ -17,6 +17,9 @@ from airflow_kafka_spark.cli._args import Command, add_kafka_arguments, positive
 from airflow_kafka_spark.cli._job import add_execute_argument, executes
 from airflow_kafka_spark.errors import ExitCode
 from airflow_kafka_spark.ops.options import Retention, RunOptions, Stores
+
+if TYPE_CHECKING:
+    from airflow_kafka_spark.ops.backup.catalog import Catalog
 
 
 def _backup_arguments(p: argparse.ArgumentParser) -> None:
@@ -250,6 +253,12 @@ def _backups(args: argparse.Namespace) -> int:
     if args.json:
         report.emit(report.dump_json(out))
         return ExitCode.OK
+    report.emit(_render_backups(out, catalog, args.job, execute))
+    return ExitCode.OK
+
+
+def _render_backups(out: dict[str, Any], catalog: Catalog, job: str, execute: bool) -> str:
+    """``aks backups`` as text: what a prune did or would do, a verification, the catalog."""
     lines = []
     if "prune" in out:
         pr = out["prune"]
@@ -278,7 +287,7 @@ def _backups(args: argparse.Namespace) -> int:
         ]
         for m in catalog.backups
     ]
-    lines.append(f"backups of job {args.job} (newest first):")
+    lines.append(f"backups of job {job} (newest first):")
     lines.append(
         report.render_table(("BACKUP", "CREATED", "BATCH", "FILES", "BYTES", "", "REASON"), rows, right=(2, 3, 4))
         if rows
@@ -286,8 +295,7 @@ def _backups(args: argparse.Namespace) -> int:
     )
     for name, why in catalog.invalid:
         lines.append(f"INVALID {name}: {why}")
-    report.emit("\n".join(lines))
-    return ExitCode.OK
+    return "\n".join(lines)
 
 
 COMMANDS = (
