@@ -177,26 +177,7 @@ def build_reset_plan(state: CheckpointState, broker: BrokerState, record: Lifecy
     _problems(plan, state, uses_old=uses_old)
     identity_broken = _identity(plan, broker, record, ck_topics, blocking=uses_old)
 
-    subscribed: list[TopicPartition] = []
-    for topic in topics:
-        info = broker.topics.get(topic)
-        if info is None:
-            plan.add("TOPIC_NOT_FOUND", BLOCK,
-                     f"topic {topic} does not exist on {broker.bootstrap_servers}: startingOffsets cannot name its "
-                     "partitions", f"create {topic}, or pass --topics without it", topic=topic)
-            continue
-        subscribed += [TopicPartition(topic, i) for i in range(info.partitions)]
-    gone = sorted(tp for tp in set(c) | set(p) if tp.topic in topics and tp not in set(subscribed))
-    for tp in gone:
-        plan.add("PARTITIONS_GONE", BLOCK,
-                 f"{tp} is in the checkpoint but not on the cluster (topic recreated with fewer partitions?): its "
-                 f"position {c.get(tp, p.get(tp))} cannot be carried over",
-                 "reset with --mode earliest (the topic was recreated) or restore the partitions", tp=tp)
-    dropped = sorted({tp.topic for tp in c} - set(topics))
-    for topic in dropped:
-        plan.add("TOPIC_UNSUBSCRIBED", INFO,
-                 f"{topic} is in the checkpoint but not in --topics: the new run does not read it",
-                 "", topic=topic)
+    subscribed = _subscribed(plan, broker, topics, c, p)
 
     explicit = dict(request.to_offsets or {})
     unknown = sorted(tp for tp in explicit if tp not in set(subscribed))
@@ -408,3 +389,29 @@ def _sink(plan: Plan, request: ResetRequest, sink: SinkInfo | None) -> None:
              "them: readers that go through the sink log see only the new run",
              "read the old files through the moved log, or give the new run a new output path",
              latest_sink_batch=x)
+
+
+def _subscribed(plan: Plan, broker: BrokerState, topics: list[str], c: PartitionOffsets, p: PartitionOffsets
+                ) -> list[TopicPartition]:
+    """The partitions the new run reads; BLOCKs for a missing topic or a partition gone, INFO for a topic dropped."""
+    subscribed: list[TopicPartition] = []
+    for topic in topics:
+        info = broker.topics.get(topic)
+        if info is None:
+            plan.add("TOPIC_NOT_FOUND", BLOCK,
+                     f"topic {topic} does not exist on {broker.bootstrap_servers}: startingOffsets cannot name its "
+                     "partitions", f"create {topic}, or pass --topics without it", topic=topic)
+            continue
+        subscribed += [TopicPartition(topic, i) for i in range(info.partitions)]
+    gone = sorted(tp for tp in set(c) | set(p) if tp.topic in topics and tp not in set(subscribed))
+    for tp in gone:
+        plan.add("PARTITIONS_GONE", BLOCK,
+                 f"{tp} is in the checkpoint but not on the cluster (topic recreated with fewer partitions?): its "
+                 f"position {c.get(tp, p.get(tp))} cannot be carried over",
+                 "reset with --mode earliest (the topic was recreated) or restore the partitions", tp=tp)
+    dropped = sorted({tp.topic for tp in c} - set(topics))
+    for topic in dropped:
+        plan.add("TOPIC_UNSUBSCRIBED", INFO,
+                 f"{topic} is in the checkpoint but not in --topics: the new run does not read it",
+                 "", topic=topic)
+    return subscribed
