@@ -48,7 +48,7 @@ from airflow_kafka_spark.verdict.partition_findings import (
 from airflow_kafka_spark.verdict.replay import ReplayRange, pending_replay_finding
 
 if TYPE_CHECKING:  # types only: the verdict stays free of Kafka client and fsspec imports
-    from airflow_kafka_spark.kafka.model import BrokerState
+    from airflow_kafka_spark.kafka.model import BrokerState, TopicInfo
     from airflow_kafka_spark.lifecycle.record import LifecycleRecord
 
 
@@ -95,43 +95,11 @@ def check_start(
         if p is not None:
             base["pending_end"] = p
         info = broker.topics.get(tp.topic)
-        gone_why = None
-        if tp.topic not in subscribed:
-            gone_why = (
-                f"{tp.topic} is in the checkpoint but not in the deploy's subscription: Spark "
-                f"reports {tp} as gone (KAFKA_DATA_LOSS.PARTITIONS_DELETED) and fails, or silently "
-                f"drops it with failOnDataLoss=false"
-            )
-        elif info is None:
-            gone_why = f"topic {tp.topic} no longer exists on {broker.bootstrap_servers} (deleted)"
-        elif tp.partition >= info.partitions:
-            gone_why = (
-                f"{tp.topic} now has {info.partitions} partition(s): partition {tp.partition} is "
-                f"gone (topic recreated with fewer partitions?)"
-            )
+        gone_why = _gone_why(tp, info, subscribed, broker)
         if gone_why:
             if p is not None:
                 replay.append(ReplayRange(tp, c if c is not None else 0, p, None, None, readable=False))
-            pending_left = p - c if p is not None and c is not None and p > c else 0
-            unread = f" with {pending_left:,} records still pending" if pending_left else ""
-            fix = (
-                "keep subscribing to it, or start a new checkpoint with the position of the remaining "
-                "partitions carried over (reset)"
-                if tp.topic not in subscribed
-                else "restore the topic/partitions, or reset the checkpoint for the current partitions with an "
-                "explicit override"
-            )
-            out.append(
-                Finding(
-                    "PARTITIONS_GONE",
-                    BLOCK,
-                    **place(tp),
-                    numbers=base,
-                    message=gone_why + unread,
-                    fix=fix,
-                    counts={tp: gone_counts(tp, c, broker)},
-                )
-            )
+            out.append(_partitions_gone(tp, c, p, gone_why, base, subscribed=tp.topic in subscribed, broker=broker))
             continue
         ls, le = broker.earliest.get(tp), broker.latest.get(tp)
         if ls is None or le is None:
@@ -153,21 +121,7 @@ def check_start(
             if c > le:
                 here.append(ahead_of_log_end(tp, c, ls, le, nums, broker))
             elif tp in broker.resampled:
-                samples = broker.latest_samples.get(tp, ())
-                here.append(
-                    Finding(
-                        "TRANSIENT_REGRESSION",
-                        WARN,
-                        **place(tp),
-                        numbers={**nums, "samples": len(samples)},
-                        message=(
-                            f"the broker first reported log end {samples[0] if samples else '?'} for {tp}, "
-                            f"below the checkpoint's {c:,}, then {le:,} on re-sampling: a transient answer "
-                            f"(leader change, S26), not a reset"
-                        ),
-                        fix="none needed; if it recurs, check the brokers' leader elections before deploying",
-                    )
-                )
+                here.append(_transient_regression(tp, c, le, nums, broker))
         if p is not None:
             r_from = c if c is not None else 0
             replay.append(ReplayRange(tp, r_from, p, ls, le, readable=ls <= r_from and p <= le))
@@ -192,6 +146,63 @@ def check_start(
     if pos.pending_batch is not None:
         out.append(pending_replay_finding(pos, replay, options))
     return out, backlog
+
+
+def _gone_why(tp: TopicPartition, info: TopicInfo | None, subscribed: set[str], broker: BrokerState) -> str | None:
+    """Why Spark cannot resume ``tp`` where the checkpoint says (unsubscribed, topic deleted, partition gone)."""
+    if tp.topic not in subscribed:
+        return (
+            f"{tp.topic} is in the checkpoint but not in the deploy's subscription: Spark "
+            f"reports {tp} as gone (KAFKA_DATA_LOSS.PARTITIONS_DELETED) and fails, or silently "
+            f"drops it with failOnDataLoss=false"
+        )
+    if info is None:
+        return f"topic {tp.topic} no longer exists on {broker.bootstrap_servers} (deleted)"
+    if tp.partition >= info.partitions:
+        return (
+            f"{tp.topic} now has {info.partitions} partition(s): partition {tp.partition} is "
+            f"gone (topic recreated with fewer partitions?)"
+        )
+    return None
+
+
+def _partitions_gone(tp: TopicPartition, c: int | None, p: int | None, why: str, base: dict[str, Number], *,
+                     subscribed: bool, broker: BrokerState) -> Finding:
+    pending_left = p - c if p is not None and c is not None and p > c else 0
+    unread = f" with {pending_left:,} records still pending" if pending_left else ""
+    fix = (
+        "keep subscribing to it, or start a new checkpoint with the position of the remaining "
+        "partitions carried over (reset)"
+        if not subscribed
+        else "restore the topic/partitions, or reset the checkpoint for the current partitions with an "
+        "explicit override"
+    )
+    return Finding(
+        "PARTITIONS_GONE",
+        BLOCK,
+        **place(tp),
+        numbers=base,
+        message=why + unread,
+        fix=fix,
+        counts={tp: gone_counts(tp, c, broker)},
+    )
+
+
+def _transient_regression(tp: TopicPartition, c: int, le: int, nums: dict[str, Number], broker: BrokerState
+                          ) -> Finding:
+    samples = broker.latest_samples.get(tp, ())
+    return Finding(
+        "TRANSIENT_REGRESSION",
+        WARN,
+        **place(tp),
+        numbers={**nums, "samples": len(samples)},
+        message=(
+            f"the broker first reported log end {samples[0] if samples else '?'} for {tp}, "
+            f"below the checkpoint's {c:,}, then {le:,} on re-sampling: a transient answer "
+            f"(leader change, S26), not a reset"
+        ),
+        fix="none needed; if it recurs, check the brokers' leader elections before deploying",
+    )
 
 
 def _new_partitions(
