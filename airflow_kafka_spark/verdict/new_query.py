@@ -74,25 +74,9 @@ def new_query_findings(cp: CheckpointState, broker: BrokerState, record: Lifecyc
             if tp not in explicit:
                 incomplete.append(str(tp))
                 continue
-            o = explicit[tp]
-            o = ls if o == EARLIEST else le if o == LATEST else o
-            nums: dict[str, Number] = {"checkpoint_offset": o, "log_start": ls, "log_end": le}
-            if o < ls:
-                out.append(Finding(
-                    "OFFSET_BELOW_LOG_START", BLOCK, **place(tp), numbers={**nums, "records_lost": ls - o},
-                    counts={tp: RecordCounts(lost=ls - o)},
-                    message=(f"{origin} start {tp} at {o:,} but the log now starts at {ls:,}: {ls - o:,} "
-                             f"records were deleted since the position was taken"),
-                    fix=f"accept the loss explicitly (start {tp} at {ls:,}) or restore the records"))
-            elif o > le:
-                out.append(Finding(
-                    "OFFSET_AHEAD_OF_LOG_END", BLOCK, **place(tp), numbers={**nums, "records_ahead": o - le},
-                    message=f"{origin} start {tp} at {o:,} but the log ends at {le:,} (topic recreated?)",
-                    fix=f"recompute the starting position of {tp} against the current topic"))
-            else:
-                to_read += le - o
-                out.append(Finding("OK", PASS, **place(tp), numbers={**nums, "backlog": le - o},
-                                   message=f"{tp} starts at {o:,} within [{ls:,}, {le:,}]"))
+            finding, reads = _explicit_start(tp, explicit[tp], ls, le, origin)
+            out.append(finding)
+            to_read += reads
     if incomplete:
         shown = ", ".join(incomplete[:5]) + (f" +{len(incomplete) - 5}" if len(incomplete) > 5 else "")
         out.append(Finding(
@@ -121,3 +105,23 @@ def new_query_findings(cp: CheckpointState, broker: BrokerState, record: Lifecyc
                                  "with offset carry-over); otherwise mark the deploy as a new query")))
     return out
 
+
+def _explicit_start(tp: TopicPartition, o: int, ls: int, le: int, origin: str) -> tuple[Finding, int]:
+    """The finding for an explicit start offset of ``tp`` against its log [``ls``, ``le``], and the records
+    it leaves to read."""
+    o = ls if o == EARLIEST else le if o == LATEST else o
+    nums: dict[str, Number] = {"checkpoint_offset": o, "log_start": ls, "log_end": le}
+    if o < ls:
+        return Finding(
+            "OFFSET_BELOW_LOG_START", BLOCK, **place(tp), numbers={**nums, "records_lost": ls - o},
+            counts={tp: RecordCounts(lost=ls - o)},
+            message=(f"{origin} start {tp} at {o:,} but the log now starts at {ls:,}: {ls - o:,} "
+                     f"records were deleted since the position was taken"),
+            fix=f"accept the loss explicitly (start {tp} at {ls:,}) or restore the records"), 0
+    if o > le:
+        return Finding(
+            "OFFSET_AHEAD_OF_LOG_END", BLOCK, **place(tp), numbers={**nums, "records_ahead": o - le},
+            message=f"{origin} start {tp} at {o:,} but the log ends at {le:,} (topic recreated?)",
+            fix=f"recompute the starting position of {tp} against the current topic"), 0
+    return Finding("OK", PASS, **place(tp), numbers={**nums, "backlog": le - o},
+                   message=f"{tp} starts at {o:,} within [{ls:,}, {le:,}]"), le - o
