@@ -37,7 +37,6 @@ ALLOWED: dict[str, str] = {
     # over 80 lines
     "registry/job.py::parse_job": NOT_YET + "159 lines, one registry field per line; registry/fields.py is owned "
     "elsewhere this round",
-    "watch/audit/chart.py::render_chart": NOT_YET + "121 lines of SVG",
 }
 
 

@@ -77,9 +77,7 @@ def render_chart(runs: Sequence[Mapping[str, Any]], *, title: str | None = None)
     if not chart_available():
         raise UserError(CHART_MISSING)
     _load()
-    import matplotlib.dates as mdates
     import matplotlib.pyplot as plt
-    from matplotlib.ticker import MaxNLocator
 
     runs = sorted(runs, key=lambda r: r["at_ms"])
     last = runs[-1]["jobs"] if runs else {}
@@ -102,63 +100,12 @@ def render_chart(runs: Sequence[Mapping[str, Any]], *, title: str | None = None)
         if failed:
             label += "\nFAIL:\n" + "\n".join(entry.get("alerts") or [])
         for col, (key, name) in enumerate(panels):
-            ax = axes[row][col]
-            pts: list[tuple[datetime, float, str, bool]] = []
-            for r in runs:
-                e = r.get("jobs", {}).get(job)
-                if e is not None and e.get(key) is not None:
-                    pts.append((datetime.fromtimestamp(r["at_ms"] / 1000, tz=UTC), float(e[key]),
-                                STATUS_COLORS.get(str(e.get("status")), "#616161"), bool(e.get("failed"))))
-            limit = entry.get("min_headroom_s") if key == "headroom_s" else None
-            unit, size = ("", 1.0) if key == "lag_records" else _duration_unit(
-                [p[1] for p in pts] + ([float(limit)] if limit else []))
-            ys = [p[1] / size for p in pts]
-            if pts:
-                ax.plot([p[0] for p in pts], ys, color="#90a4ae", linewidth=1.2, zorder=1)
-                ax.scatter([p[0] for p in pts], ys, c=[p[2] for p in pts], s=30, zorder=2, clip_on=False)
-                bad = [(p[0], y) for p, y in zip(pts, ys, strict=True) if p[3]]
-                if bad:   # runs in which this job failed the audit: a red ring
-                    ax.scatter([b[0] for b in bad], [b[1] for b in bad], s=90, facecolors="none",
-                               edgecolors="#c62828", linewidths=1.4, zorder=3, clip_on=False)
-            top = max([*ys, (float(limit) / size) if limit else 0.0, 1e-9])
-            ax.set_ylim(0, top * 1.18 if top > 1e-9 else 1)
-            if limit:
-                ax.axhline(limit / size, color="#c62828", linestyle="--", linewidth=1)
-                ax.axhspan(0, limit / size, color="#ffcdd2", alpha=0.5, zorder=0)
-                ax.text(0.01, limit / size, f" min {fmt_duration(limit)}", transform=ax.get_yaxis_transform(),
-                        color="#c62828", fontsize=7, va="bottom")
-            if key == "headroom_s" and entry.get("headroom_infinite") and not pts:
-                ax.text(0.5, 0.5, "∞  retention cannot delete unread records", transform=ax.transAxes,
-                        ha="center", va="center", fontsize=9, color="#455a64")
-            elif not pts:
-                ax.text(0.5, 0.5, "no data", transform=ax.transAxes, ha="center", va="center", fontsize=9,
-                        color="#9e9e9e")
-            ax.yaxis.set_major_locator(MaxNLocator(nbins=4, integer=key == "lag_records"))
-            if unit:
-                ax.set_ylabel(unit, fontsize=8)
-            ax.grid(True, alpha=0.3)
-            ax.tick_params(labelsize=7)
-            if row == 0:
-                ax.set_title(name, fontsize=10)
+            _draw_panel(axes[row][col], runs, job, entry, key, name if row == 0 else None)
         row_labels.append((axes[row][0], label, "#c62828" if failed else STATUS_COLORS.get(status, "#212121")))
     if not shown:
         for ax in axes[0]:
             ax.text(0.5, 0.5, "no jobs", transform=ax.transAxes, ha="center", va="center")
-    if runs:   # one time axis for every panel, even those without points (infinite headroom)
-        first = datetime.fromtimestamp(runs[0]["at_ms"] / 1000, tz=UTC)
-        newest = datetime.fromtimestamp(runs[-1]["at_ms"] / 1000, tz=UTC)
-        span = newest - first
-        pad = span * 0.05 if span > timedelta(0) else timedelta(minutes=30)   # one run: an hour around it
-        for ax in axes.flat:
-            ax.set_xlim(first - pad, newest + pad)
-    for row, row_axes in enumerate(axes):
-        for ax in row_axes:
-            locator = mdates.AutoDateLocator(minticks=2, maxticks=7, tz=UTC)
-            ax.xaxis.set_major_locator(locator)
-            if row == len(axes) - 1:
-                ax.xaxis.set_major_formatter(mdates.ConciseDateFormatter(locator, tz=UTC))
-            else:
-                ax.tick_params(labelbottom=False)
+    _time_axes(axes, runs)
     hidden = len(jobs) - len(shown)
     heading = title or "Streaming audit"
     if runs:
@@ -187,3 +134,68 @@ def render_chart(runs: Sequence[Mapping[str, Any]], *, title: str | None = None)
     fig.savefig(buf, format="png", dpi=100, pil_kwargs={"compress_level": 1})   # zlib level 6: 0.2 s more
     plt.close(fig)
     return buf.getvalue()
+
+
+def _draw_panel(ax: Any, runs: Sequence[Mapping[str, Any]], job: str, entry: Mapping[str, Any], key: str,
+                title: str | None) -> None:
+    """One panel: ``job``'s ``key`` over the runs, coloured by status, with the headroom limit shaded."""
+    from matplotlib.ticker import MaxNLocator
+
+    pts: list[tuple[datetime, float, str, bool]] = []
+    for r in runs:
+        e = r.get("jobs", {}).get(job)
+        if e is not None and e.get(key) is not None:
+            pts.append((datetime.fromtimestamp(r["at_ms"] / 1000, tz=UTC), float(e[key]),
+                        STATUS_COLORS.get(str(e.get("status")), "#616161"), bool(e.get("failed"))))
+    limit = entry.get("min_headroom_s") if key == "headroom_s" else None
+    unit, size = ("", 1.0) if key == "lag_records" else _duration_unit(
+        [p[1] for p in pts] + ([float(limit)] if limit else []))
+    ys = [p[1] / size for p in pts]
+    if pts:
+        ax.plot([p[0] for p in pts], ys, color="#90a4ae", linewidth=1.2, zorder=1)
+        ax.scatter([p[0] for p in pts], ys, c=[p[2] for p in pts], s=30, zorder=2, clip_on=False)
+        bad = [(p[0], y) for p, y in zip(pts, ys, strict=True) if p[3]]
+        if bad:   # runs in which this job failed the audit: a red ring
+            ax.scatter([b[0] for b in bad], [b[1] for b in bad], s=90, facecolors="none",
+                       edgecolors="#c62828", linewidths=1.4, zorder=3, clip_on=False)
+    top = max([*ys, (float(limit) / size) if limit else 0.0, 1e-9])
+    ax.set_ylim(0, top * 1.18 if top > 1e-9 else 1)
+    if limit:
+        ax.axhline(limit / size, color="#c62828", linestyle="--", linewidth=1)
+        ax.axhspan(0, limit / size, color="#ffcdd2", alpha=0.5, zorder=0)
+        ax.text(0.01, limit / size, f" min {fmt_duration(limit)}", transform=ax.get_yaxis_transform(),
+                color="#c62828", fontsize=7, va="bottom")
+    if key == "headroom_s" and entry.get("headroom_infinite") and not pts:
+        ax.text(0.5, 0.5, "∞  retention cannot delete unread records", transform=ax.transAxes,
+                ha="center", va="center", fontsize=9, color="#455a64")
+    elif not pts:
+        ax.text(0.5, 0.5, "no data", transform=ax.transAxes, ha="center", va="center", fontsize=9,
+                color="#9e9e9e")
+    ax.yaxis.set_major_locator(MaxNLocator(nbins=4, integer=key == "lag_records"))
+    if unit:
+        ax.set_ylabel(unit, fontsize=8)
+    ax.grid(True, alpha=0.3)
+    ax.tick_params(labelsize=7)
+    if title is not None:
+        ax.set_title(title, fontsize=10)
+
+
+def _time_axes(axes: Any, runs: Sequence[Mapping[str, Any]]) -> None:
+    """One time axis for every panel, even those without points (infinite headroom); dates on the last row."""
+    import matplotlib.dates as mdates
+
+    if runs:
+        first = datetime.fromtimestamp(runs[0]["at_ms"] / 1000, tz=UTC)
+        newest = datetime.fromtimestamp(runs[-1]["at_ms"] / 1000, tz=UTC)
+        span = newest - first
+        pad = span * 0.05 if span > timedelta(0) else timedelta(minutes=30)   # one run: an hour around it
+        for ax in axes.flat:
+            ax.set_xlim(first - pad, newest + pad)
+    for row, row_axes in enumerate(axes):
+        for ax in row_axes:
+            locator = mdates.AutoDateLocator(minticks=2, maxticks=7, tz=UTC)
+            ax.xaxis.set_major_locator(locator)
+            if row == len(axes) - 1:
+                ax.xaxis.set_major_formatter(mdates.ConciseDateFormatter(locator, tz=UTC))
+            else:
+                ax.tick_params(labelbottom=False)
