@@ -9,6 +9,7 @@ output. The key list and formats are in :mod:`~airflow_kafka_spark.registry.load
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from airflow_kafka_spark.registry import fields, locations, variables
@@ -23,33 +24,11 @@ PATH_FIELDS = ("application", "checkpoint", "output", "backup_root", "stop_marke
 
 
 def parse_job(ctx: Context, index: int, raw: Any, defaults: dict, roots: list[Location]) -> JobSpec:
-    if not isinstance(raw, dict):
-        ctx.fail(f"jobs[{index}]", f"must be a mapping, got {kind(raw)}", "write '- name: ...' with the job's keys")
-    name = raw.get("name")
-    if name is None:
-        ctx.fail(f"jobs[{index}]", "has no name", "add name: <lower-case id>")
-    if not is_job_name(name):
-        ctx.fail(
-            f"jobs[{index}].name",
-            f"{show(name)} is not a valid job name",
-            f"use {NAME_PATTERN}: a lower-case letter, then up to 62 letters, digits, '_' or '-'",
-        )
+    name = _job_name(ctx, index, raw)
     job = f"job {name!r}"
     fields.check_keys(ctx, job, raw, JOB_KEYS)
 
-    merged: dict[str, Any] = dict(defaults)
-    for key, value in raw.items():
-        if (
-            key in ("spark_conf", "backup_retention", "health_gate")
-            and isinstance(value, dict)
-            and isinstance(merged.get(key), dict)
-        ):
-            merged[key] = {**merged[key], **value}  # one level deep: a job adds to the default conf
-        else:
-            merged[key] = value
-    missing = [k for k in REQUIRED_JOB_KEYS if merged.get(k) in (None, "", [])]
-    if missing:
-        ctx.fail(job, f"is missing {', '.join(missing)}", "set them in the job or under defaults")
+    merged = _merged(ctx, job, raw, defaults)
 
     v = {k: variables.expand_tree(ctx, f"{job}.{k}", val) for k, val in merged.items()}
     for key in PATH_FIELDS:
@@ -57,68 +36,11 @@ def parse_job(ctx: Context, index: int, raw: Any, defaults: dict, roots: list[Lo
             v[key] = v[key].replace("{name}", name)
 
     def loc(key: str) -> Location:
-        where = f"{job}.{key}"
-        found = locations.location(ctx, where, v[key])
-        if not any(found.within(r) for r in roots):
-            ctx.fail(
-                where,
-                f"{found.text!r} is outside allowed_roots ({', '.join(r.text for r in roots)})",
-                "move it under one of the roots, or add a root for it",
-            )
-        if key == "checkpoint" and any(found.path == r.path and found.within(r) for r in roots):
-            # Its siblings (<checkpoint>.stop, <checkpoint>.lifecycle.json) would land outside.
-            ctx.fail(
-                where,
-                f"{found.text!r} is an allowed root itself",
-                "use a folder below the root, e.g. <root>/checkpoints/<job>",
-            )
-        return found
+        return _location(ctx, job, v[key], key, roots)
 
-    application = loc("application")
-    if not application.path.lower().endswith(APPLICATION_SUFFIXES):
-        ctx.fail(
-            f"{job}.application",
-            f"{application.text!r} is not a .py or .jar file",
-            "point it at the job's .py file or .jar",
-        )
-    checkpoint = loc("checkpoint")
-    backup_root = loc("backup_root")
-    output = loc("output") if v.get("output") not in (None, "") else None
-    if v.get("stop_marker") in (None, ""):
-        # A plain path for local checkpoints even if written as file://: the reference job tests
-        # the marker with os.path.exists on the driver.
-        base = checkpoint.path if not checkpoint.scheme else checkpoint.text
-        v["stop_marker"] = base + STOP_MARKER_SUFFIX
-    stop_marker = loc("stop_marker")
+    application, checkpoint, backup_root, output, stop_marker = _paths(ctx, job, v, loc)
 
-    if backup_root.within(checkpoint):
-        ctx.fail(
-            f"{job}.backup_root",
-            f"{backup_root.text!r} is inside the checkpoint {checkpoint.text!r}",
-            "a reset or restore of the checkpoint would destroy its own backups; put backups beside it",
-        )
-    if checkpoint.within(backup_root):
-        ctx.fail(
-            f"{job}.checkpoint",
-            f"{checkpoint.text!r} is inside backup_root {backup_root.text!r}",
-            "backup retention would prune the live checkpoint; use separate folders",
-        )
-    if output is not None and output.overlaps(checkpoint):
-        ctx.fail(
-            f"{job}.output",
-            f"{output.text!r} and the checkpoint {checkpoint.text!r} overlap",
-            "Spark owns the checkpoint folder and a reset deletes it; use separate folders",
-        )
-    if output is not None and output.overlaps(backup_root):
-        ctx.fail(
-            f"{job}.output", f"{output.text!r} and backup_root {backup_root.text!r} overlap", "use separate folders"
-        )
-    if stop_marker.within(checkpoint):
-        ctx.fail(
-            f"{job}.stop_marker",
-            f"{stop_marker.text!r} is inside the checkpoint",
-            f"leave it unset (default: <checkpoint>{STOP_MARKER_SUFFIX}) or put it beside the checkpoint",
-        )
+    _check_nesting(ctx, job, checkpoint, backup_root, output, stop_marker)
 
     topics = fields.topics(ctx, f"{job}.topics", v["topics"])
     kind_, group = fields.job_kind(ctx, job, v)
@@ -181,6 +103,114 @@ def parse_job(ctx: Context, index: int, raw: Any, defaults: dict, roots: list[Lo
         group=group,
         dstream_checkpoint=dstream_ck.text if dstream_ck else None,
     )
+
+
+def _job_name(ctx: Context, index: int, raw: Any) -> str:
+    if not isinstance(raw, dict):
+        ctx.fail(f"jobs[{index}]", f"must be a mapping, got {kind(raw)}", "write '- name: ...' with the job's keys")
+    name = raw.get("name")
+    if name is None:
+        ctx.fail(f"jobs[{index}]", "has no name", "add name: <lower-case id>")
+    if not is_job_name(name):
+        ctx.fail(
+            f"jobs[{index}].name",
+            f"{show(name)} is not a valid job name",
+            f"use {NAME_PATTERN}: a lower-case letter, then up to 62 letters, digits, '_' or '-'",
+        )
+    return name
+
+
+def _merged(ctx: Context, job: str, raw: dict, defaults: dict) -> dict[str, Any]:
+    """The job's keys over ``defaults`` (``spark_conf``, ``backup_retention``, ``health_gate`` merged one level)."""
+    merged: dict[str, Any] = dict(defaults)
+    for key, value in raw.items():
+        if (
+            key in ("spark_conf", "backup_retention", "health_gate")
+            and isinstance(value, dict)
+            and isinstance(merged.get(key), dict)
+        ):
+            merged[key] = {**merged[key], **value}  # one level deep: a job adds to the default conf
+        else:
+            merged[key] = value
+    missing = [k for k in REQUIRED_JOB_KEYS if merged.get(k) in (None, "", [])]
+    if missing:
+        ctx.fail(job, f"is missing {', '.join(missing)}", "set them in the job or under defaults")
+    return merged
+
+
+def _location(ctx: Context, job: str, value: Any, key: str, roots: list[Location]) -> Location:
+    """The job's location ``key``: parsed, inside ``allowed_roots``, a checkpoint not a root itself."""
+    where = f"{job}.{key}"
+    found = locations.location(ctx, where, value)
+    if not any(found.within(r) for r in roots):
+        ctx.fail(
+            where,
+            f"{found.text!r} is outside allowed_roots ({', '.join(r.text for r in roots)})",
+            "move it under one of the roots, or add a root for it",
+        )
+    if key == "checkpoint" and any(found.path == r.path and found.within(r) for r in roots):
+        # Its siblings (<checkpoint>.stop, <checkpoint>.lifecycle.json) would land outside.
+        ctx.fail(
+            where,
+            f"{found.text!r} is an allowed root itself",
+            "use a folder below the root, e.g. <root>/checkpoints/<job>",
+        )
+    return found
+
+
+def _paths(ctx: Context, job: str, v: dict[str, Any], loc: Callable[[str], Location]
+           ) -> tuple[Location, Location, Location, Location | None, Location]:
+    """The job's application, checkpoint, backup root, output and stop marker (default: beside the checkpoint)."""
+    application = loc("application")
+    if not application.path.lower().endswith(APPLICATION_SUFFIXES):
+        ctx.fail(
+            f"{job}.application",
+            f"{application.text!r} is not a .py or .jar file",
+            "point it at the job's .py file or .jar",
+        )
+    checkpoint = loc("checkpoint")
+    backup_root = loc("backup_root")
+    output = loc("output") if v.get("output") not in (None, "") else None
+    if v.get("stop_marker") in (None, ""):
+        # A plain path for local checkpoints even if written as file://: the reference job tests
+        # the marker with os.path.exists on the driver.
+        base = checkpoint.path if not checkpoint.scheme else checkpoint.text
+        v["stop_marker"] = base + STOP_MARKER_SUFFIX
+    stop_marker = loc("stop_marker")
+    return application, checkpoint, backup_root, output, stop_marker
+
+
+def _check_nesting(ctx: Context, job: str, checkpoint: Location, backup_root: Location,
+                   output: Location | None, stop_marker: Location) -> None:
+    """Refuse folders that let one operation destroy another's data (module docstring)."""
+    if backup_root.within(checkpoint):
+        ctx.fail(
+            f"{job}.backup_root",
+            f"{backup_root.text!r} is inside the checkpoint {checkpoint.text!r}",
+            "a reset or restore of the checkpoint would destroy its own backups; put backups beside it",
+        )
+    if checkpoint.within(backup_root):
+        ctx.fail(
+            f"{job}.checkpoint",
+            f"{checkpoint.text!r} is inside backup_root {backup_root.text!r}",
+            "backup retention would prune the live checkpoint; use separate folders",
+        )
+    if output is not None and output.overlaps(checkpoint):
+        ctx.fail(
+            f"{job}.output",
+            f"{output.text!r} and the checkpoint {checkpoint.text!r} overlap",
+            "Spark owns the checkpoint folder and a reset deletes it; use separate folders",
+        )
+    if output is not None and output.overlaps(backup_root):
+        ctx.fail(
+            f"{job}.output", f"{output.text!r} and backup_root {backup_root.text!r} overlap", "use separate folders"
+        )
+    if stop_marker.within(checkpoint):
+        ctx.fail(
+            f"{job}.stop_marker",
+            f"{stop_marker.text!r} is inside the checkpoint",
+            f"leave it unset (default: <checkpoint>{STOP_MARKER_SUFFIX}) or put it beside the checkpoint",
+        )
 
 
 def _shipped(ctx: Context, where: str, value: Any, roots: list[Location]) -> list[str]:
