@@ -84,15 +84,8 @@ def submit_job(spec: JobSpec, *, kafka_config: Mapping[str, Any], target: SparkT
     the registry's (the safe-restart rollback). ``holder`` holds the record's lease meanwhile.
     """
     record = LifecycleRecord.load(spec.checkpoint)
-    run_spec, is_previous = spec, False
-    if previous:
-        good = app_versions.last_good_app(record)
-        if good is None:
-            raise UserError(f"job {spec.name}: no application has passed a health gate yet, so there is no previous "
-                            "application to resubmit")
-        run_spec, is_previous = app_versions.spec_for_app(spec, good), True
+    run_spec, is_previous = _run_spec(spec, record, previous)
     app = app_versions.app_version(run_spec)
-    bootstrap = bootstrap_servers_of(kafka_config)
     master, deploy_mode = target.master, target.deploy_mode
     mode = detach.detach_mode(master, deploy_mode)
     kind = detach.DRIVER_KIND[mode]
@@ -103,27 +96,14 @@ def submit_job(spec: JobSpec, *, kafka_config: Mapping[str, Any], target: SparkT
     search = None if endpoint is None else unrecorded.ClusterSearch(spec, endpoint=endpoint, mode=mode, holder=holder,
                                                                      log=log)
 
-    def build(starting_offsets_file: str | None) -> tuple[list[str], dict[str, str]]:
-        facts = integrations.LaunchFacts(
-            bootstrap_servers=bootstrap, kafka_options=tuple(kafka_job_options(kafka_config)),
-            starting_offsets_file=starting_offsets_file,
-            spark_version=lambda: submit.spark_version(submit.resolve_binary([target.spark_binary], os.environ)[0]))
-        launch = integrations.integration_for(run_spec).launch(run_spec, facts)
-        conn_jars = connector.local_connector(run_spec, master, os.environ)
-        kwargs = submit.hook_kwargs(run_spec, args=launch.args, jars=[*conn_jars.jars, *launch.jars], mode=mode,
-                                    packages=conn_jars.packages, tag=search and search.tag,
-                                    checkpoint_tag=search and search.checkpoint_tag, extra_conf=launch.conf)
-        command = submit.resolve_binary(target.build_command(kwargs, run_spec.application), os.environ)
-        return command, submit.driver_env(command, master)
-
-    summary: dict[str, Any] = {"job": spec.name, "application": run_spec.application,
-                               "application_args": list(run_spec.application_args),
-                               "compatibility_version": run_spec.compatibility_version, "previous": is_previous,
-                               "master": master, "deploy_mode": deploy_mode, "detach": mode,
-                               "endpoint": endpoint.to_dict() if endpoint else None}
+    summary: dict[str, Any] = {
+        "job": spec.name, "application": run_spec.application, "application_args": list(run_spec.application_args),
+        "compatibility_version": run_spec.compatibility_version, "previous": is_previous, "master": master,
+        "deploy_mode": deploy_mode, "detach": mode, "endpoint": endpoint.to_dict() if endpoint else None}
     if dry_run:
         pending = record.next_starting_offsets if record is not None else None
-        command, _ = build(submit.starting_offsets_path(spec) if pending else None)
+        command, _ = _build_command(run_spec, target, kafka_config, mode, search,
+                                    submit.starting_offsets_path(spec) if pending else None)
         return {**summary, "dry_run": True, "command": scrub(" ".join(command), kafka_config),
                 "would_start_from": pending or "the checkpoint (or startingOffsets for a new one)"}
 
@@ -134,38 +114,16 @@ def submit_job(spec: JobSpec, *, kafka_config: Mapping[str, Any], target: SparkT
         raise OperationBlocked(f"ALREADY_RUNNING: {exc}", reason=BlockReason.ALREADY_RUNNING) from None
     try:
         record = LifecycleRecord.load_or_create(spec.name, spec.checkpoint)
-        if record.driver is not None and driver_control(record.driver, lambda: target,
-                                                     app_versions.submitted_app(record)).is_alive():
-            d = record.driver
-            mine = own_submission(record, holder)
-            if mine is not None:
-                # This very task started it and was killed after recording it (a worker lost, an OOM): Airflow's
-                # retry adopts the driver instead of failing the run with ALREADY_RUNNING and rolling back.
-                log.info("driver %s %s was started by this task (%s) before it was interrupted: adopted", d.kind,
-                         d.id, holder)
-                return {**summary, "driver": mine["driver"], "log_path": mine.get("log_path"), "command": None,
-                        "committed_before": mine.get("committed_before"),
-                        "query_id_before": mine.get("query_id_before"),
-                        "starting_offsets_file": mine.get("starting_offsets_file"),
-                        "submitted_at_ms": mine.get("submitted_at_ms"), "adopted": True}
-            raise OperationBlocked(f"ALREADY_RUNNING: job {spec.name} already has a live driver ({d.kind} {d.id}"
-                                   f"{' on ' + d.host if d.host else ''}); stop it first (StopStreamingJobOperator or "
-                                   "the streaming_safe_restart DAG) so that two drivers never share checkpoint "
-                                   f"{spec.checkpoint}", reason=BlockReason.ALREADY_RUNNING)
+        adopted = _adopt_or_refuse_live(spec, record, target, holder, log)
+        if adopted is not None:
+            return {**summary, **adopted}
         state = read_checkpoint(spec.checkpoint)
-        if record.next_starting_offsets and state.offset_batch_ids:
-            # A previous driver already planned a batch from them: they are baked into the checkpoint.
-            record.take_next_starting_offsets(actor=actor)
-        starting_file = None
-        if record.next_starting_offsets:
-            starting_file = submit.starting_offsets_path(spec)
-            submit.write_starting_offsets(starting_file, record.next_starting_offsets)
+        starting_file = _starting_offsets_file(spec, record, state, actor)
         kind = runtime_kind(run_spec)
-        aside = kind.before_start(run_spec, previous=is_previous)
-        if aside:
+        if aside := kind.before_start(run_spec, previous=is_previous):
             log.info("DStream checkpoint of another build moved aside to %s: %s starts from its group", aside,
                      run_spec.application)
-        command, env = build(starting_file)
+        command, env = _build_command(run_spec, target, kafka_config, mode, search, starting_file)
         # No live driver reads it now: a stop killed while it waited (SIGKILL skips its cleanup) left it, and the new
         # driver would stop itself after its first batch (the soak's health gates saw "driver exited").
         remove_file(open_location(run_spec.stop_marker, None, what="stop marker"))
@@ -176,24 +134,9 @@ def submit_job(spec: JobSpec, *, kafka_config: Mapping[str, Any], target: SparkT
         marked = {**env, drivers.CHECKPOINT_ENV: spec.checkpoint, drivers.SUBMITTER_ENV: holder}
         if search is None:
             log_path = submit.local_log_path(spec)
-            drv = unrecorded.adopt_local(spec, holder, log)
-            if drv is None:
-                drv = drivers.start_local(command, log_path=log_path, env=marked)
-                log.info("started %s driver pid %s; log %s", spec.name, drv.id, log_path)
-                try:
-                    drivers.wait_started_local(drv, log_path)
-                except UserError as exc:
-                    raise UserError(f"job {spec.name}: submit failed: {scrub(str(exc), kafka_config)}") from None
+            drv = _start_local(spec, command, marked, log_path, holder=holder, log=log, kafka_config=kafka_config)
         else:
-            assert endpoint is not None
-            drv = search.adopt_before_submit()
-            if drv is None:
-                drv = detach.submit_cluster(command, mode, env=marked, kafka_config=kafka_config,
-                                            find=lambda: drivers.find_by_tag(endpoint, search.tag)).driver
-                log.info("submitted %s to %s: driver %s %s (tag %s; status through %s)", spec.name, master, drv.kind,
-                         drv.id, search.tag, ", ".join(endpoint.urls))
-                started = drv
-                drv = search.check_after_submit(started, drivers.control(started, endpoint=endpoint).kill)
+            drv = _submit_cluster(spec, command, marked, search, master=master, kafka_config=kafka_config, log=log)
         entry = app_versions.record_submit(record, app_versions.SubmittedApp(
             app=app, driver=drv, master=master, deploy_mode=deploy_mode, mode=mode,
             committed_before=state.latest_committed.batch_id if state.latest_committed else None,
@@ -212,6 +155,100 @@ def submit_job(spec: JobSpec, *, kafka_config: Mapping[str, Any], target: SparkT
             "committed_before": entry["committed_before"], "query_id_before": entry["query_id_before"],
             "starting_offsets_file": starting_file, "submitted_at_ms": entry["submitted_at_ms"],
             **({"dstream": kind_entry} if kind_entry is not None else {})}
+
+
+def _run_spec(spec: JobSpec, record: LifecycleRecord | None, previous: bool) -> tuple[JobSpec, bool]:
+    """The job as the registry has it, or (``previous``) as its last application that passed a health gate."""
+    if not previous:
+        return spec, False
+    good = app_versions.last_good_app(record)
+    if good is None:
+        raise UserError(f"job {spec.name}: no application has passed a health gate yet, so there is no previous "
+                        "application to resubmit")
+    return app_versions.spec_for_app(spec, good), True
+
+
+def _build_command(run_spec: JobSpec, target: SparkTarget, kafka_config: Mapping[str, Any], mode: str,
+                   search: unrecorded.ClusterSearch | None, starting_offsets_file: str | None
+                   ) -> tuple[list[str], dict[str, str]]:
+    """The spark-submit command line and environment: the integration's launch, the connector, the tags."""
+    master = target.master
+    facts = integrations.LaunchFacts(
+        bootstrap_servers=bootstrap_servers_of(kafka_config), kafka_options=tuple(kafka_job_options(kafka_config)),
+        starting_offsets_file=starting_offsets_file,
+        spark_version=lambda: submit.spark_version(submit.resolve_binary([target.spark_binary], os.environ)[0]))
+    launch = integrations.integration_for(run_spec).launch(run_spec, facts)
+    conn_jars = connector.local_connector(run_spec, master, os.environ)
+    kwargs = submit.hook_kwargs(run_spec, args=launch.args, jars=[*conn_jars.jars, *launch.jars], mode=mode,
+                                packages=conn_jars.packages, tag=search and search.tag,
+                                checkpoint_tag=search and search.checkpoint_tag, extra_conf=launch.conf)
+    command = submit.resolve_binary(target.build_command(kwargs, run_spec.application), os.environ)
+    return command, submit.driver_env(command, master)
+
+
+def _starting_offsets_file(spec: JobSpec, record: LifecycleRecord, state: Any, actor: str) -> str | None:
+    """Where the new driver reads the reset's carried-over offsets, written now; None when there are none."""
+    if record.next_starting_offsets and state.offset_batch_ids:
+        # A previous driver already planned a batch from them: they are baked into the checkpoint.
+        record.take_next_starting_offsets(actor=actor)
+    if not record.next_starting_offsets:
+        return None
+    starting_file = submit.starting_offsets_path(spec)
+    submit.write_starting_offsets(starting_file, record.next_starting_offsets)
+    return starting_file
+
+
+def _adopt_or_refuse_live(spec: JobSpec, record: LifecycleRecord, target: SparkTarget, holder: str, log: Any
+                          ) -> dict[str, Any] | None:
+    """Nothing when no recorded driver is alive; its submission when this very task started it (adopted);
+    else ALREADY_RUNNING."""
+    if record.driver is None or not driver_control(record.driver, lambda: target,
+                                                   app_versions.submitted_app(record)).is_alive():
+        return None
+    d = record.driver
+    mine = own_submission(record, holder)
+    if mine is not None:
+        # This very task started it and was killed after recording it (a worker lost, an OOM): Airflow's
+        # retry adopts the driver instead of failing the run with ALREADY_RUNNING and rolling back.
+        log.info("driver %s %s was started by this task (%s) before it was interrupted: adopted", d.kind,
+                 d.id, holder)
+        return {"driver": mine["driver"], "log_path": mine.get("log_path"), "command": None,
+                "committed_before": mine.get("committed_before"), "query_id_before": mine.get("query_id_before"),
+                "starting_offsets_file": mine.get("starting_offsets_file"),
+                "submitted_at_ms": mine.get("submitted_at_ms"), "adopted": True}
+    raise OperationBlocked(f"ALREADY_RUNNING: job {spec.name} already has a live driver ({d.kind} {d.id}"
+                           f"{' on ' + d.host if d.host else ''}); stop it first (StopStreamingJobOperator or "
+                           "the streaming_safe_restart DAG) so that two drivers never share checkpoint "
+                           f"{spec.checkpoint}", reason=BlockReason.ALREADY_RUNNING)
+
+
+def _start_local(spec: JobSpec, command: list[str], env: dict[str, str], log_path: str, *, holder: str, log: Any,
+                 kafka_config: Mapping[str, Any]) -> DriverInfo:
+    """A local driver: the one a killed first try of this task left (adopted), else a new one, once it started."""
+    drv = unrecorded.adopt_local(spec, holder, log)
+    if drv is None:
+        drv = drivers.start_local(command, log_path=log_path, env=env)
+        log.info("started %s driver pid %s; log %s", spec.name, drv.id, log_path)
+        try:
+            drivers.wait_started_local(drv, log_path)
+        except UserError as exc:
+            raise UserError(f"job {spec.name}: submit failed: {scrub(str(exc), kafka_config)}") from None
+    return drv
+
+
+def _submit_cluster(spec: JobSpec, command: list[str], env: dict[str, str], search: unrecorded.ClusterSearch, *,
+                    master: str, kafka_config: Mapping[str, Any], log: Any) -> DriverInfo:
+    """A cluster driver: one this task submitted before (adopted), else a new submit found by its tag."""
+    endpoint, mode = search.endpoint, search.mode
+    drv = search.adopt_before_submit()
+    if drv is None:
+        drv = detach.submit_cluster(command, mode, env=env, kafka_config=kafka_config,
+                                    find=lambda: drivers.find_by_tag(endpoint, search.tag)).driver
+        log.info("submitted %s to %s: driver %s %s (tag %s; status through %s)", spec.name, master, drv.kind,
+                 drv.id, search.tag, ", ".join(endpoint.urls))
+        started = drv
+        drv = search.check_after_submit(started, drivers.control(started, endpoint=endpoint).kill)
+    return drv
 
 
 def own_submission(record: LifecycleRecord, holder: str) -> dict[str, Any] | None:
