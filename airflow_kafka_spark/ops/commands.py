@@ -9,7 +9,7 @@ pre-operation backup: they already hold the operation lock and have recovered.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from airflow_kafka_spark._util.fs import open_location
 from airflow_kafka_spark._util.lock import LockFile
@@ -30,6 +30,7 @@ from airflow_kafka_spark.ops.options import (
     RunOptions,
     SinkFacts,
     Stores,
+    with_legacy,
 )
 from airflow_kafka_spark.ops.recover import finish_interrupted
 
@@ -44,7 +45,8 @@ __all__ = ["Progress", "Retention", "RunOptions", "SinkFacts", "Stores", "backup
 
 def backup_checkpoint(checkpoint_location: str, backup_root: str, *, job: str | None = None,
                       reason: str = "manual", force: bool = False, settle_s: float = 2.0, now_ms: int | None = None,
-                      retention: Retention = NO_RETENTION, run: RunOptions = DEFAULT_RUN) -> BackupResult:
+                      retention: Retention = NO_RETENTION, run: RunOptions = DEFAULT_RUN,
+                      **legacy: Any) -> BackupResult:
     """Copy the last committed version of a stopped query's checkpoint to ``backup_root`` (``backup.take``).
 
     Refuses (exit 3) while an interrupted reset/restore is recorded beside the checkpoint: the
@@ -55,6 +57,7 @@ def backup_checkpoint(checkpoint_location: str, backup_root: str, *, job: str | 
     ``$AKS_SEAL_KEY_FILE``'s) adds the keyed seal. ``run.progress`` hears each step (the CLI shows
     the steps of a run that takes more than a second).
     """
+    run = with_legacy(run, legacy, where="backup_checkpoint")
     refuse_if_interrupted(checkpoint_location, run.stores.checkpoint)
     if run.progress:
         run.progress("copying and hashing the checkpoint's files, then verifying the backup")
@@ -88,7 +91,7 @@ def prune_backups(backup_root: str, job: str, *, keep_last: int | None = None, m
 
 def reset_checkpoint(checkpoint_location: str, backup_root: str | None, kafka_config: dict, request: ResetRequest,
                      *, job: str | None = None, dry_run: bool = False, actor: str | None = None,
-                     run: RunOptions = DEFAULT_RUN) -> ResetResult:
+                     run: RunOptions = DEFAULT_RUN, **legacy: Any) -> ResetResult:
     """Plan and (unless ``dry_run``) execute a reset (``ops.reset``).
 
     Raises :class:`OperationBlocked` (exit 3) when the plan blocks, the job is running, or the
@@ -98,6 +101,7 @@ def reset_checkpoint(checkpoint_location: str, backup_root: str | None, kafka_co
     """
     from airflow_kafka_spark.ops import reset
 
+    run = with_legacy(run, legacy, where="reset_checkpoint")
     storage_options = run.stores.checkpoint
     kw = dict(job=job, actor=actor, run=run)
     if dry_run:
@@ -114,7 +118,7 @@ def reset_checkpoint(checkpoint_location: str, backup_root: str | None, kafka_co
 
 def restore_checkpoint(checkpoint_location: str, backup_root: str, backup_id: str, kafka_config: dict, *,
                        job: str | None = None, dry_run: bool = False, actor: str | None = None,
-                       sink: SinkFacts = NO_SINK, run: RunOptions = DEFAULT_RUN) -> RestoreResult:
+                       sink: SinkFacts = NO_SINK, run: RunOptions = DEFAULT_RUN, **legacy: Any) -> RestoreResult:
     """Roll ``checkpoint_location`` back to backup ``backup_id`` (``ops.restore``, which explains the order).
 
     ``sink.output`` lets a file sink's ``_spark_metadata`` be compared with the backup (S19).
@@ -124,6 +128,7 @@ def restore_checkpoint(checkpoint_location: str, backup_root: str, backup_id: st
     """
     from airflow_kafka_spark.ops import restore
 
+    run = with_legacy(run, legacy, where="restore_checkpoint")
     storage_options = run.stores.checkpoint
     t = restore.open_restore(checkpoint_location, backup_root, backup_id, job=job, storage_options=storage_options,
                              backup_storage_options=run.stores.backup, seal_key=run.seal_key)

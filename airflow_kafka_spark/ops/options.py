@@ -8,8 +8,9 @@ the Airflow layer from the job) and a misspelt option is a ``TypeError`` at that
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection
-from dataclasses import dataclass
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass, replace
+from typing import Any
 
 #: Hears one short line per step of a long operation ("backing up the checkpoint"); the CLI prints
 #: them once a run takes more than a second, the Airflow layer may log them.
@@ -61,3 +62,19 @@ class RunOptions:
 NO_RETENTION = Retention()
 NO_SINK = SinkFacts()
 DEFAULT_RUN = RunOptions()
+
+
+_RUN_KEYS = frozenset({"kafka_timeout", "backup_settle_s", "seal_key", "progress", "spark_version"})
+_STORE_KEYS = {"storage_options": "checkpoint", "backup_storage_options": "backup"}
+
+
+def with_legacy(run: RunOptions, legacy: Mapping[str, Any], *, where: str) -> RunOptions:
+    """``run`` with the keyword arguments the entry points took before :class:`RunOptions`
+    (``storage_options=``, ``backup_settle_s=``...), for callers not moved yet; any other name is a TypeError."""
+    unknown = sorted(set(legacy) - _RUN_KEYS - set(_STORE_KEYS))
+    if unknown:
+        raise TypeError(f"{where}() got unexpected keyword argument(s): {', '.join(unknown)}")
+    if not legacy:
+        return run
+    stores = replace(run.stores, **{_STORE_KEYS[k]: v for k, v in legacy.items() if k in _STORE_KEYS})
+    return replace(run, stores=stores, **{k: v for k, v in legacy.items() if k in _RUN_KEYS})
