@@ -260,11 +260,12 @@ def test_java_application_with_its_checkpoint_in_its_own_config_file_spark35(sta
 
 
 @pytest.mark.spark35
-@pytest.mark.parametrize("case", ["new-stateful-operator", "new-aggregation-column", "stateless-projection",
-                                  "number-of-sources"])
+@pytest.mark.parametrize("case", ["new-aggregation-column"])
 def test_probe_of_a_users_pyspark_job_spark35(case, stack, old_runs):
-    """The 3.5 line of the agent (its own ``WriteToStream`` copy, 8 fields) on the same PySpark job.
-    Spark 3.5 raises some of these without an error class; the probe's name for them is asserted."""
+    """The 3.5 line of the agent (its own ``WriteToStream`` copy, 8 fields) on the same PySpark job, for the
+    change Spark 3.5 raises without an error class. (A missing state folder on 3.5, breaking, and the
+    compatible case are the Java job's test above; the source count is the product's own check, the same on
+    every line: the other three changes ran here too until the CI budget asked for their time.)"""
     bs, topic, second = stack
     old, old_sink, new, new_sink, expected, _ = CASES[case]
     classes = {"new-stateful-operator": probe.STATE_MISSING, "new-aggregation-column": "StateSchemaNotCompatible",
