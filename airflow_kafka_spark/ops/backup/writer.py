@@ -33,6 +33,14 @@ _SMALL = 4 << 20
 _STORE_THREADS = 8
 
 
+
+def _discard(tmp: Location) -> None:
+    """Remove a temp file after a failed write, best effort: the failure that brought us here is the one to
+    report. A store still failing (a NameNode restarting answered this DELETE with 404) leaves the file in
+    ``.tmp/``, which retention's sweep removes (ops/backup/prune.py)."""
+    with contextlib.suppress(OSError):
+        remove_file(tmp)
+
 class BlobWriter:
     """Copies source files into the blob store; a blob appears under its name only when complete.
 
@@ -148,7 +156,7 @@ class BlobWriter:
                         raise _grew(src, listed_size)
                     fout.write(chunk)
         except BaseException as exc:
-            remove_file(tmp)
+            _discard(tmp)
             if isinstance(exc, OSError) and not isinstance(exc, FileNotFoundError):
                 raise UserError(f"cannot copy {src.url} to {self.job_loc.url}: {os_reason(exc)}") from None
             raise
@@ -182,7 +190,7 @@ class BlobWriter:
             with open_new(tmp) as fout:
                 fout.write(data)
         except OSError as exc:
-            remove_file(tmp)
+            _discard(tmp)
             raise UserError(f"cannot store a blob in {self.job_loc.url}: {os_reason(exc)}") from None
         return self._keep(tmp, sha, size, src)
 
@@ -233,7 +241,7 @@ class BlobWriter:
         try:
             final = self._blob_location(sha)
         except UserError:
-            remove_file(tmp)
+            _discard(tmp)
             raise
         if tmp.local:
             self._staged.append((tmp.path, final))
@@ -246,7 +254,7 @@ class BlobWriter:
                 with self._lock:   # not stored: give up the claim taken above
                     if sha not in self.written:
                         self.index.pop(sha, None)
-                remove_file(tmp)
+                _discard(tmp)
                 raise
             self._store_proves[sha] = src
         return self._account(sha, size)
