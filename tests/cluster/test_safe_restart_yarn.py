@@ -8,14 +8,13 @@ deferred health gate reaches the YARN driver through the ResourceManager's REST 
 The checkpoint, the lifecycle record, the stop marker, the backups and the idempotent sink all live
 on HDFS; records are produced the whole time.
 
-Three runs, four YARN submits (each 50-170 s to a first batch on this machine):
+Two runs, three YARN submits (each 50-170 s to a first batch on this machine):
 
 1. ``auto``, first start (submit 1).
-2. ``auto`` after a checkpoint-breaking change (``--stateful dedup`` + compatibility bump): graceful
-   stop through the HDFS marker, backup, reset ``preserve``, submit 2 continues at the old position.
-3. A broken build (``--fail-at-start`` + compatibility bump): stop, backup, reset, submit 3 fails at
-   start (YARN FAILED); the health gate fails with the tail of the driver's AM log; the rollback restores
-   this run's backup and resubmits the previous application (submit 4).
+2. A broken, checkpoint-breaking build (``--stateful dedup --fail-at-start`` + compatibility bump):
+   graceful stop through the HDFS marker, backup, reset ``preserve``, submit 2 fails at start (YARN
+   FAILED); the health gate fails with the tail of the driver's AM log; the rollback restores this run's
+   backup and resubmits the previous application (submit 3).
 
 Then the sink (downloaded from HDFS) is compared record by record with what Kafka acknowledged:
 0 missing, 0 duplicated.
@@ -164,26 +163,18 @@ def test_safe_restart_on_yarn_and_hdfs_with_the_gate_in_a_triggerer_on_another_h
         first_app = rm.app(rec.driver.id)
         assert first_app.alive and first_app.name == f"aks-{JOB}", first_app.summary()
 
-        # 2. checkpoint-breaking change: reset preserve
-        _registry(stack["registry"], stack["topic"], stack["job_conf"], compat="2", args=V2_ARGS)
-        run_id, state, tis = _run(stack, "auto", "reset preserve (1 submit)")
-        states = {k: v["state"] for k, v in tis.items()}
-        assert state == "success", (states, services.tail("scheduler"), services.tail("triggerer"))
-        assert states["reset"] == "success" and states["rollback"] == "skipped", states
-        _gate_went_through_the_triggerer(stack, run_id, tis["health_gate"])
-        ended = rm.app(first_app.id)
-        assert ended.succeeded, f"the first driver should have stopped on its own (marker on HDFS): {ended.summary()}"
-        audit = _audit(checkpoint)
-        assert (audit["outcome"], audit["action"], audit["stop"]["outcome"]) == ("SUCCESS", "reset", "STOPPED"), audit
-        second = LifecycleRecord.load(checkpoint).driver.id
-
-        # 3. a broken build: gate fails, rollback restores and resubmits the previous application
-        _registry(stack["registry"], stack["topic"], stack["job_conf"], compat="3", args=BROKEN_ARGS)
+        # 2. a broken build, checkpoint-breaking too (a stateful stage + a compatibility bump): the first driver
+        # stops on its own through the HDFS marker, backup, reset preserve; the new driver dies at start, the gate
+        # fails, the rollback restores the backup and resubmits the previous application. (A good reset preserve
+        # on YARN is tests/cluster/test_users_jobs_yarn.py's second run; this run kept only what is its own.)
+        _registry(stack["registry"], stack["topic"], stack["job_conf"], compat="2", args=BROKEN_ARGS)
         run_id, state, tis = _run(stack, "auto", "broken build rolled back (2 submits)")
         states = {k: v["state"] for k, v in tis.items()}
         assert state == "failed" and states["health_gate"] == "failed" and states["rollback"] == "success", states
         audit = _audit(checkpoint)
-        assert audit["outcome"] == "ROLLED_BACK", audit
+        assert audit["outcome"] == "ROLLED_BACK" and audit["stop"]["outcome"] == "STOPPED", audit
+        ended = rm.app(first_app.id)
+        assert ended.succeeded, f"the first driver should have stopped on its own (marker on HDFS): {ended.summary()}"
         gate_failure = audit["failures"].get("health_gate")
         assert gate_failure, (audit, _task_log(stack, run_id, tis["health_gate"]), services.tail("scheduler"))
         if tis["health_gate"]["try_number"] > 1:   # a try failed by Airflow, not by the gate (apache/airflow#72716)
@@ -197,7 +188,7 @@ def test_safe_restart_on_yarn_and_hdfs_with_the_gate_in_a_triggerer_on_another_h
         assert "FAILED" in gate_failure and "--fail-at-start" in gate_failure, gate_failure  # the AM log tail
         assert audit["rollback"]["restored_backup_id"] and audit["rollback"]["resubmitted"], audit["rollback"]
         rec = LifecycleRecord.load(checkpoint)
-        assert rec.driver is not None and rec.driver.id not in (first_app.id, second)
+        assert rec.driver is not None and rec.driver.id != first_app.id
         assert rm.app(rec.driver.id).alive
         feed.add(200)
 
