@@ -355,6 +355,9 @@ CASES = {
     "probe without an integration that can run it": (
         lambda d, r: d["jobs"][0].update(compatibility_probe=True, integration="none"),
         ["job 'orders'.compatibility_probe", "integration agent", "--aks-probe", "not none"]),
+    "a batch-keyed sink for the reference job, whose --sink has no such kind": (
+        lambda d, r: d["jobs"][0].update(sink="batch-keyed", integration="reference"),
+        ["job 'orders'.sink", "batch-keyed is a sink of your own foreachBatch", "idempotent, append or parquet"]),
     "a shipped jar outside the allowed roots": (
         lambda d, r: d["jobs"][0].update(jars=["/opt/elsewhere/dep.jar"]),
         ["job 'orders'.jars[0]", "outside allowed_roots", "local:/path"]),
