@@ -256,6 +256,8 @@ class KafkaClient:
                 return self._auth_error(err, what)
             return self._unreachable(what, t0, clean(err.str(), self.config))
         text = clean(err.str() if err is not None else str(exc), self.config)
+        if err is not None and text.rstrip().endswith(":"):   # "ConsumerGroupDescribe: " says nothing
+            text = f"{text.rstrip()} {err.name()}"
         if err is not None and err.code() in (KafkaError.TOPIC_AUTHORIZATION_FAILED,
                                               KafkaError.GROUP_AUTHORIZATION_FAILED,
                                               KafkaError.CLUSTER_AUTHORIZATION_FAILED):

@@ -5,26 +5,47 @@ A mixin over :class:`~airflow_kafka_spark.kafka.client.KafkaClient`; :class:`Kaf
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
 
-from confluent_kafka import ConsumerGroupTopicPartitions, KafkaError
+from confluent_kafka import ConsumerGroupTopicPartitions, KafkaError, KafkaException
 from confluent_kafka import TopicPartition as KTP
 
 from airflow_kafka_spark.errors import UserError
-from airflow_kafka_spark.kafka.client import KafkaClient, clean
+from airflow_kafka_spark.kafka.client import KafkaClient, clean, err_of
 from airflow_kafka_spark.kafka.model import GroupInfo
 from airflow_kafka_spark.kafka.offsets import PartitionOffsets, TopicPartition
+
+#: A group's coordinator is not ready yet: a broker that just started is still loading
+#: ``__consumer_offsets`` (NOT_COORDINATOR, then COORDINATOR_LOAD_IN_PROGRESS for about half a second
+#: on the KRaft broker of the devstack), or the coordinator is moving. Worth asking again until the
+#: deadline; librdkafka marks neither answer retriable.
+COORDINATOR_NOT_READY = frozenset({KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+                                   KafkaError.COORDINATOR_NOT_AVAILABLE})
+_COORDINATOR_PAUSE_S = 0.2
 
 
 class GroupOffsets(KafkaClient):
     """The consumer-group calls of a Kafka view."""
 
+    def _group_call(self, group_id: str, what: str, submit: Callable[[Any, float], dict[str, Any]]) -> Any:
+        """One group request, asked again while the group's coordinator is not ready, until the deadline."""
+        deadline = self._deadline()
+        while True:
+            futs = self._call(what, submit, deadline)
+            try:
+                return self._result(futs[group_id], what, deadline, raw=True)
+            except KafkaException as exc:
+                err = err_of(exc)
+                if err is None or err.code() not in COORDINATOR_NOT_READY or time.monotonic() >= deadline:
+                    raise self._user_error(exc, what) from None
+            time.sleep(_COORDINATOR_PAUSE_S)
+
     def describe_group(self, group_id: str) -> GroupInfo:
         """State and live members of a consumer group; a group that never existed is ``DEAD``."""
-        deadline = self._deadline()
-        futs = self._call(f"describe group {group_id}",
-                          lambda a, rt: a.describe_consumer_groups([group_id], request_timeout=rt), deadline)
-        desc = self._result(futs[group_id], f"describe consumer group {group_id}", deadline)
+        desc = self._group_call(group_id, f"describe consumer group {group_id}",
+                                lambda a, rt: a.describe_consumer_groups([group_id], request_timeout=rt))
         members = [f"{m.client_id}@{m.host}" for m in (desc.members or [])]
         return GroupInfo(group_id=group_id, state=getattr(desc.state, "name", str(desc.state)),
                          type=getattr(getattr(desc, "type", None), "name", "CLASSIC"), members=members)
@@ -82,13 +103,12 @@ class GroupOffsets(KafkaClient):
             raise UserError(f"consumer group {group_id} has {len(info.members)} active member(s) "
                             f"({', '.join(info.members[:3])}); stop those consumers before moving "
                             "its offsets")
-        deadline = self._deadline()
         what = f"commit offsets of group {group_id}"
         request = [ConsumerGroupTopicPartitions(
             group_id, [KTP(tp.topic, tp.partition, int(o)) for tp, o in sorted(offsets.items())])]
-        futs = self._call(what, lambda a, rt: a.alter_consumer_group_offsets(request, request_timeout=rt),
-                          deadline)
-        result = self._result(futs[group_id], what, deadline)
+        # Setting the same offsets twice is harmless, so a coordinator that was not ready is asked again.
+        result = self._group_call(group_id, what,
+                                  lambda a, rt: a.alter_consumer_group_offsets(request, request_timeout=rt))
         errors = [(k, k.error) for k in (result.topic_partitions or []) if k.error is not None]
         if errors:
             ktp, err = errors[0]

@@ -6,6 +6,10 @@ aborted a process that reused an AdminClient after abandoned requests (session 8
 now drops that client. Here the committer runs in a child process (an abort is exit 134, not a dead
 test session) against a real broker of its own, stopped for several commits and started again; the
 group must end at the last offsets handed over.
+
+The same broker, just started, is where ``aks mirror`` first runs: a broker that has not yet loaded
+``__consumer_offsets`` answers group requests NOT_COORDINATOR, then COORDINATOR_LOAD_IN_PROGRESS,
+which the command used to report as "could not describe consumer group …: ConsumerGroupDescribe:".
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from confluent_kafka import TopicPartition as KTP
 
 from devstack import topics
 from devstack.broker import LocalBroker
+from tests.support.checkpoint_factory import write_checkpoint
 
 pytestmark = pytest.mark.integration
 
@@ -60,9 +65,13 @@ def test_the_mirror_commits_again_after_a_broker_restart(tmp_path, topic_name):
     try:
         bs = broker.bootstrap_servers
         topics.create_topic(bs, topic_name, 2)
-        warm = Consumer({"bootstrap.servers": bs, "group.id": f"{topic_name}-warm-up"})   # the offsets topic exists
-        warm.commit(offsets=[KTP(topic_name, 0, 0)], asynchronous=False)
-        warm.close()
+        # The first group request of this broker's life: `aks mirror` waits for the coordinator to be ready.
+        write_checkpoint(tmp_path / "ck", batches=3, sources=({topic_name: 2},))
+        cli = subprocess.run([sys.executable, "-m", "airflow_kafka_spark.cli", "mirror", "--checkpoint",
+                              str(tmp_path / "ck"), "--bootstrap-servers", bs, "--group", f"{group}-cli", "--execute"],
+                             cwd=REPO, capture_output=True, text=True, timeout=120)
+        assert cli.returncode == 0, cli.stderr[-2000:]
+        assert committed(bs, f"{group}-cli", topic_name) == [30, 30]   # batch 2's end offsets, as checkpointed
         child = subprocess.Popen([sys.executable, "-c", COMMITTER, bs, topic_name, group], cwd=REPO, text=True,
                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         assert child.stdin is not None and child.stdout is not None
@@ -86,12 +95,15 @@ def test_the_mirror_commits_again_after_a_broker_restart(tmp_path, topic_name):
         _, err = child.communicate(timeout=60)
         assert child.returncode == 0, (child.returncode, err[-2000:])   # 134 was librdkafka's abort
         assert back["commits"] == 2, back
-        consumer = Consumer({"bootstrap.servers": bs, "group.id": group})
-        try:
-            got = consumer.committed([KTP(topic_name, 0), KTP(topic_name, 1)], timeout=30)
-        finally:
-            consumer.close()
         n = back["last"]
-        assert [tp.offset for tp in got] == [10 * n, 10 * n + 1]
+        assert committed(bs, group, topic_name) == [10 * n, 10 * n + 1]
     finally:
         broker.stop()
+
+
+def committed(bs: str, group: str, topic: str) -> list[int]:
+    consumer = Consumer({"bootstrap.servers": bs, "group.id": group})
+    try:
+        return [tp.offset for tp in consumer.committed([KTP(topic, 0), KTP(topic, 1)], timeout=30)]
+    finally:
+        consumer.close()
