@@ -271,3 +271,57 @@ def webhdfs_file_checksum(fs: Any, path: str) -> str:
     written with the same block size and bytes-per-checksum."""
     out = fs._call("GETFILECHECKSUM", "get", path).json()["FileChecksum"]
     return f"{out['algorithm']}:{out['bytes']}"
+
+
+# --------------------------------------------------------------------------- HDFS: snapshots
+
+
+def webhdfs_snapshot_root(fs: Any, path: str) -> str | None:
+    """The snapshottable folder that holds ``path`` (``path`` itself or its nearest ancestor), or None.
+
+    What tells: the NameNode's FileStatus of a folder an administrator ran ``hdfs dfsadmin
+    -allowSnapshot`` on carries ``"snapshotEnabled": true`` (GETFILESTATUS; nested snapshottable
+    folders are refused by HDFS, so the nearest is the only one). One GETFILESTATUS per level,
+    not GETSNAPSHOTTABLEDIRECTORYLIST: that lists only the caller's own folders unless it is the
+    superuser, and older clusters lack it. The root folder is never the answer: the NameNode marks
+    it snapshot-enabled with a quota of 0 snapshots (the minicluster's CREATESNAPSHOT there: "the
+    snapshot quota is 0"), and a snapshot of the whole namespace is not a checkpoint's backup.
+    Never made snapshottable here: ALLOWSNAPSHOT needs the superuser.
+    """
+    at = posixpath.normpath("/" + path.lstrip("/"))
+    while at != "/":
+        try:
+            status = fs._call("GETFILESTATUS", "get", at).json()["FileStatus"]
+        except FileNotFoundError:
+            status = {}
+        if status.get("type") == "DIRECTORY" and status.get("snapshotEnabled") is True:
+            return at
+        at = posixpath.dirname(at)
+    return None
+
+
+def webhdfs_create_snapshot(fs: Any, folder: str, name: str) -> str:
+    """CREATESNAPSHOT ``name`` of the snapshottable ``folder``: its path (``<folder>/.snapshot/<name>``).
+
+    ``PermissionError`` when the caller may not (only the folder's owner or the superuser may)."""
+    out = fs._call("CREATESNAPSHOT", "put", folder, snapshotname=name).json()
+    return str(out["Path"])
+
+
+def webhdfs_delete_snapshot(fs: Any, folder: str, name: str) -> bool:
+    """DELETESNAPSHOT ``name`` of ``folder``; False when there was none (deleted already, or the folder moved)."""
+    try:
+        fs._call("DELETESNAPSHOT", "delete", folder, snapshotname=name)
+    except FileNotFoundError:
+        return False
+    except RuntimeError as exc:
+        if "not exist" in str(exc) or "not a snapshottable" in str(exc):
+            return False
+        raise
+    fs.invalidate_cache(folder)
+    return True
+
+
+def webhdfs_same_cluster(a: Any, b: Any) -> bool:
+    """Do two WebHDFS file systems talk to the same NameNode (so a path of one is a path of the other)?"""
+    return is_webhdfs(a) and is_webhdfs(b) and getattr(a, "url", None) == getattr(b, "url", None) is not None

@@ -16,6 +16,7 @@ that does not parse, does not match its seal, or names an unsafe path is never u
 from __future__ import annotations
 
 import json
+import posixpath
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -42,7 +43,10 @@ class FileEntry(NamedTuple):
     """One checkpoint file in a backup: its path relative to the checkpoint, size and content hash.
 
     A named tuple, not a dataclass: a manifest holds one per checkpoint file (40,000 and more), and
-    building them is most of parsing one.
+    building them is most of parsing one. For an entry of an HDFS snapshot backup (``proof``
+    ``hdfs-snapshot``, ``ops.backup.snapshot``) ``sha256`` holds the cluster's file checksum
+    instead (``<algorithm>:<hex>``, written as ``checksum``): the one name of the file's content
+    such a backup has, and never a blob name (those are 64 hex digits, with no colon).
     """
 
     path: str
@@ -55,7 +59,8 @@ class FileEntry(NamedTuple):
     proof: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        d: dict[str, Any] = {"path": self.path, "size": self.size, "sha256": self.sha256}
+        d: dict[str, Any] = {"path": self.path, "size": self.size,
+                             ("checksum" if self.proof == SNAPSHOT_PROOF else "sha256"): self.sha256}
         if self.mtime is not None:
             d["mtime"] = self.mtime
         if self.ctime is not None:
@@ -68,7 +73,12 @@ class FileEntry(NamedTuple):
 #: The proofs an entry's ``proof`` may name. ``s3-sha256``: the source object's full-object SHA-256
 #: as the S3 store keeps it (``x-amz-checksum-sha256``, checked by the store against the body when
 #: the object was written), and the blob is the store's own copy of that object (``CopyObject``).
-PROOFS = frozenset({"s3-sha256"})
+#: ``hdfs-snapshot``: the file is in the backup's read-only HDFS snapshot (``Manifest.snapshot``),
+#: named by the cluster's checksum (``GETFILECHECKSUM``), computed again by verify and restore.
+SNAPSHOT_PROOF = "hdfs-snapshot"
+PROOFS = frozenset({"s3-sha256", SNAPSHOT_PROOF})
+#: A cluster's file checksum as an ``hdfs-snapshot`` entry records it: ``MD5-of-0MD5-of-512CRC32C:<hex>``.
+_CHECKSUM = re.compile(r"[A-Za-z0-9-]{1,64}:[0-9a-f]{8,512}")
 
 
 @dataclass(frozen=True)
@@ -99,6 +109,10 @@ class Manifest:
     #: ``excluded`` file with its reason, ``unmodelled`` folders copied as found). Absent from
     #: manifests written before it existed, and then left out of the body, so their seals still hold.
     selection: dict[str, Any] = field(default_factory=dict)
+    #: An HDFS snapshot backup (``ops.backup.snapshot``): ``folder`` (the snapshottable folder),
+    #: ``name`` (of the snapshot) and ``path`` (the checkpoint inside it); every entry's file is there.
+    #: Absent (and left out of the body) for a backup in the blob store.
+    snapshot: dict[str, str] = field(default_factory=dict)
     digest: str = ""
     hmac: str = ""               # keyed seal (ops.seal), empty when written without a key
     #: The JSON of ``files`` exactly as a parsed manifest's seals covered it (``from_json``), carried
@@ -133,6 +147,7 @@ class Manifest:
             "totals": {"files": len(self.files), "bytes": self.total_bytes},
             "stats": self.stats,
             **({"selection": self.selection} if self.selection else {}),
+            **({"snapshot": self.snapshot} if self.snapshot else {}),
         }
 
     def to_dict(self) -> dict[str, Any]:
@@ -207,6 +222,7 @@ class Manifest:
                 running=bool(doc.get("running")), state=dict(doc.get("state") or {}),
                 problems=list(doc.get("problems") or []), files=files, stats=dict(doc.get("stats") or {}),
                 selection=dict(doc.get("selection") or {}),
+                snapshot=_snapshot_of(doc.get("snapshot"), files),
                 digest=str(digest or ""), hmac=keyed if isinstance(keyed, str) else "")
         except (KeyError, TypeError, ValueError, AttributeError, UserError) as exc:
             raise _tampered(where, f"missing or malformed field ({exc})") from None
@@ -271,7 +287,8 @@ def _file_entries(docs: Any) -> tuple[FileEntry, ...]:
     numbers = _NUMBER_TYPES
     for f in docs:
         try:
-            path, size, sha, mtime, ctime = f["path"], f["size"], f["sha256"], f.get("mtime"), f.get("ctime")
+            path, size, mtime, ctime = f["path"], f["size"], f.get("mtime"), f.get("ctime")
+            sha = f["sha256"] if f.get("proof") != SNAPSHOT_PROOF else _checksum(f["checksum"], f)
         except (KeyError, TypeError, AttributeError):
             raise ValueError(f"file entry {str(f)[:80]!r} lacks path, size or sha256") from None
         if type(path) is not str or not path or type(size) is not int or size < 0 or type(sha) is not str \
@@ -282,12 +299,36 @@ def _file_entries(docs: Any) -> tuple[FileEntry, ...]:
         if proof is not None and proof not in PROOFS:
             raise ValueError(f"file entry {path!r} names an unknown proof {str(proof)[:40]!r}")
         append(FileEntry(path, size, sha, mtime, ctime, proof))
-    joined = "\n".join(e.sha256 for e in out)
+    hashed = [e for e in out if e.proof != SNAPSHOT_PROOF]
+    joined = "\n".join(e.sha256 for e in hashed)
     # n digests of 64 hex characters each, and nothing else: the length pins where each one lies
-    if out and (len(joined) != 65 * len(out) - 1 or not _SHA256_LINES.fullmatch(joined)):
-        for e in out:
+    if hashed and (len(joined) != 65 * len(hashed) - 1 or not _SHA256_LINES.fullmatch(joined)):
+        for e in hashed:
             _sha(e.sha256)
     return tuple(out)
+
+
+def _checksum(v: Any, entry: Any) -> str:
+    if not isinstance(v, str) or not _CHECKSUM.fullmatch(v) or "sha256" in entry:
+        raise ValueError(f"file entry {str(entry)[:80]!r}: malformed cluster checksum")
+    return v
+
+
+def _snapshot_of(doc: Any, files: tuple[FileEntry, ...]) -> dict[str, str]:
+    """The ``snapshot`` of a parsed manifest, checked: absolute normalized paths, ``path`` inside
+    ``<folder>/.snapshot/<name>``, every entry an ``hdfs-snapshot`` one (such entries without a
+    snapshot are a pre-copy's cache: never restored, and no blob has their name)."""
+    if not doc:
+        return {}
+    kinds = {f.proof == SNAPSHOT_PROOF for f in files}
+    folder, name, path = doc["folder"], doc["name"], doc["path"]
+    inside = posixpath.join(folder, ".snapshot", name)
+    if not all(isinstance(v, str) and v for v in (folder, name, path)) or "/" in name or name in {".", ".."} \
+            or any(posixpath.normpath(v) != v or not v.startswith("/") for v in (folder, path)) \
+            or not (path == inside or path.startswith(inside + "/")) or False in kinds or set(doc) != {
+                "folder", "name", "path"}:
+        raise ValueError(f"malformed snapshot {str(doc)[:120]!r}")
+    return {"folder": folder, "name": name, "path": path}
 
 
 _NUMBER_TYPES = frozenset((int, float, type(None)))

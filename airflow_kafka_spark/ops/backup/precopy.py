@@ -53,6 +53,7 @@ from airflow_kafka_spark.ops.backup.reuse import (
     stat_of,
 )
 from airflow_kafka_spark.ops.backup.selection import layout_misfit, log_ids, select_files
+from airflow_kafka_spark.ops.backup.snapshot import snapshot_writer
 from airflow_kafka_spark.ops.backup.store import blob_index, mismatched_blobs
 from airflow_kafka_spark.ops.backup.take import open_sides
 from airflow_kafka_spark.ops.backup.writer import BlobWriter
@@ -103,12 +104,14 @@ def precopy_checkpoint(checkpoint_location: str, backup_root: str, *, job: str |
         listing = list_files(ck)
         previous = known_entries(previous_manifest(job_loc, job, ck, state.query_id, seal_key),
                                  precopied(job_loc, job, ck, state.query_id, seal_key))
-        index = blob_index(job_loc, trusted={f.sha256: f.size for f in previous.values()})
+        # no snapshot while the query runs; in a snapshottable folder the cluster's checksums (ops.backup.snapshot)
+        writer = snapshot_writer(ck, job_loc, job, None, previous) or BlobWriter(
+            job_loc, blob_index(job_loc, trusted={f.sha256: f.size for f in previous.values()}), kind_for(ck, job_loc))
+        index = writer.index
         ids = log_ids(listing)
         misfit = layout_misfit(listing, [(p.code, p.path) for p in state.problems], ids=ids)
         sel = select_files(listing, max(ids[1]) if ids[1] else None, max(ids[0]) if ids[0] else None,
                            keep_pending=True, whole=misfit)
-        writer = BlobWriter(job_loc, index, kind_for(ck, job_loc))
         below_ck = Contained(ck)
         entries: list[FileEntry] = []
         skipped = 0

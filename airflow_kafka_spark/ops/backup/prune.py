@@ -20,6 +20,7 @@ from airflow_kafka_spark._util.paths import safe_child
 from airflow_kafka_spark.errors import UserError
 from airflow_kafka_spark.ops.backup.catalog import read_catalog, read_manifest, store_path
 from airflow_kafka_spark.ops.backup.manifest import BACKUPS_DIR, BLOBS_DIR, STAGING_DIR, TMP_DIR, Manifest
+from airflow_kafka_spark.ops.backup.snapshot import release
 
 
 def check_retention(keep_last: int | None, max_age_s: float | None) -> None:
@@ -103,6 +104,7 @@ def prune_job(job_loc: Location, job: str, *, keep_last: int | None, max_age_s: 
         for m in removed:
             remove_file(store_path(job_loc, BACKUPS_DIR, f"{m.backup_id}.json"))
             faults.crash_point("prune.manifest")
+            release(job_loc, m)   # an HDFS snapshot backup's snapshot, once no manifest names it
         for loc, _ in garbage:
             remove_file(loc)
         for loc in leftovers:

@@ -31,6 +31,7 @@ from airflow_kafka_spark._util.localfs import sync_filesystem
 from airflow_kafka_spark._util.paths import Contained
 from airflow_kafka_spark._util.stores import is_webhdfs
 from airflow_kafka_spark.errors import UserError
+from airflow_kafka_spark.ops.backup import snapshot
 from airflow_kafka_spark.ops.backup.catalog import blob_rel, job_location, open_backup_root
 from airflow_kafka_spark.ops.backup.kinds import S3, Streamed, kind_for
 from airflow_kafka_spark.ops.backup.manifest import FileEntry, Manifest, check_paths
@@ -54,6 +55,8 @@ def copy_files(manifest: Manifest, backup_root: str, dest: Location, *, storage_
     """
     check_paths(manifest, f"of backup {manifest.backup_id}")
     job_loc = job_location(open_backup_root(backup_root, storage_options), manifest.job)
+    if manifest.snapshot:   # an HDFS snapshot backup: copied out of its snapshot (``ops.backup.snapshot``)
+        return snapshot.copy_out(manifest, job_loc, dest, hash_only)
     if dest.local:
         os.makedirs(dest.path, exist_ok=True)
     below_dest, below_job = Contained(dest), Contained(job_loc)

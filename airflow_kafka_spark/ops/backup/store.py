@@ -25,6 +25,7 @@ from airflow_kafka_spark.errors import UserError
 from airflow_kafka_spark.ops.backup.catalog import blob_rel, job_location, load_backup, open_backup_root
 from airflow_kafka_spark.ops.backup.manifest import BLOBS_DIR, Manifest
 from airflow_kafka_spark.ops.backup.restore_copy import copy_files
+from airflow_kafka_spark.ops.backup.snapshot import check_snapshot
 
 _CHUNK = 1 << 20
 #: Threads re-hashing blobs in :func:`check_blobs`.
@@ -42,6 +43,8 @@ def verify_backup(backup_root: str, job: str, backup_id: str, *, deep: bool = Tr
 
 def check_blobs(job_loc: Location, m: Manifest, *, deep_shas: set[str],
                  index: Mapping[str, int] | None = None) -> None:
+    if m.snapshot:   # an HDFS snapshot backup: its files are in the snapshot, not in blobs/
+        return check_snapshot(job_loc, m, deep=bool(deep_shas))
     have = index if index is not None else blob_index(job_loc)
     for f in m.files:
         size = have.get(f.sha256)

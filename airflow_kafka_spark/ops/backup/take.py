@@ -67,6 +67,7 @@ from airflow_kafka_spark.ops.backup.reuse import (
     unchanged,
 )
 from airflow_kafka_spark.ops.backup.selection import Selection, layout_misfit, log_ids, select_files
+from airflow_kafka_spark.ops.backup.snapshot import snapshot_writer
 from airflow_kafka_spark.ops.backup.store import blob_index, check_blobs
 from airflow_kafka_spark.ops.backup.writer import BlobWriter
 from airflow_kafka_spark.ops.guards import check_locations, running_reason
@@ -212,7 +213,6 @@ def _backup_once(ck: Location, state: CheckpointState, job_loc: Location, job: s
     last = previous_manifest(job_loc, job, ck, state.query_id, seal_key)
     pre = precopied(job_loc, job, ck, state.query_id, seal_key)
     previous = known_entries(last, pre)
-    index = blob_index(job_loc, trusted={f.sha256: f.size for f in previous.values()})
     before = log_ids(listing)
     newest_before = _newest_log_files(listing, before)
     committed = max(before[1]) if before[1] else None
@@ -225,7 +225,12 @@ def _backup_once(ck: Location, state: CheckpointState, job_loc: Location, job: s
     sel = select_files(listing, committed, planned, keep_pending=not (force and running), whole=misfit)
     faults.crash_point("backup.listed")
 
-    writer = BlobWriter(job_loc, index, kind_for(ck, job_loc))
+    created = now_ms if now_ms is not None else int(time.time() * 1000)
+    backup_id = new_backup_id(created, committed)
+    # An HDFS snapshot where the folder allows one (ops.backup.snapshot), else bodies into the blob store.
+    writer = snapshot_writer(ck, job_loc, job, backup_id, previous) or BlobWriter(
+        job_loc, blob_index(job_loc, trusted={f.sha256: f.size for f in previous.values()}), kind_for(ck, job_loc))
+    index = writer.index
     entries: list[FileEntry] = []
     reused = 0
     below_ck = Contained(ck)   # each checkpoint folder checked once (state stores hold 10,000s of files)
@@ -277,8 +282,6 @@ def _backup_once(ck: Location, state: CheckpointState, job_loc: Location, job: s
     running = running or (f"batches advanced during the backup ({_span(before)} -> {_span(after)})"
                           if after != before else None)
 
-    created = now_ms if now_ms is not None else int(time.time() * 1000)
-    backup_id = new_backup_id(created, committed)
     committed_offsets = _offsets_at(ck, state, committed)
     # A batch planned after the last commit (a whole copy may also hold commits ahead of offsets/: no pending then)
     pending = sel.log_bound if sel.log_bound is not None and (committed is None or sel.log_bound > committed) \
@@ -300,7 +303,7 @@ def _backup_once(ck: Location, state: CheckpointState, job_loc: Location, job: s
         forced=force, running=bool(running),
         state={"has_state": state.has_state, "version": sel.state_version if state.has_state else None,
                "complete": not sel.state_problems},
-        selection=sel.record(),
+        selection=sel.record(), snapshot=writer.snapshot_doc or {},
         problems=[*sel.state_problems, *(f"{p.code} {p.path}: {p.message}" for p in state.problems)],
         files=tuple(entries),
         # Every entry the previous manifest's own, in its order: its sealed file list is this one.

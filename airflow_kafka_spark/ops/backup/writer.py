@@ -53,6 +53,9 @@ class BlobWriter:
     one ``fsync`` per file. A crash before that leaves temp files only, which pruning collects.
     """
 
+    #: A snapshot backup's ``Manifest.snapshot`` (``ops.backup.snapshot.SnapshotWriter``); none here.
+    snapshot_doc: dict[str, str] | None = None
+
     def __init__(self, job_loc: Location, index: dict[str, int], kind: Streamed | None = None) -> None:
         self.job_loc = job_loc
         self.kind = kind or Streamed()   # what the two stores can do without this process (ops.backup.kinds)

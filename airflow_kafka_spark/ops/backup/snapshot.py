@@ -1,0 +1,241 @@
+"""HDFS snapshot backups: the backup after the stop is one ``CREATESNAPSHOT``, no body through this process.
+
+Why: WebHDFS has no copy, so a backup into an HDFS blob store reads every new state file through
+the worker and writes it again (``ops.backup.kinds.WebHdfs``). When the checkpoint lies in a
+snapshottable folder (an administrator ran ``hdfs dfsadmin -allowSnapshot`` on it or on an
+ancestor: its FileStatus says ``snapshotEnabled``, ``_util.stores.webhdfs_snapshot_root``) and the
+backup root is on the same cluster, the NameNode can keep the checkpoint as it is instead: a
+snapshot is read-only, shares the blocks of the live files and costs one request. The product never
+makes a folder snapshottable (that needs the superuser).
+
+What such a backup is (:class:`SnapshotWriter`, behind the blob writer's interface so
+``ops.backup.take`` and ``ops.backup.precopy`` keep one flow):
+
+* **The snapshot**, named ``aks-<job>-<backup id>`` (:func:`snapshot_name`), taken after the
+  checkpoint was listed and its files selected, as the blob copy would be (``ops.backup.selection``).
+* **The manifest** lists the selected files (complete by construction: the same selection), each
+  with its size, mtime and the cluster's file checksum (``GETFILECHECKSUM``: MD5 of the per-block
+  MD5s of the CRC32Cs the DataNodes keep) as ``checksum``, ``"proof": "hdfs-snapshot"``, and the
+  snapshot's folder, name and the checkpoint's path inside it (``Manifest.snapshot``). A file whose
+  path, size and mtime equal an ``hdfs-snapshot`` entry of the previous manifest or the pre-copy
+  keeps that checksum (the pre-copy computes them while the query runs): only the files written
+  since are asked for one in the downtime window.
+* **Verified** (:func:`check_snapshot`): when published, every entry's file is in the snapshot with
+  its size and mtime; ``aks backup verify`` (deep) and every restore compute each file's checksum
+  again and compare it with the recorded one.
+* **Restore** (:func:`copy_out`): each file is copied out of the snapshot through this process (WebHDFS
+  has no copy), four at a time, and the copy is proven by its own checksum being the recorded one;
+  where the two cannot be compared (another block size), by the snapshot file's checksum being the
+  recorded one and the copy's bytes, read back, hashing as the bytes read from the snapshot did.
+* **Pruning** a backup deletes its snapshot (:func:`release`), after its manifest.
+
+A snapshot left by a backup that failed after taking it (the query was found running) is not named
+by any manifest: ``hdfs dfs -deleteSnapshot`` removes it (see docs/security.md).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import posixpath
+from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
+
+from airflow_kafka_spark._util.fs import Location, list_files, mtime_of, open_new, open_regular, os_reason
+from airflow_kafka_spark._util.paths import Contained
+from airflow_kafka_spark._util.stores import (
+    is_webhdfs,
+    webhdfs_create_snapshot,
+    webhdfs_delete_snapshot,
+    webhdfs_file_checksum,
+    webhdfs_same_cluster,
+    webhdfs_snapshot_root,
+)
+from airflow_kafka_spark.errors import UserError
+from airflow_kafka_spark.ops.backup.manifest import SNAPSHOT_PROOF, FileEntry, Manifest
+
+#: GETFILECHECKSUM requests at once (each a NameNode and a DataNode round trip, no body).
+_CHECKSUM_THREADS = 8
+#: Files copied out of a snapshot at once by a restore (as ``restore_copy`` does for HDFS).
+_COPY_THREADS = 4
+_CHUNK = 1 << 20
+
+
+def snapshot_name(job: str, backup_id: str) -> str:
+    """The snapshot of backup ``backup_id`` of ``job`` (both validated names: no ``/``)."""
+    return f"aks-{job}-{backup_id}"
+
+
+def snapshot_writer(ck: Location, job_loc: Location, job: str, backup_id: str | None,
+                    previous: Mapping[str, FileEntry]) -> SnapshotWriter | None:
+    """The writer of a snapshot backup of ``ck`` (``backup_id``; None: a pre-copy, which takes no
+    snapshot), or None when the store cannot keep one: not both on one HDFS, no snapshottable
+    folder holds the checkpoint, or this user may not snapshot it. The snapshot is taken here."""
+    if not webhdfs_same_cluster(ck.fs, job_loc.fs):
+        return None
+    folder = webhdfs_snapshot_root(ck.fs, ck.path)
+    if folder is None:
+        return None
+    writer = SnapshotWriter(ck, folder, previous)
+    if backup_id is not None:
+        try:
+            writer.take(snapshot_name(job, backup_id))
+        except PermissionError:   # only the folder's owner or the superuser may: the blob store then
+            return None
+        except RuntimeError as exc:   # no snapshot quota left (HDFS allows 65,536 per folder)
+            if "quota" not in str(exc):
+                raise
+            return None
+    return writer
+
+
+class SnapshotWriter:
+    """``BlobWriter``'s interface for a snapshot backup: each ``put`` names a file by its cluster checksum.
+
+    ``index`` holds the checksums (-> size) the previous manifest and the pre-copy computed, which
+    ``take`` reuses for unchanged files; nothing is written to the blob store.
+    """
+
+    name = SNAPSHOT_PROOF
+
+    def __init__(self, ck: Location, folder: str, previous: Mapping[str, FileEntry]) -> None:
+        self.ck, self.folder = ck, folder
+        self.index = {f.sha256: f.size for f in previous.values() if f.proof == SNAPSHOT_PROOF}
+        self.written: set[str] = set()
+        self.bytes_written = self.bytes_hashed = self.files_hashed = self.bytes_copied_by_store = 0
+        self.files_vouched = 0   # checksums the cluster computed for this run
+        self.snapshot_doc: dict[str, str] | None = None
+        self._snap: Location | None = None
+
+    def take(self, name: str) -> None:
+        """CREATESNAPSHOT of the snapshottable folder; the checkpoint's files are read from it from now on."""
+        rel = posixpath.relpath(posixpath.normpath(self.ck.path), self.folder)
+        path = webhdfs_create_snapshot(self.ck.fs, self.folder, name)
+        inside = posixpath.normpath(posixpath.join(path, rel)) if rel != "." else path
+        self.snapshot_doc = {"folder": self.folder, "name": name, "path": inside}
+        self._snap = Location(self.ck.fs, inside, f"{self.ck.url.split(self.ck.path)[0]}{inside}")
+
+    def prefetch(self, sources: list[tuple[Location, int]]) -> None:
+        """Nothing to fetch ahead: :meth:`put_many` asks for all checksums at once."""
+
+    def put_many(self, sources: list[tuple[Location, int]]) -> Iterator[tuple[str, int, str] | BaseException]:
+        """(checksum, size, proof) of each source as the snapshot holds it (the live file in a pre-copy)."""
+        def one(item: tuple[Location, int]) -> tuple[str, int, str] | BaseException:
+            src, size = item
+            at = self._in_snapshot(src)
+            try:
+                return webhdfs_file_checksum(at.fs, at.path), size, SNAPSHOT_PROOF
+            except FileNotFoundError as exc:   # gone since the listing: the query runs (take retries)
+                return exc
+            except (OSError, RuntimeError, ValueError, KeyError) as exc:
+                return UserError(f"cannot get the checksum of {at.url}: {os_reason(exc)}")
+
+        with ThreadPoolExecutor(max_workers=_CHECKSUM_THREADS) as pool:
+            out = list(pool.map(one, sources))
+        self.files_vouched += sum(not isinstance(r, BaseException) for r in out)
+        return iter(out)
+
+    def _in_snapshot(self, src: Location) -> Location:
+        if self._snap is None:
+            return src
+        rel = posixpath.relpath(src.path, self.ck.path)
+        return self._snap.child(rel)
+
+    def sync(self) -> None:
+        """Nothing staged: the snapshot is complete when taken."""
+
+    def to_rehash(self) -> set[str]:
+        """No blob was written; :func:`check_snapshot` checks the snapshot instead."""
+        return set()
+
+
+def _snapshot_location(job_loc: Location, m: Manifest) -> Location:
+    if not is_webhdfs(job_loc.fs):
+        raise UserError(f"backup {m.backup_id} is an HDFS snapshot ({m.snapshot['path']}), but the backup root "
+                        f"{job_loc.url} is not on HDFS: open the backup root on the checkpoint's cluster")
+    path = m.snapshot["path"]
+    return Location(job_loc.fs, path, f"{job_loc.url.split(job_loc.path)[0]}{path}")
+
+
+def check_snapshot(job_loc: Location, m: Manifest, *, deep: bool) -> None:
+    """Every entry's file in the snapshot with its size and mtime; ``deep``: and its recorded checksum."""
+    snap = _snapshot_location(job_loc, m)
+    listing = list_files(snap)
+    for f in m.files:
+        info = listing.get(f.path)
+        if info is None:
+            raise UserError(f"backup {m.backup_id} is incomplete: {f.path} is missing from snapshot {snap.path}; "
+                            "restore from another backup")
+        if int(info.get("size") or 0) != f.size or (f.mtime is not None and mtime_of(info) != f.mtime):
+            raise UserError(f"backup {m.backup_id} is damaged: {f.path} in snapshot {snap.path} is not the file "
+                            "the manifest lists (size or mtime); restore from another backup")
+    if deep:
+        def same(f: FileEntry) -> bool:
+            return webhdfs_file_checksum(snap.fs, snap.child(f.path).path) == f.sha256
+
+        with ThreadPoolExecutor(max_workers=_CHECKSUM_THREADS) as pool:
+            for f, ok in zip(m.files, pool.map(same, m.files), strict=True):
+                if not ok:
+                    raise UserError(f"backup {m.backup_id} is damaged: {f.path} in snapshot {snap.path} does not "
+                                    "match its recorded checksum; restore from another backup")
+
+
+def copy_out(m: Manifest, job_loc: Location, dest: Location,
+             hash_only: Callable[[str], bool] | None = None) -> dict[str, int]:
+    """Copy every file of snapshot backup ``m`` below ``dest``, each proven (see the module doc)."""
+    snap = _snapshot_location(job_loc, m)
+    below_dest = Contained(dest)
+    same_cluster = webhdfs_same_cluster(job_loc.fs, dest.fs)
+
+    def one(f: FileEntry) -> None:
+        src, target = snap.child(f.path), below_dest.child(f.path, what=f"file path of backup {m.backup_id}")
+        body = not (hash_only and hash_only(f.path))
+        try:
+            read = _copy(f, src, target, m.backup_id, body=body)
+            if body and same_cluster and webhdfs_file_checksum(target.fs, target.path) == f.sha256:
+                return
+            if webhdfs_file_checksum(src.fs, src.path) != f.sha256:
+                raise UserError(f"backup {m.backup_id} is damaged: {f.path} in snapshot {snap.path} does not match "
+                                "its recorded checksum; restore from another backup")
+            if body and same_cluster and _sha256(target, f.size) != read:   # checksums not comparable: re-read
+                raise UserError(f"the copy of {f.path} of backup {m.backup_id} at {target.url} is not the "
+                                "snapshot's bytes; nothing was restored: re-run the restore")
+        except FileNotFoundError:
+            raise UserError(f"backup {m.backup_id} is incomplete: {f.path} is missing from snapshot {snap.path}; "
+                            "restore from another backup") from None
+        except (OSError, RuntimeError, ValueError, KeyError) as exc:
+            raise UserError(f"cannot copy {f.path} of backup {m.backup_id} to {dest.url}: {os_reason(exc)}") from None
+
+    with ThreadPoolExecutor(max_workers=_COPY_THREADS) as pool:
+        list(pool.map(one, m.files))
+    return {"local": 0, "store": 0, "streamed": len(m.files)}
+
+
+def _copy(f: FileEntry, src: Location, target: Location, backup_id: str, *, body: bool) -> str:
+    """One snapshot file to ``target`` through this process (at most its size + 1 bytes); sha256 of what was read."""
+    h = hashlib.sha256()
+    left = f.size + 1
+    with open_regular(src, follow_links=False) as fin, open_new(target) as fout:
+        while left > 0 and (chunk := fin.read(min(_CHUNK, left))):
+            h.update(chunk)
+            left -= len(chunk)
+            if body:
+                fout.write(chunk)
+    if left != 1:
+        raise UserError(f"backup {backup_id} is damaged: {f.path} in its snapshot has {f.size + 1 - left:,} bytes, "
+                        f"the manifest says {f.size:,}; restore from another backup")
+    return h.hexdigest()
+
+
+def _sha256(loc: Location, size: int) -> str:
+    h = hashlib.sha256()
+    with open_regular(loc, follow_links=False) as fh:
+        while chunk := fh.read(min(_CHUNK, size + 1)):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def release(job_loc: Location, m: Manifest) -> bool:
+    """Delete the snapshot of a pruned backup ``m`` (its manifest is gone first); False: there was none."""
+    if not m.snapshot or not is_webhdfs(job_loc.fs) or m.snapshot["name"] != snapshot_name(m.job, m.backup_id):
+        return False   # never a snapshot this backup did not take
+    return webhdfs_delete_snapshot(job_loc.fs, m.snapshot["folder"], m.snapshot["name"])
