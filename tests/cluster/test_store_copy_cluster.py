@@ -103,6 +103,9 @@ def test_s3_backup_and_restore_move_no_state_byte_through_the_worker(hadoop, s3,
     # the round trip: the query moves on, the restore brings back exactly the backup's bytes
     advance(ck_url, topic_name, 4, 7)
     kafka = {"bootstrap.servers": broker.bootstrap_servers}
+    damaged = remote_tree(ck_url)
+    dry = restore_checkpoint(ck_url, root_url, after.backup_id, kafka, dry_run=True, backup_settle_s=0)
+    assert dry.dry_run and not dry.restored and remote_tree(ck_url) == damaged   # judged in memory
     restored, read, wrote = counted(lambda: restore_checkpoint(ck_url, root_url, after.backup_id, kafka,
                                                                backup_settle_s=0))
     assert restored.restored and remote_tree(ck_url) == written
@@ -186,6 +189,9 @@ def test_hdfs_snapshot_backup_moves_no_state_byte_and_restores_the_snapshot(hado
 
     advance(ck_url, topic_name, 4, 7)
     kafka = {"bootstrap.servers": broker.bootstrap_servers}
+    damaged = remote_tree(ck_url)
+    dry = restore_checkpoint(ck_url, root_url, after.backup_id, kafka, dry_run=True, backup_settle_s=0)
+    assert dry.dry_run and not dry.restored and remote_tree(ck_url) == damaged   # judged in memory
     restored, read, wrote = counted(lambda: restore_checkpoint(ck_url, root_url, after.backup_id, kafka,
                                                                backup_settle_s=0))
     assert restored.restored and remote_tree(ck_url) == written

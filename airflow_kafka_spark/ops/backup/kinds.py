@@ -17,6 +17,8 @@ so (``None`` / ``False``), which sends the body through this process as before.
   written once; a new blob is then proven by the NameNode's checksum (``GETFILECHECKSUM``, computed
   by the DataNodes from the CRCs they keep) being its source file's, instead of reading it back.
   When the two checksums cannot be compared (other block size), the blob is read back and re-hashed.
+  A checkpoint in a snapshottable folder on the backup root's cluster gets no blobs at all: an HDFS
+  snapshot (``ops.backup.snapshot``).
 * **Local disks** and every other store (:class:`Streamed`): bodies through this process, proven by
   re-hashing.
 """

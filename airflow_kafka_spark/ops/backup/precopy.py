@@ -12,7 +12,8 @@ sha256, mtime, ctime) as a **sealed, unpublished** manifest, ``<job>/precopy.jso
 (``reuse.PRECOPY_NAME``). The backup after the stop (``ops.backup.take``) reads it as it reads the
 previous backup's manifest (``reuse.known_entries``): a file whose size, mtime and (local disk)
 inode change time are the pre-copy's keeps its sha256, and only the files written since are read
-in the downtime window.
+in the downtime window. In a snapshottable HDFS folder (``ops.backup.snapshot``) it stores no body:
+it asks the cluster for each file's checksum, and the backup after the stop is a snapshot.
 
 What it does **not** change:
 
@@ -104,8 +105,7 @@ def precopy_checkpoint(checkpoint_location: str, backup_root: str, *, job: str |
         listing = list_files(ck)
         previous = known_entries(previous_manifest(job_loc, job, ck, state.query_id, seal_key),
                                  precopied(job_loc, job, ck, state.query_id, seal_key))
-        # no snapshot while the query runs; in a snapshottable folder the cluster's checksums (ops.backup.snapshot)
-        writer = snapshot_writer(ck, job_loc, job, None, previous) or BlobWriter(
+        writer = snapshot_writer(ck, job_loc, job, None, previous) or BlobWriter(   # None: no snapshot yet
             job_loc, blob_index(job_loc, trusted={f.sha256: f.size for f in previous.values()}), kind_for(ck, job_loc))
         index = writer.index
         ids = log_ids(listing)

@@ -11,6 +11,9 @@ Why it is built this way:
   cache beside the previous backup (``reuse.known_entries``): a backup after the stop reads only
   the files written since, and the blobs the pre-copy stored are checked here like the previous
   backup's (present, with their size); the pre-copy proved them when it wrote them.
+* **HDFS snapshots** (``ops.backup.snapshot``): a checkpoint in a snapshottable HDFS folder on the
+  backup root's cluster is kept by one ``CREATESNAPSHOT`` instead of blobs, its files named by the
+  cluster's checksums; the same selection, the same checks, the same publication.
 * **Published only when verified**: the manifest is first written to ``staging/``, read back,
   checked (digest, every blob present with its size, every blob written by this run re-hashed, or
   proven by the store itself where it can: ``ops.backup.kinds``)
