@@ -29,8 +29,8 @@ What such a backup is (:class:`SnapshotWriter`, behind the blob writer's interfa
   recorded one and the copy's bytes, read back, hashing as the bytes read from the snapshot did.
 * **Pruning** a backup deletes its snapshot (:func:`release`), after its manifest.
 
-A snapshot left by a backup that failed after taking it (the query was found running) is not named
-by any manifest: ``hdfs dfs -deleteSnapshot`` removes it (see docs/security.md).
+A snapshot left by a backup that failed after taking it (the query was found running) is named by
+no manifest: the job's next snapshot backup deletes it (:func:`sweep`).
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ import hashlib
 import posixpath
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 from airflow_kafka_spark._util.fs import Location, list_files, mtime_of, open_new, open_regular, os_reason
 from airflow_kafka_spark._util.paths import Contained
@@ -51,7 +52,8 @@ from airflow_kafka_spark._util.stores import (
     webhdfs_snapshot_root,
 )
 from airflow_kafka_spark.errors import UserError
-from airflow_kafka_spark.ops.backup.manifest import SNAPSHOT_PROOF, FileEntry, Manifest
+from airflow_kafka_spark.names import is_backup_id
+from airflow_kafka_spark.ops.backup.manifest import BACKUPS_DIR, SNAPSHOT_PROOF, FileEntry, Manifest
 
 #: GETFILECHECKSUM requests at once (each a NameNode and a DataNode round trip, no body).
 _CHECKSUM_THREADS = 8
@@ -77,6 +79,7 @@ def snapshot_writer(ck: Location, job_loc: Location, job: str, backup_id: str | 
         return None
     writer = SnapshotWriter(ck, folder, previous)
     if backup_id is not None:
+        sweep(ck.fs, folder, job, job_loc)
         try:
             writer.take(snapshot_name(job, backup_id))
         except PermissionError:   # only the folder's owner or the superuser may: the blob store then
@@ -232,6 +235,30 @@ def _sha256(loc: Location, size: int) -> str:
         while chunk := fh.read(min(_CHUNK, size + 1)):
             h.update(chunk)
     return h.hexdigest()
+
+
+def sweep(fs: Any, folder: str, job: str, job_loc: Location) -> list[str]:
+    """Delete the snapshots of ``job``'s backups that were never published (taken, then the backup
+    refused: the query found running); the names deleted.
+
+    Called under the job's lock (``take``), so no backup of the job is between its snapshot and its
+    manifest: a snapshot named ``aks-<job>-<backup id>`` whose ``backups/<backup id>.json`` does not
+    exist is a leftover. Only names of exactly that form, so another job's snapshots (and an
+    administrator's) are never touched.
+    """
+    prefix = snapshot_name(job, "")
+    try:
+        names = [posixpath.basename(p.rstrip("/")) for p in fs.ls(posixpath.join(folder, ".snapshot"), detail=False)]
+    except FileNotFoundError:
+        return []
+    ours = {n[len(prefix):]: n for n in names if n.startswith(prefix) and is_backup_id(n[len(prefix):])}
+    if not ours:
+        return []
+    published = {rel[:-5] for rel in list_files(job_loc.child(BACKUPS_DIR)) if rel.endswith(".json")}
+    gone = [name for backup_id, name in sorted(ours.items()) if backup_id not in published]
+    for name in gone:
+        webhdfs_delete_snapshot(fs, folder, name)
+    return gone
 
 
 def release(job_loc: Location, m: Manifest) -> bool:
