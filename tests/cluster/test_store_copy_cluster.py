@@ -11,7 +11,8 @@ this process) around each operation:
   of the same size (no kept SHA-256 then) is read, found wrong, and the restore refuses.
 * **HDFS -> HDFS**: WebHDFS has no copy, so each new file is read once and written once; no blob is
   read back (the NameNode's checksum of each blob is its source file's): bytes read < 1.2x the
-  checkpoint (before: 2x, the read-back re-hash).
+  checkpoint (before: 2x, the read-back re-hash). Also when the checkpoint folder itself is
+  snapshottable: a snapshot there would make HDFS refuse the restore's move of the folder.
 * **HDFS -> HDFS, the checkpoint in a snapshottable folder** (``ops.backup.snapshot``): the pre-copy
   and the backup after the stop move no state byte (checksums by the cluster, one CREATESNAPSHOT);
   the backup survives the live checkpoint's damage, the restore brings back its bytes, validate
@@ -121,10 +122,14 @@ def test_s3_backup_and_restore_move_no_state_byte_through_the_worker(hadoop, s3,
 
 
 @pytest.mark.usefixtures("stores")
-def test_hdfs_backup_reads_each_new_byte_once_and_never_reads_a_blob_back(hadoop, s3, broker, topic_name, tmp_path):
+def test_hdfs_backup_reads_each_new_byte_once_and_never_reads_a_blob_back(hadoop, s3, broker, topic_name, tmp_path,
+                                                                          webhdfs):
     run = uuid.uuid4().hex[:8]
     ck_url, root_url = f"{base_url('hdfs', hadoop, s3, run)}/{JOB}/ck", f"{base_url('hdfs', hadoop, s3, run)}/backups"
     stateful_checkpoint(ck_url, broker, topic_name, tmp_path, kept_sha256=False)
+    # the checkpoint folder itself snapshottable (no ancestor is): a snapshot there would stop the
+    # restore below from moving the folder aside, so the blob store, as in a folder that is not
+    webhdfs._call("ALLOWSNAPSHOT", "put", open_location(ck_url).path)
     written = remote_tree(ck_url)
 
     pre, pre_read, pre_wrote = counted(lambda: precopy_checkpoint(ck_url, root_url, job=JOB))
@@ -134,7 +139,7 @@ def test_hdfs_backup_reads_each_new_byte_once_and_never_reads_a_blob_back(hadoop
     assert after.bytes < pre_wrote < 1.2 * after.bytes
     assert after.files_hashed == 0 and read + wrote < 200_000
     assert {f.path: f.sha256 for f in after.manifest.files} == written
-    assert not after.manifest.snapshot   # not snapshottable: the blob store, as before
+    assert not after.manifest.snapshot
     assert verify_backup(root_url, JOB, after.backup_id, deep=True).backup_id == after.backup_id
 
     # the NameNode's checksum proves a blob only against its own bytes

@@ -2,8 +2,9 @@
 
 Why: WebHDFS has no copy, so a backup into an HDFS blob store reads every new state file through
 the worker and writes it again (``ops.backup.kinds.WebHdfs``). When the checkpoint lies in a
-snapshottable folder (an administrator ran ``hdfs dfsadmin -allowSnapshot`` on it or on an
-ancestor: its FileStatus says ``snapshotEnabled``, ``_util.stores.webhdfs_snapshot_root``) and the
+snapshottable folder (an administrator ran ``hdfs dfsadmin -allowSnapshot`` on an ancestor of it:
+its FileStatus says ``snapshotEnabled``, ``_util.stores.webhdfs_snapshot_root``; not on the
+checkpoint folder itself, which restore and reset move aside) and the
 backup root is on the same cluster, the NameNode can keep the checkpoint as it is instead: a
 snapshot is read-only, shares the blocks of the live files and costs one request. The product never
 makes a folder snapshottable (that needs the superuser).
@@ -71,11 +72,14 @@ def snapshot_writer(ck: Location, job_loc: Location, job: str, backup_id: str | 
                     previous: Mapping[str, FileEntry]) -> SnapshotWriter | None:
     """The writer of a snapshot backup of ``ck`` (``backup_id``; None: a pre-copy, which takes no
     snapshot), or None when the store cannot keep one: not both on one HDFS, no snapshottable
-    folder holds the checkpoint, or this user may not snapshot it. The snapshot is taken here."""
+    folder above the checkpoint, or this user may not snapshot it. The snapshot is taken here."""
     if not webhdfs_same_cluster(ck.fs, job_loc.fs):
         return None
     folder = webhdfs_snapshot_root(ck.fs, ck.path)
-    if folder is None:
+    if folder is None or folder == posixpath.normpath(ck.path):
+        # The checkpoint folder itself: HDFS refuses to rename a snapshottable folder that has
+        # snapshots ("cannot be deleted since ... is snapshottable and already has snapshots",
+        # minicluster), and restore and reset move the checkpoint folder aside.
         return None
     writer = SnapshotWriter(ck, folder, previous)
     if backup_id is not None:
