@@ -22,6 +22,7 @@ this process) around each operation:
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import posixpath
 import time
@@ -193,10 +194,13 @@ def test_hdfs_snapshot_backup_moves_no_state_byte_and_restores_the_snapshot(hado
     advance(ck_url, topic_name, 4, 7)
     kafka = {"bootstrap.servers": broker.bootstrap_servers}
     damaged = remote_tree(ck_url)
-    # a snapshot of a backup never published (refused after its snapshot), and an administrator's
-    orphan = f"aks-{JOB}-{new_backup_id(int(time.time() * 1000), 3)}"
-    for name in (orphan, "nightly"):
+    # a snapshot of a backup never published (refused after its snapshot: its mark in staging/), one of
+    # another backup root (no mark here), and an administrator's
+    orphan, elsewhere = (new_backup_id(int(time.time() * 1000), 3) for _ in range(2))
+    for name in (f"aks-{JOB}-{orphan}", f"aks-{JOB}-{elsewhere}", "nightly"):
         webhdfs._call("CREATESNAPSHOT", "put", folder, snapshotname=name)
+    live.fs.pipe_file(open_location(f"{root_url}/{JOB}/staging/{orphan}.snapshot.json").path,
+                      json.dumps({"folder": folder}).encode())
     dry = restore_checkpoint(ck_url, root_url, after.backup_id, kafka, dry_run=True, backup_settle_s=0)
     assert dry.dry_run and not dry.restored and remote_tree(ck_url) == damaged   # judged in memory
     restored, read, wrote = counted(lambda: restore_checkpoint(ck_url, root_url, after.backup_id, kafka,
@@ -211,8 +215,9 @@ def test_hdfs_snapshot_backup_moves_no_state_byte_and_restores_the_snapshot(hado
     pre_restore = restored.pre_restore_backup_id
     snapshots = open_location(f"{base}/snap/.snapshot")
     names = {rel.split("/")[0] for rel in list_files(snapshots)}
-    assert {f"aks-{JOB}-{after.backup_id}", f"aks-{JOB}-{pre_restore}", "nightly"} <= names
-    assert orphan not in names   # swept by the snapshot backup the restore took first
+    assert {f"aks-{JOB}-{after.backup_id}", f"aks-{JOB}-{pre_restore}", f"aks-{JOB}-{elsewhere}", "nightly"} <= names
+    assert f"aks-{JOB}-{orphan}" not in names   # swept by the snapshot backup the restore took first
+    assert not [rel for rel in list_files(open_location(f"{root_url}/{JOB}/staging")) if rel.startswith(orphan)]
     pruned = prune_backups(root_url, JOB, keep_last=1, grace_s=0)
     assert [b.backup_id for b in pruned.removed] == [after.backup_id]
     snapshots.fs.invalidate_cache()

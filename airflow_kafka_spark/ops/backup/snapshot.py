@@ -31,18 +31,29 @@ What such a backup is (:class:`SnapshotWriter`, behind the blob writer's interfa
 * **Pruning** a backup deletes its snapshot (:func:`release`), after its manifest.
 
 A snapshot left by a backup that failed after taking it (the query was found running) is named by
-no manifest: the job's next snapshot backup deletes it (:func:`sweep`).
+no manifest: the job's next snapshot backup into the same root deletes it (:func:`sweep`).
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import posixpath
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from airflow_kafka_spark._util.fs import Location, list_files, mtime_of, open_new, open_regular, os_reason
+from airflow_kafka_spark._util.fs import (
+    Location,
+    list_files,
+    mtime_of,
+    open_new,
+    open_regular,
+    os_reason,
+    read_bytes,
+    remove_file,
+    write_atomic,
+)
 from airflow_kafka_spark._util.paths import Contained
 from airflow_kafka_spark._util.stores import (
     is_webhdfs,
@@ -54,7 +65,8 @@ from airflow_kafka_spark._util.stores import (
 )
 from airflow_kafka_spark.errors import UserError
 from airflow_kafka_spark.names import is_backup_id
-from airflow_kafka_spark.ops.backup.manifest import BACKUPS_DIR, SNAPSHOT_PROOF, FileEntry, Manifest
+from airflow_kafka_spark.ops.backup.catalog import store_path
+from airflow_kafka_spark.ops.backup.manifest import BACKUPS_DIR, SNAPSHOT_PROOF, STAGING_DIR, FileEntry, Manifest
 
 #: GETFILECHECKSUM requests at once (each a NameNode and a DataNode round trip, no body).
 _CHECKSUM_THREADS = 8
@@ -63,6 +75,8 @@ _CHECKSUM_THREADS = 8
 #: (load 13-20, three rounds): 31-45 s with 4, 22.5-25 s with 8; the blob-store restore (4 at a time) 28-39 s.
 _COPY_THREADS = 8
 _CHUNK = 1 << 20
+#: The mark a snapshot backup leaves in ``staging/`` before its snapshot (:func:`sweep`).
+_MARK = ".snapshot.json"
 
 
 def snapshot_name(job: str, backup_id: str) -> str:
@@ -85,7 +99,8 @@ def snapshot_writer(ck: Location, job_loc: Location, job: str, backup_id: str | 
         return None
     writer = SnapshotWriter(ck, folder, previous)
     if backup_id is not None:
-        sweep(ck.fs, folder, job, job_loc)
+        sweep(ck.fs, job, job_loc)
+        write_atomic(store_path(job_loc, STAGING_DIR, f"{backup_id}{_MARK}"), json.dumps({"folder": folder}).encode())
         try:
             writer.take(snapshot_name(job, backup_id))
         except PermissionError:   # only the folder's owner or the superuser may: the blob store then
@@ -243,28 +258,40 @@ def _sha256(loc: Location, size: int) -> str:
     return h.hexdigest()
 
 
-def sweep(fs: Any, folder: str, job: str, job_loc: Location) -> list[str]:
-    """Delete the snapshots of ``job``'s backups that were never published (taken, then the backup
-    refused: the query found running); the names deleted.
+def sweep(fs: Any, job: str, job_loc: Location) -> list[str]:
+    """Delete the snapshots of ``job``'s backups into this backup root that were never published
+    (taken, then the backup refused: the query found running); the names deleted.
 
-    Called under the job's lock (``take``), so no backup of the job is between its snapshot and its
-    manifest: a snapshot named ``aks-<job>-<backup id>`` whose ``backups/<backup id>.json`` does not
-    exist is a leftover. Only names of exactly that form, so another job's snapshots (and an
-    administrator's) are never touched.
+    Each snapshot backup first leaves a mark, ``staging/<backup id>.snapshot.json`` (the folder),
+    before it takes its snapshot (:func:`snapshot_writer`). Called under the job's lock, so no backup
+    of the job is between its snapshot and its manifest: a mark whose ``backups/<backup id>.json``
+    does not exist is a leftover, and its snapshot (named from the job and the backup id, never
+    from the mark) is deleted; every mark is removed. Without a mark nothing is deleted: another
+    backup root's snapshots of the same job, or an administrator's, are never touched.
     """
-    prefix = snapshot_name(job, "")
-    try:
-        names = [posixpath.basename(p.rstrip("/")) for p in fs.ls(posixpath.join(folder, ".snapshot"), detail=False)]
-    except FileNotFoundError:
-        return []
-    ours = {n[len(prefix):]: n for n in names if n.startswith(prefix) and is_backup_id(n[len(prefix):])}
-    if not ours:
+    staged = job_loc.child(STAGING_DIR)
+    marks = {rel[:-len(_MARK)]: rel for rel in list_files(staged)
+             if "/" not in rel and rel.endswith(_MARK) and is_backup_id(rel[:-len(_MARK)])}
+    if not marks:
         return []
     published = {rel[:-5] for rel in list_files(job_loc.child(BACKUPS_DIR)) if rel.endswith(".json")}
-    gone = [name for backup_id, name in sorted(ours.items()) if backup_id not in published]
-    for name in gone:
-        webhdfs_delete_snapshot(fs, folder, name)
+    gone = []
+    for backup_id, rel in sorted(marks.items()):
+        folder = _marked_folder(read_bytes(staged.child(rel)))
+        if backup_id not in published and folder is not None \
+                and webhdfs_delete_snapshot(fs, folder, snapshot_name(job, backup_id)):
+            gone.append(snapshot_name(job, backup_id))
+        remove_file(staged.child(rel))
     return gone
+
+
+def _marked_folder(raw: bytes | None) -> str | None:
+    try:
+        folder = json.loads(raw or b"")["folder"]
+    except (ValueError, KeyError, TypeError):
+        return None
+    return folder if isinstance(folder, str) and folder.startswith("/") and posixpath.normpath(folder) == folder \
+        else None
 
 
 def release(job_loc: Location, m: Manifest) -> bool:
