@@ -177,8 +177,8 @@ class Bench:
         from airflow_kafka_spark.runtime import start_stop
 
         return start_stop.submit_job(self.spec, kafka_config={"bootstrap.servers": self.bootstrap},
-                                     target=spark_target(self.spec), actor="bench", holder="bench", run_id=None,
-                                     log=log)
+                                     target=spark_target(self.spec),
+                                     by=start_stop.Submitter(actor="bench", holder="bench"), log=log)
 
     def stop(self) -> dict:
         from airflow_kafka_spark.airflow_glue.spark import spark_target

@@ -53,9 +53,10 @@ def driver_alive(spec: JobSpec, record: LifecycleRecord | None) -> bool:
 def submit_job(spec: JobSpec, *, context: Any, log: Any, previous: bool = False, dry_run: bool = False,
                lease_ttl_s: float = DEFAULT_LEASE_TTL_S) -> dict[str, Any]:
     """The body of :class:`SubmitStreamingJobOperator` (also the rollback task's): connections resolved here."""
-    return start_stop.submit_job(spec, kafka_config=kafka_config(spec), target=spark_target(spec, context),
-                                 actor=actor(context), holder=task_holder(context), run_id=context["ti"].run_id,
-                                 log=log, previous=previous, dry_run=dry_run, lease_ttl_s=lease_ttl_s)
+    by = start_stop.Submitter(actor=actor(context), holder=task_holder(context), run_id=context["ti"].run_id,
+                              lease_ttl_s=lease_ttl_s)
+    return start_stop.submit_job(spec, kafka_config=kafka_config(spec), target=spark_target(spec, context), by=by,
+                                 log=log, previous=previous, dry_run=dry_run)
 
 
 class SubmitStreamingJobOperator(StreamingJobOperator):

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from airflow_kafka_spark._util.fs import open_location, remove_file
@@ -42,6 +43,22 @@ from airflow_kafka_spark.runtime.kinds import runtime_kind
 from airflow_kafka_spark.runtime.submit import SparkTarget
 
 DEFAULT_LEASE_TTL_S = 600.0
+
+
+@dataclass(frozen=True)
+class Submitter:
+    """Who submits and holds the lifecycle record's lease meanwhile, built once by the caller (the operator
+    from its task instance, a test from its names).
+
+    ``actor`` is who the record's history names; ``holder`` is this very task of this run (its retry
+    adopts the driver a killed first try started, any other holder is refused); ``run_id`` is the run the
+    lease names; the lease lasts ``lease_ttl_s`` at most (it is released on return).
+    """
+
+    actor: str
+    holder: str
+    run_id: str | None = None
+    lease_ttl_s: float = DEFAULT_LEASE_TTL_S
 
 
 def driver_endpoint(driver: DriverInfo, target: Callable[[], SparkTarget],
@@ -75,14 +92,14 @@ def driver_alive(record: LifecycleRecord | None, target: Callable[[], SparkTarge
     return driver_control(record.driver, target, app_versions.submitted_app(record)).is_alive()
 
 
-def submit_job(spec: JobSpec, *, kafka_config: Mapping[str, Any], target: SparkTarget, actor: str, holder: str,
-               run_id: str | None, log: Any, previous: bool = False, dry_run: bool = False,
-               lease_ttl_s: float = DEFAULT_LEASE_TTL_S) -> dict[str, Any]:
+def submit_job(spec: JobSpec, *, kafka_config: Mapping[str, Any], target: SparkTarget, by: Submitter, log: Any,
+               previous: bool = False, dry_run: bool = False) -> dict[str, Any]:
     """Start the job's driver detached and record it.
 
     ``previous``: run the application recorded as the last one that passed a health gate instead of
-    the registry's (the safe-restart rollback). ``holder`` holds the record's lease meanwhile.
+    the registry's (the safe-restart rollback). ``by.holder`` holds the record's lease meanwhile.
     """
+    actor, holder = by.actor, by.holder
     record = LifecycleRecord.load(spec.checkpoint)
     run_spec, is_previous = _run_spec(spec, record, previous)
     app = app_versions.app_version(run_spec)
@@ -109,7 +126,7 @@ def submit_job(spec: JobSpec, *, kafka_config: Mapping[str, Any], target: SparkT
 
     record = LifecycleRecord.load_or_create(spec.name, spec.checkpoint)
     try:
-        record.acquire_lease(holder, lease_ttl_s, run_id=run_id)
+        record.acquire_lease(holder, by.lease_ttl_s, run_id=by.run_id)
     except OperationBlocked as exc:   # another run's live lease (a bad ttl, an unreachable store: as they are)
         raise OperationBlocked(f"ALREADY_RUNNING: {exc}", reason=BlockReason.ALREADY_RUNNING) from None
     try:

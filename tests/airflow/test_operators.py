@@ -259,14 +259,16 @@ def test_a_retried_submit_adopts_the_live_driver_its_killed_first_try_recorded(e
     spec = load_registry(env.registry).get("gamma")
     target = SparkTarget(master="local[2]", deploy_mode=None, spark_binary="spark-submit",
                          build_command=lambda kwargs, app: ["spark-submit", app])
-    kwargs = {"kafka_config": {"bootstrap.servers": env.bootstrap}, "target": target, "actor": "test",
-              "run_id": "run_1", "log": logging.getLogger("test")}
-    out = start_stop.submit_job(spec, holder=mine, **kwargs)
+    kwargs = {"kafka_config": {"bootstrap.servers": env.bootstrap}, "target": target, "log": logging.getLogger("test")}
+
+    def by(holder: str) -> start_stop.Submitter:
+        return start_stop.Submitter(actor="test", holder=holder, run_id="run_1")
+    out = start_stop.submit_job(spec, by=by(mine), **kwargs)
     assert out["adopted"] is True and out["driver"]["id"] == str(os.getpid())
     record = LifecycleRecord.load(str(ck))
     assert record.lease is None and record.driver.id == str(os.getpid())
     with pytest.raises(OperationBlocked, match="job gamma already has a live driver") as refused:
-        start_stop.submit_job(spec, holder="soak_dag/run_2/submit", **kwargs)
+        start_stop.submit_job(spec, by=by("soak_dag/run_2/submit"), **kwargs)
     assert refused.value.reason is BlockReason.ALREADY_RUNNING and refused.value.exit_code == 3
 
 
@@ -290,12 +292,14 @@ def test_a_retried_submit_adopts_the_driver_its_killed_first_try_started_but_nev
 
     target = SparkTarget(master="local[2]", deploy_mode=None, spark_binary="spark-submit",
                          build_command=lambda kwargs, app: ["/bin/false", app])   # a second start would fail
-    kwargs = {"kafka_config": {"bootstrap.servers": env.bootstrap}, "target": target, "actor": "test",
-              "run_id": "run_1", "log": logging.getLogger("test")}
+    kwargs = {"kafka_config": {"bootstrap.servers": env.bootstrap}, "target": target, "log": logging.getLogger("test")}
+
+    def by(holder: str) -> start_stop.Submitter:
+        return start_stop.Submitter(actor="test", holder=holder, run_id="run_1")
     first = orphan(mine)
     try:
         wait_until(lambda: drivers.local_unrecorded(str(ck)), timeout=10, what="the orphan's environment")
-        out = start_stop.submit_job(spec, holder=mine, **kwargs)
+        out = start_stop.submit_job(spec, by=by(mine), **kwargs)
         assert out["driver"]["id"] == str(first.pid)
         assert LifecycleRecord.load(str(ck)).driver.id == str(first.pid)    # recorded now: stop and gate see it
     finally:
@@ -309,13 +313,13 @@ def test_a_retried_submit_adopts_the_driver_its_killed_first_try_started_but_nev
     assert not Path(spec.stop_marker).exists()
     Path(spec.stop_marker).write_text("stop requested by a killed stop task\n")
     with pytest.raises(UserError, match=r"submit failed: the driver .* exited before Spark started"):
-        start_stop.submit_job(spec, holder="soak_dag/run_3/submit", **kwargs)   # starts /bin/false: a failed submit
+        start_stop.submit_job(spec, by=by("soak_dag/run_3/submit"), **kwargs)   # starts /bin/false: a failed submit
     assert not Path(spec.stop_marker).exists()
     stray = orphan("other_dag/run_9/submit")
     try:
         wait_until(lambda: drivers.local_unrecorded(str(ck)), timeout=10, what="the stray's environment")
         with pytest.raises(OperationBlocked, match=f"job beta: process group {stray.pid} ") as refused:
-            start_stop.submit_job(spec, holder=mine, **kwargs)
+            start_stop.submit_job(spec, by=by(mine), **kwargs)
         assert refused.value.reason is BlockReason.ALREADY_RUNNING
     finally:
         stray.kill()

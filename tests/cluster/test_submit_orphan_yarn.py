@@ -47,8 +47,9 @@ from airflow_kafka_spark.runtime import start_stop
 logging.basicConfig(level=logging.INFO)
 spec = load_registry(sys.argv[1]).get(sys.argv[2])
 out = start_stop.submit_job(spec, kafka_config={"bootstrap.servers": sys.argv[3]}, target=spark_target(spec),
-                            actor="test", holder=sys.argv[4], run_id="r", log=logging.getLogger("submit"),
-                            lease_ttl_s=float(sys.argv[5]))
+                            by=start_stop.Submitter(actor="test", holder=sys.argv[4], run_id="r",
+                                                    lease_ttl_s=float(sys.argv[5])),
+                            log=logging.getLogger("submit"))
 print(json.dumps(out["driver"]))
 """
 
@@ -83,7 +84,8 @@ def submit_as(job: dict, holder: str) -> dict:
 
     spec = job["spec"]
     return start_stop.submit_job(spec, kafka_config={"bootstrap.servers": job["bootstrap"]}, target=spark_target(spec),
-                                 actor="test", holder=holder, run_id="r", log=logging.getLogger("test"))
+                                 by=start_stop.Submitter(actor="test", holder=holder, run_id="r"),
+                                 log=logging.getLogger("test"))
 
 
 def killed_mid_spark_submit(job: dict, holder: str) -> None:
@@ -179,8 +181,8 @@ def test_a_driver_that_appears_during_the_submit_is_caught_after_it(job, rm, who
     spec = job["spec"]
     other_tag = None if whose == "own" else "aks-someone-else-0000"
     target = racing_target(spec, other_tag=other_tag)
-    kwargs = {"kafka_config": {"bootstrap.servers": job["bootstrap"]}, "target": target, "actor": "test",
-              "holder": HOLDER, "run_id": "r", "log": logging.getLogger("test")}
+    kwargs = {"kafka_config": {"bootstrap.servers": job["bootstrap"]}, "target": target,
+              "by": start_stop.Submitter(actor="test", holder=HOLDER, run_id="r"), "log": logging.getLogger("test")}
     ck_tag = detach.checkpoint_tag(spec.checkpoint)
     if other_tag is None:
         out = start_stop.submit_job(spec, **kwargs)

@@ -121,9 +121,7 @@ def test_safe_restart_dag_through_a_recompile(
         spec,
         kafka_config={"bootstrap.servers": bs},
         target=spark_target(spec),
-        actor="test",
-        holder="test",
-        run_id=None,
+        by=start_stop.Submitter(actor="test", holder="test"),
         log=log,
     )
     v1_log = Path(v1["log_path"])

@@ -49,8 +49,8 @@ START_TIMEOUT = 240   # spark-submit on 2 cores shared with other Spark runs
 
 
 def _submit(spec, bs: str, target, holder: str) -> dict:
-    return start_stop.submit_job(spec, kafka_config={"bootstrap.servers": bs}, target=target, actor="test",
-                                 holder=holder, run_id=None, log=log)
+    return start_stop.submit_job(spec, kafka_config={"bootstrap.servers": bs}, target=target,
+                                 by=start_stop.Submitter(actor="test", holder=holder), log=log)
 
 
 def _wait_batches(spec, n: int, *, with_records: bool, not_app: str | None = None) -> dict:

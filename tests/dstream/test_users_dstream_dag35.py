@@ -60,7 +60,7 @@ def test_the_safe_restart_dag_restarts_a_users_dstream_jar_on_spark_35(
     producer = ContinuousProducer(bs, topic, ud.PARTITIONS, rate=100).start()
     try:
         first = start_stop.submit_job(spec, kafka_config={"bootstrap.servers": bs}, target=spark_target(spec),
-                                      actor="test", holder="test/first", run_id=None, log=log)
+                                      by=start_stop.Submitter(actor="test", holder="test/first"), log=log)
         assert "aks-agent-spark35_2.12.jar" in first["command"]   # the version asked of spark-submit: 3.5
 
         def batches() -> bool:

@@ -173,8 +173,9 @@ def submit(spec, holder: str = "dag/run_2/submit"):
 
     target = SparkTarget(master="local[2]", deploy_mode=None, spark_binary="spark-submit",
                          build_command=lambda kwargs, app: ["/bin/false", app])   # a start would fail, loudly
-    return start_stop.submit_job(spec, kafka_config={"bootstrap.servers": NO_KAFKA}, target=target, actor="test",
-                                 run_id="run_2", log=logging.getLogger("test"), holder=holder)
+    return start_stop.submit_job(spec, kafka_config={"bootstrap.servers": NO_KAFKA}, target=target,
+                                 by=start_stop.Submitter(actor="test", holder=holder, run_id="run_2"),
+                                 log=logging.getLogger("test"))
 
 
 def test_already_running_another_runs_lease(job):
