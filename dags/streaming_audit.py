@@ -141,7 +141,7 @@ def observe(job: str, **context: Any) -> dict[str, Any]:
     from airflow_kafka_spark.airflow_glue.stats import emit_observation
     from airflow_kafka_spark.hooks.streaming import StreamingKafkaHook
     from airflow_kafka_spark.watch.audit.history import AuditHistory
-    from airflow_kafka_spark.watch.audit.job import audit_job, thresholds_of
+    from airflow_kafka_spark.watch.audit.job import AuditChecks, audit_job, thresholds_of
     from airflow_kafka_spark.watch.metrics import group_label
     from airflow_kafka_spark.watch.observation import Alert
 
@@ -156,7 +156,7 @@ def observe(job: str, **context: Any) -> dict[str, Any]:
         return JobAudit(job=job, audited_at_ms=int(time.time() * 1000), thresholds=thresholds_of(spec),
                         error=str(exc), alerts=[Alert("AUDIT_ERROR", str(exc)).to_dict()]).to_dict()
     audit = audit_job(spec, config, samples=history.samples_for(job),
-                      check_verdict=bool(context["params"].get("check_verdict", True)),
+                      checks=AuditChecks(verdict=bool(context["params"].get("check_verdict", True))),
                       on_observation=lambda obs: emit_observation(obs, group=group_label(spec)))
     log.info("job %s: %s; lag %s records, %s s; headroom %s s; alerts: %s", job, audit.status, audit.lag_records,
              audit.lag_seconds, audit.headroom_s, [a["code"] for a in audit.alerts] or "none")

@@ -27,7 +27,7 @@ import pytest
 from airflow_kafka_spark.registry.model import JobSpec, Sink
 from airflow_kafka_spark.verdict.options import DeployOptions
 from airflow_kafka_spark.verdict.validate import validate
-from airflow_kafka_spark.watch.audit.job import audit_job
+from airflow_kafka_spark.watch.audit.job import AuditChecks, audit_job
 from devstack import oracle, topics
 from devstack.produce import produce
 from tests.support import spark_session
@@ -88,7 +88,7 @@ def test_parquet_sink_replay_of_a_pending_batch_duplicates_nothing(broker, tmp_p
     assert verdict.severity == "PASS", verdict.headline
 
     # the hourly audit judges the same checkpoint the same way (it used to build its own options)
-    audit = audit_job(spec, {"bootstrap.servers": bootstrap}, check_verdict=True)
+    audit = audit_job(spec, {"bootstrap.servers": bootstrap}, checks=AuditChecks(verdict=True))
     assert audit.checkpoint.get("verdict") == str(verdict.severity), audit.checkpoint
     [audited] = [f for f in audit.checkpoint["findings"] if f["code"] == "PENDING_BATCH_REPLAY"]
     assert audited["severity"] == "INFO" and f"({announced:,} records" in audited["message"], audited

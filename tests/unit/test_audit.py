@@ -15,7 +15,7 @@ import pytest
 from airflow_kafka_spark.registry.loader import load_registry
 from airflow_kafka_spark.watch.audit.chart import render_chart
 from airflow_kafka_spark.watch.audit.history import HISTORY_FILE, AuditHistory, with_growth
-from airflow_kafka_spark.watch.audit.job import JobAudit, audit_job, scan_checkpoint
+from airflow_kafka_spark.watch.audit.job import AuditChecks, JobAudit, audit_job, scan_checkpoint
 from airflow_kafka_spark.watch.audit.render import render_markdown
 from airflow_kafka_spark.watch.audit.report import write_report
 from tests.support.checkpoint_factory import START_TIMESTAMP_MS, write_checkpoint
@@ -72,7 +72,7 @@ def test_audit_job_alerts_for_a_stalled_job_near_retention(tmp_path):
     now = START_TIMESTAMP_MS + 120_000
     view = FakeView(latest={tp(0): 60, tp(1): 50}, record_ts={tp(0): START_TIMESTAMP_MS + 5_000}, now_ms=now,
                     retention_ms=1_800_000)
-    audit = audit_job(reg.get("orders"), view=view, check_verdict=False, now_ms=now)
+    audit = audit_job(reg.get("orders"), view=view, checks=AuditChecks(verdict=False), now_ms=now)
     assert audit.status == "STALLED" and audit.failed
     assert [a["code"] for a in audit.alerts] == ["STALLED", "HEADROOM_LOW"]
     assert audit.lag_records == 10 and audit.checkpoint["files"] > 0
@@ -82,7 +82,7 @@ def test_audit_job_alerts_for_a_stalled_job_near_retention(tmp_path):
 
 def test_a_job_that_cannot_be_observed_fails_the_audit(tmp_path):
     reg = _registry(tmp_path, "  - {name: ghost, topics: [ghost]}")
-    audit = audit_job(reg.get("ghost"), view=FakeView(latest={}), check_verdict=False)
+    audit = audit_job(reg.get("ghost"), view=FakeView(latest={}), checks=AuditChecks(verdict=False))
     assert audit.status == "ERROR" and [a["code"] for a in audit.alerts] == ["AUDIT_ERROR"]
     assert "does not exist" in audit.error
 

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 from airflow_kafka_spark._util.fs import exists, list_files, mtime_of, open_location
 from airflow_kafka_spark._util.text import fmt_duration
 from airflow_kafka_spark.errors import UserError
+from airflow_kafka_spark.ops.options import DEFAULT_RUN, RunOptions
 from airflow_kafka_spark.watch.observation import Alert, Sample
 from airflow_kafka_spark.watch.observe import observe_job
 
@@ -39,6 +40,18 @@ if TYPE_CHECKING:
 
 FORMAT_VERSION = 1
 STALE_TMP_AFTER_S = 15 * 60.0       # Spark renames its temp files within milliseconds
+
+
+@dataclass(frozen=True)
+class AuditChecks:
+    """What the audit looks at beyond the observation: the pre-deploy verdict (``verdict``; a few Kafka reads
+    per job), and from which age a checkpoint's ``.tmp`` file is a leftover rather than a write in progress."""
+
+    verdict: bool = True
+    stale_tmp_after_s: float = STALE_TMP_AFTER_S
+
+
+ALL_CHECKS = AuditChecks()
 
 
 @dataclass
@@ -189,11 +202,13 @@ def _dstream_backup_info(spec: JobSpec, now_ms: int, storage_options: dict | Non
 
 
 def audit_job(spec: JobSpec, kafka_config: Mapping[str, Any] | None = None, *, view: KafkaView | None = None,
-              samples: Sequence[Sample] = (), now_ms: int | None = None, storage_options: dict | None = None,
-              backup_storage_options: dict | None = None, check_verdict: bool = True,
-              stale_tmp_after_s: float = STALE_TMP_AFTER_S, timeout: float = 10.0,
-              on_observation: Callable[[Observation], None] | None = None) -> JobAudit:
+              samples: Sequence[Sample] = (), now_ms: int | None = None, run: RunOptions = DEFAULT_RUN,
+              checks: AuditChecks = ALL_CHECKS, on_observation: Callable[[Observation], None] | None = None
+              ) -> JobAudit:
     """Audit one job. Never raises for the job's own problems: they become alerts in the result.
+
+    ``run`` gives the checkpoint's and the backups' store options (``run.stores``) and Kafka's timeout
+    (``run.kafka_timeout``); its other fields do not apply to an audit.
 
     ``on_observation`` receives the observation itself (the audit keeps its JSON): the DAG sends its
     numbers to Airflow's metrics from there, without a second look at the job.
@@ -203,6 +218,7 @@ def audit_job(spec: JobSpec, kafka_config: Mapping[str, Any] | None = None, *, v
     """
     from airflow_kafka_spark.kafka.view import KafkaView
 
+    storage_options, timeout = run.stores.checkpoint, run.kafka_timeout
     started = int(time.time() * 1000) if now_ms is None else int(now_ms)
     audit = JobAudit(job=spec.name, audited_at_ms=started, thresholds=thresholds_of(spec))
     own_view = view is None
@@ -231,14 +247,14 @@ def audit_job(spec: JobSpec, kafka_config: Mapping[str, Any] | None = None, *, v
         location = _scanned_location(spec)
         if location is not None:
             audit.checkpoint.update(scan_checkpoint(location, now_ms=now, storage_options=storage_options,
-                                                    stale_tmp_after_s=stale_tmp_after_s))
+                                                    stale_tmp_after_s=checks.stale_tmp_after_s))
         for tmp in audit.checkpoint["stale_tmp_files"]:
             audit.warnings.append(f"stale temp file {tmp['path']} ({fmt_duration(tmp['age_s'])} old): left by an "
                                   "interrupted write; delete it while the query is stopped")
     except Exception as exc:
         audit.checkpoint["scan_error"] = _one_line(exc)
         audit.warnings.append(f"checkpoint listing failed: {audit.checkpoint['scan_error']}")
-    if check_verdict and kafka is not None and audit.observation is not None:
+    if checks.verdict and kafka is not None and audit.observation is not None:
         try:
             audit.checkpoint.update(_checkpoint_verdict(spec, kafka, storage_options))
             if audit.checkpoint["verdict"] == "BLOCK":
@@ -250,7 +266,7 @@ def audit_job(spec: JobSpec, kafka_config: Mapping[str, Any] | None = None, *, v
             audit.checkpoint["verdict_error"] = _one_line(exc)
             audit.warnings.append(f"pre-deploy check failed: {audit.checkpoint['verdict_error']}")
     try:
-        audit.backup.update(_backup_info(spec, now, backup_storage_options))
+        audit.backup.update(_backup_info(spec, now, run.stores.backup))
         if not audit.backup["count"]:
             audit.warnings.append(f"no backup of this job under {spec.backup_root}")
     except Exception as exc:

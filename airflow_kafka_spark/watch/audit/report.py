@@ -23,10 +23,11 @@ from typing import TYPE_CHECKING, Any
 from airflow_kafka_spark import settings
 from airflow_kafka_spark._util.fs import Location, list_files, open_location, os_reason, remove_file, write_atomic
 from airflow_kafka_spark.errors import UserError
+from airflow_kafka_spark.ops.options import RunOptions
 from airflow_kafka_spark.watch.audit.chart import CHART_MISSING, chart_available, render_chart, warm_up
 from airflow_kafka_spark.watch.audit.fleet import FleetView, cluster_key, run_parallel
 from airflow_kafka_spark.watch.audit.history import HISTORY_FILE, KEEP_RUNS, AuditHistory, with_growth
-from airflow_kafka_spark.watch.audit.job import JobAudit, audit_job, thresholds_of
+from airflow_kafka_spark.watch.audit.job import AuditChecks, JobAudit, audit_job, thresholds_of
 from airflow_kafka_spark.watch.audit.render import render_markdown, report_document
 from airflow_kafka_spark.watch.observation import Alert
 
@@ -161,7 +162,7 @@ def run_audit(registry: Registry, out_dir: str, kafka_config_for: Callable[[JobS
             return JobAudit(job=spec.name, audited_at_ms=int(time.time() * 1000), thresholds=thresholds_of(spec),
                             error=str(config), alerts=[Alert("AUDIT_ERROR", str(config)).to_dict()])
         return audit_job(spec, config, view=views.get(cluster_key(config)), samples=history.samples_for(spec.name),
-                         check_verdict=check_verdict, timeout=timeout)
+                         run=RunOptions(kafka_timeout=timeout), checks=AuditChecks(verdict=check_verdict))
 
     warm_up()   # the chart's imports, behind the jobs' Kafka waits
     try:
