@@ -301,15 +301,24 @@ class StopResult:
         return asdict(self)
 
 
+#: The job kind's judgement of a stop (``runtime/kinds.py``): takes the outcome Spark's checkpoint files
+#: give and returns the stop's outcome (a DStream job's checkpoint holds no offset log to judge by).
+StopJudge = Callable[[StopResult], StopResult]
+
+
 def stop(checkpoint: str, marker: str, *, is_alive: Callable[[], bool], kill: Callable[[], None],
          timeout_s: float, poll_s: float = 1.0, storage_options: dict | None = None,
-         progress: Callable[[str], None] | None = None) -> StopResult:
-    """Ask the job to stop on a batch boundary through its marker; kill only after ``timeout_s``."""
+         progress: Callable[[str], None] | None = None, judge: StopJudge | None = None) -> StopResult:
+    """Ask the job to stop on a batch boundary through its marker; kill only after ``timeout_s``.
+
+    ``judge`` decides the outcome once the driver is gone (default: the checkpoint's files alone).
+    """
     t0 = time.monotonic()
     loc = open_location(marker, storage_options, what="stop marker")
+    decide = judge or (lambda files_say: files_say)
     if not is_alive():
         remove_file(loc)  # a stop killed while it waited left it: the next driver would stop after one batch
-        return _result(checkpoint, storage_options, graceful=True, killed=False, t0=t0, running=False)
+        return decide(_result(checkpoint, storage_options, graceful=True, killed=False, t0=t0, running=False))
     loc.fs.pipe_file(loc.path, f"stop requested at {iso_seconds()}\n".encode())
     killed = False
     try:
@@ -329,7 +338,7 @@ def stop(checkpoint: str, marker: str, *, is_alive: Callable[[], bool], kill: Ca
             time.sleep(poll_s)
     finally:
         remove_file(loc)
-    return _result(checkpoint, storage_options, graceful=not killed, killed=killed, t0=t0, running=True)
+    return decide(_result(checkpoint, storage_options, graceful=not killed, killed=killed, t0=t0, running=True))
 
 
 def _result(checkpoint: str, storage_options: dict | None, *, graceful: bool, killed: bool, t0: float,

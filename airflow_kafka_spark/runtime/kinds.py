@@ -8,8 +8,8 @@ checkpoint can be read only by the build that wrote it (:mod:`.dstream`).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import replace
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from airflow_kafka_spark.kafka.view import KafkaView
@@ -91,6 +91,22 @@ class DStreamRuntime:
         return replace(result, outcome="STOPPED", message=(
             f"exited by itself after {result.waited_s:.0f}s when asked to stop; no agent report says whether every "
             f"batch it received completed: {again}"))
+
+
+@dataclass
+class KindStopJudge:
+    """The stop's outcome as the job's kind judges it, decided once in :func:`.drivers.stop` (a
+    :data:`~.drivers.StopJudge`): the job's own account (``witness_of``: its integration's stop witness)
+    is read once a running driver is gone and kept in ``witness`` for the stop's report."""
+
+    spec: JobSpec
+    witness_of: Callable[[], Mapping[str, Any] | None]
+    witness: Mapping[str, Any] | None = None
+
+    def __call__(self, files_say: StopResult) -> StopResult:
+        if files_say.outcome != "NOT_RUNNING":   # a driver ran and is gone: its report (if any) is written
+            self.witness = self.witness_of()
+        return runtime_kind(self.spec).judge_stop(self.spec, files_say, self.witness)
 
 
 _KINDS: dict[JobKind, RuntimeKind] = {JobKind.STRUCTURED: StructuredRuntime(), JobKind.DSTREAM: DStreamRuntime()}

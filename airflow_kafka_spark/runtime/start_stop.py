@@ -39,7 +39,7 @@ from airflow_kafka_spark.runtime import (
 )
 from airflow_kafka_spark.runtime.clusters import ClusterEndpoint
 from airflow_kafka_spark.runtime.integrations.reference import kafka_job_options
-from airflow_kafka_spark.runtime.kinds import runtime_kind
+from airflow_kafka_spark.runtime.kinds import KindStopJudge, runtime_kind
 from airflow_kafka_spark.runtime.submit import SparkTarget
 
 DEFAULT_LEASE_TTL_S = 600.0
@@ -297,12 +297,10 @@ def stop_job(spec: JobSpec, *, target: Callable[[], SparkTarget], actor: str, lo
         log.info("job %s (integration %s) does not watch a stop marker: its driver is killed at once", spec.name,
                  spec.integration)
         timeout = 0.0
+    judge = KindStopJudge(spec, lambda: integrations.integration_for(spec).stop_witness(spec))
     result = drivers.stop(spec.checkpoint, spec.stop_marker, is_alive=ctl.is_alive, kill=ctl.kill, timeout_s=timeout,
-                          poll_s=poll_s, progress=log.info)
-    witness = None
-    if drv is not None and result.outcome != "NOT_RUNNING":
-        witness = integrations.integration_for(spec).stop_witness(spec)
-    result = runtime_kind(spec).judge_stop(spec, result, witness)
+                          poll_s=poll_s, progress=log.info, judge=judge)
+    witness = judge.witness
     log.info("job %s: %s — %s", spec.name, result.outcome, result.message)
     out = {"job": spec.name, **result.to_dict(),
            "driver": None if drv is None else {"kind": drv.kind, "id": drv.id, "host": drv.host}}
