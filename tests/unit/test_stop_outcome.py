@@ -49,3 +49,38 @@ def test_a_kill_inside_a_batch_names_the_batch_that_replays(tmp_path):
     res = _stop(tmp_path, _Driver(exits_after_polls=None), timeout_s=0)
     assert (res.outcome, res.killed, res.replay_batch, res.last_committed) == ("STOPPED_MID_BATCH", True, 3, 2)
     assert res.message.startswith("killed after") and "batch 3 was planned" in res.message
+
+
+def _dstream_spec(tmp_path):
+    from airflow_kafka_spark.registry.model import JobKind, JobSpec
+
+    return JobSpec(name="clicks", application="/apps/clicks.jar", topics=("clicks",), checkpoint=str(tmp_path / "ck"),
+                   backup_root=str(tmp_path / "b"), stop_marker=str(tmp_path / "ck.stop"), kind=JobKind.DSTREAM,
+                   group="g1")
+
+
+def test_the_job_kind_decides_the_outcome_where_the_stop_happens(tmp_path):
+    """A DStream job's checkpoint holds only its lifecycle record: its kind judges the stop (runtime/kinds.py) inside
+    ``drivers.stop``, from the job's own report, read once the driver is gone."""
+    from airflow_kafka_spark.runtime.kinds import KindStopJudge
+
+    (tmp_path / "ck").mkdir()
+    reads = []
+    report = {"dstream": {"graceful_stop_returned": True, "batches_not_completed": [1700000000000]}}
+    judge = KindStopJudge(_dstream_spec(tmp_path), lambda: reads.append("read") or report)
+    res = drivers.stop(str(tmp_path / "ck"), str(tmp_path / "ck.stop"), is_alive=_Driver(exits_after_polls=2).alive,
+                       kill=lambda: None, timeout_s=30, poll_s=0.01, judge=judge)
+    assert (res.outcome, res.graceful, res.killed) == ("STOPPED_MID_BATCH", True, False)
+    assert "batches [1700000000000] not completed" in res.message and "group g1's commits" in res.message
+    assert reads == ["read"] and judge.witness == report
+
+
+def test_the_job_kind_reads_no_report_when_no_driver_ran(tmp_path):
+    from airflow_kafka_spark.runtime.kinds import KindStopJudge
+
+    (tmp_path / "ck").mkdir()
+    judge = KindStopJudge(_dstream_spec(tmp_path), lambda: {"dstream": {"graceful_stop_returned": True}})
+    res = drivers.stop(str(tmp_path / "ck"), str(tmp_path / "ck.stop"), is_alive=lambda: False, kill=lambda: None,
+                       timeout_s=30, judge=judge)
+    assert (res.outcome, res.message) == ("NOT_RUNNING", "no driver was running")
+    assert judge.witness is None
