@@ -90,15 +90,12 @@ def refuse_conflicts(args: argparse.Namespace, spec: JobSpec | None) -> None:
     """One line for combinations that cannot mean anything: a consumer group for a checkpoint job and so on."""
     if spec is None:
         return
-    from airflow_kafka_spark.registry.model import JobKind
+    from airflow_kafka_spark.watch.kinds import position_kind
 
-    group = getattr(args, "group", None)
-    if group and spec.kind is JobKind.STRUCTURED:
-        raise UsageError(f"--group {group} conflicts with --job {spec.name}: a Structured Streaming job keeps its "
-                         "position in its checkpoint; drop --group (or --job to look at a consumer group)")
-    if getattr(args, "checkpoint", None) and spec.kind is JobKind.DSTREAM:
-        raise UsageError(f"--checkpoint conflicts with --job {spec.name}: a DStream job's position is its consumer "
-                         f"group {spec.group}; drop --checkpoint")
+    conflict = position_kind(spec).flag_conflict(spec, checkpoint=getattr(args, "checkpoint", None),
+                                                 group=getattr(args, "group", None))
+    if conflict is not None:
+        raise UsageError(conflict)
 
 
 def kafka_given(args: argparse.Namespace) -> bool:

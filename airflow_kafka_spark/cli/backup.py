@@ -9,7 +9,7 @@ for machines, exit 3 when blocked. ``backups --prune`` prints its plan and delet
 from __future__ import annotations
 
 import argparse
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from airflow_kafka_spark.cli import _storage as storage
 from airflow_kafka_spark.cli import output as report
@@ -20,6 +20,7 @@ from airflow_kafka_spark.ops.options import Retention, RunOptions, Stores
 
 if TYPE_CHECKING:
     from airflow_kafka_spark.ops.backup.catalog import Catalog
+    from airflow_kafka_spark.registry.model import JobSpec
 
 
 def _backup_arguments(p: argparse.ArgumentParser) -> None:
@@ -86,14 +87,49 @@ def _retention(args: argparse.Namespace, spec: Any) -> tuple[int | None, float |
     return keep_last, max_age_s
 
 
+class _JobBackups(Protocol):
+    """``aks backup`` and ``aks backups`` for one kind of job (registry ``kind``): a checkpoint's verified,
+    incremental copies, or a DStream job's group offsets under ``dstream-<stamp>/``; the flags are the same."""
+
+    def take(self, args: argparse.Namespace, spec: JobSpec | None, checkpoint: str, backup_root: str) -> int: ...
+
+    def show(self, args: argparse.Namespace, spec: JobSpec | None, backup_root: str, execute: bool) -> int: ...
+
+
+class _CheckpointBackups:
+    def take(self, args: argparse.Namespace, spec: JobSpec | None, checkpoint: str, backup_root: str) -> int:
+        return _backup_checkpoint(args, checkpoint, backup_root)
+
+    def show(self, args: argparse.Namespace, spec: JobSpec | None, backup_root: str, execute: bool) -> int:
+        return _checkpoint_backups(args, spec, backup_root, execute)
+
+
+class _DStreamBackups:
+    def take(self, args: argparse.Namespace, spec: JobSpec | None, checkpoint: str, backup_root: str) -> int:
+        return _backup_dstream(args, spec)
+
+    def show(self, args: argparse.Namespace, spec: JobSpec | None, backup_root: str, execute: bool) -> int:
+        return _dstream_backups(args, spec, execute)
+
+
+def _backups_of(spec: JobSpec | None) -> _JobBackups:
+    """The backups of ``spec``'s kind; without ``--job``, a checkpoint's (``--checkpoint``/``--backup-root``)."""
+    from airflow_kafka_spark.registry.model import JobKind
+
+    kinds: dict[JobKind, _JobBackups] = {JobKind.STRUCTURED: _CheckpointBackups(), JobKind.DSTREAM: _DStreamBackups()}
+    return kinds[spec.kind if spec is not None else JobKind.STRUCTURED]
+
+
 def _backup(args: argparse.Namespace) -> int:
+    spec, checkpoint, backup_root = storage.job_and_paths(args)
+    return _backups_of(spec).take(args, spec, checkpoint, backup_root)
+
+
+def _backup_checkpoint(args: argparse.Namespace, checkpoint: str, backup_root: str) -> int:
     from airflow_kafka_spark._util.text import parse_duration
     from airflow_kafka_spark.errors import OperationBlocked
     from airflow_kafka_spark.ops.commands import backup_checkpoint
 
-    spec, checkpoint, backup_root = storage.job_and_paths(args)
-    if spec is not None and spec.is_dstream:
-        return _backup_dstream(args, spec)
     if args.pre_copy:
         return _pre_copy(args, checkpoint, backup_root)
     try:
@@ -207,9 +243,6 @@ def _dstream_backups(args: argparse.Namespace, spec: Any, execute: bool) -> int:
 
 def _backups(args: argparse.Namespace) -> int:
     from airflow_kafka_spark.errors import UserError
-    from airflow_kafka_spark.ops.backup.catalog import list_backups
-    from airflow_kafka_spark.ops.backup.store import verify_backup
-    from airflow_kafka_spark.ops.commands import prune_backups
 
     if not args.job:
         raise UserError("backups are listed per job: pass --job NAME")
@@ -220,8 +253,16 @@ def _backups(args: argparse.Namespace) -> int:
             "backup_retention)"
         )
     spec, _, backup_root = storage.job_and_paths(args, checkpoint=False)
-    if spec is not None and spec.is_dstream:
-        return _dstream_backups(args, spec, execute)
+    return _backups_of(spec).show(args, spec, backup_root, execute)
+
+
+def _checkpoint_backups(args: argparse.Namespace, spec: JobSpec | None, backup_root: str, execute: bool) -> int:
+    """A job's verified backups of its checkpoint; ``--prune`` applies retention, ``--verify`` reads one whole."""
+    from airflow_kafka_spark.errors import UserError
+    from airflow_kafka_spark.ops.backup.catalog import list_backups
+    from airflow_kafka_spark.ops.backup.store import verify_backup
+    from airflow_kafka_spark.ops.commands import prune_backups
+
     so = storage.opts(args.backup_storage_option)
     key = storage.seal_key_of(args)
     out: dict[str, Any] = {}

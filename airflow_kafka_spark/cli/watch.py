@@ -228,13 +228,14 @@ def _mirror_arguments(p: argparse.ArgumentParser) -> None:
 
 def _mirror(args: argparse.Namespace) -> int:
     from airflow_kafka_spark.errors import UserError
+    from airflow_kafka_spark.watch.kinds import position_kind
     from airflow_kafka_spark.watch.mirror import default_group, mirror_checkpoint
 
     execute = executes(args)
     spec = load_registry(args).get(args.job) if args.job else None
-    if spec is not None and spec.is_dstream:
-        raise UserError(f"job {spec.name} is a DStream job: it commits its position to group {spec.group} "
-                        "itself, so Kafka's lag tools already see it; there is nothing to mirror")
+    refusal = None if spec is None else position_kind(spec).mirror_refusal(spec)
+    if refusal is not None:
+        raise UserError(refusal)
     group = args.group or (spec.mirror_group if spec else None) or (default_group(spec.name) if spec else None)
     if not group:
         raise UserError("name the shadow group with --group (e.g. aks-mirror-<job>)")

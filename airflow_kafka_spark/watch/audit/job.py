@@ -30,6 +30,7 @@ from airflow_kafka_spark._util.fs import exists, list_files, mtime_of, open_loca
 from airflow_kafka_spark._util.text import fmt_duration
 from airflow_kafka_spark.errors import UserError
 from airflow_kafka_spark.ops.options import DEFAULT_RUN, RunOptions
+from airflow_kafka_spark.watch.kinds import position_kind
 from airflow_kafka_spark.watch.observation import Alert, Sample
 from airflow_kafka_spark.watch.observe import observe_job
 
@@ -152,11 +153,6 @@ def scan_checkpoint(location: str, *, now_ms: int, storage_options: dict | None 
             "files": len(files), "stale_tmp_files": stale}
 
 
-def _scanned_location(spec: JobSpec) -> str | None:
-    """What holds the job's position on storage: its checkpoint, or a DStream job's ``ssc.checkpoint`` (if any)."""
-    return spec.dstream_checkpoint if spec.is_dstream else spec.checkpoint
-
-
 def _checkpoint_verdict(spec: JobSpec, view: KafkaView, storage_options: dict | None) -> dict[str, Any]:
     """The pre-deploy verdict for restarting this job now, read-only (the lifecycle record is not written).
 
@@ -174,31 +170,6 @@ def _checkpoint_verdict(spec: JobSpec, view: KafkaView, storage_options: dict | 
     return {"verdict": str(verdict.severity), "headline": verdict.headline, "fix": verdict.fix,
             "findings": [{"code": f.code, "severity": str(f.severity), "where": f.where, "message": f.message}
                          for f in notable]}
-
-
-def _backup_info(spec: JobSpec, now_ms: int, storage_options: dict | None) -> dict[str, Any]:
-    from airflow_kafka_spark.ops.backup.catalog import list_backups
-
-    if spec.is_dstream:
-        return _dstream_backup_info(spec, now_ms, storage_options)
-    catalog = list_backups(spec.backup_root, spec.name, storage_options=storage_options)
-    newest = catalog.newest
-    return {"count": len(catalog.backups), "invalid": len(catalog.invalid),
-            "latest_id": newest.backup_id if newest else None,
-            "latest_created_at_ms": newest.created_at_ms if newest else None,
-            "latest_age_s": round((now_ms - newest.created_at_ms) / 1000.0, 1) if newest else None}
-
-
-def _dstream_backup_info(spec: JobSpec, now_ms: int, storage_options: dict | None) -> dict[str, Any]:
-    """A DStream job's backups: the ``dstream-<stamp>/`` folders with the group's offsets its safe restart wrote."""
-    from airflow_kafka_spark.ops.dstream_backup import list_dstream_backups
-
-    found = list_dstream_backups(spec, storage_options)
-    newest = found[-1] if found else None
-    created_ms = newest.created_at_ms if newest else None
-    return {"count": len(found), "invalid": 0, "latest_id": newest.backup_id if newest else None,
-            "latest_created_at_ms": created_ms,
-            "latest_age_s": None if created_ms is None else round((now_ms - created_ms) / 1000.0, 1)}
 
 
 def audit_job(spec: JobSpec, kafka_config: Mapping[str, Any] | None = None, *, view: KafkaView | None = None,
@@ -244,7 +215,7 @@ def audit_job(spec: JobSpec, kafka_config: Mapping[str, Any] | None = None, *, v
 
     now = audit.observation["observed_at_ms"] if audit.observation else started
     try:
-        location = _scanned_location(spec)
+        location = position_kind(spec).scanned_location(spec)
         if location is not None:
             audit.checkpoint.update(scan_checkpoint(location, now_ms=now, storage_options=storage_options,
                                                     stale_tmp_after_s=checks.stale_tmp_after_s))
@@ -266,7 +237,7 @@ def audit_job(spec: JobSpec, kafka_config: Mapping[str, Any] | None = None, *, v
             audit.checkpoint["verdict_error"] = _one_line(exc)
             audit.warnings.append(f"pre-deploy check failed: {audit.checkpoint['verdict_error']}")
     try:
-        audit.backup.update(_backup_info(spec, now, run.stores.backup))
+        audit.backup.update(position_kind(spec).backup_summary(spec, now, run.stores.backup))
         if not audit.backup["count"]:
             audit.warnings.append(f"no backup of this job under {spec.backup_root}")
     except Exception as exc:
