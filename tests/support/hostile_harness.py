@@ -229,12 +229,16 @@ class Corpus:
         except Exception as exc:   # e.g. the base backup failed, so there is no manifest to damage
             return [Failure(variant.name, "build", f"variant could not be built: {type(exc).__name__}: {exc}")], {}
         failures, answers = [], {}
+        # One snapshot between two commands serves as the first one's "after" and the next one's "before":
+        # nothing but the worker writes under base (the harness only reads in between), and a late write
+        # by a command is still seen, as a change during the next command.
+        before = snapshot(self.base, self._skip)
         for label, argv in commands(sb, variant):
-            before = snapshot(self.base, self._skip)
             answer = self.worker.run(argv, self.timeout)
             after = snapshot(self.base, self._skip)
             self.runs += 1
             changed = sorted(p for p in before.keys() | after.keys() if before.get(p) != after.get(p))
+            before = after
             answers[label] = {k: answer[k] for k in ("rc", "seconds")} | {"err": answer["err"].strip()[:300]}
             failures += [Failure(variant.name, label, r) for r in judge(variant, label, sb, answer, changed)]
         return failures, answers
