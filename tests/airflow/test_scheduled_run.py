@@ -17,6 +17,7 @@ rolling back a good deploy.
 from __future__ import annotations
 
 import os
+import threading
 import time
 from pathlib import Path
 
@@ -37,7 +38,7 @@ pytestmark = [pytest.mark.airflow, pytest.mark.integration]
 
 DAG_ID = "streaming_safe_restart"
 JOB = "live"
-IDLE_PASS_S = 40     # above the ~15-25 s a spark-submit needs to start or to fail at start here
+IDLE_PASS_S = 30     # above the ~15-25 s a spark-submit needs to start or to fail at start here
 
 
 @pytest.fixture(scope="module")
@@ -70,10 +71,15 @@ def cluster(broker, airflow_home, tmp_path_factory):
         yield services, client, checkpoint, Feed(broker.bootstrap_servers, topic), data / "sinks" / JOB
         client.close()
     finally:
-        services.stop()
+        # the job's driver is stopped while the Airflow components stop, not after them
         rec = LifecycleRecord.load(str(checkpoint))
+        killer = None
         if rec is not None and rec.driver is not None:
-            drivers.kill_local(rec.driver, grace_s=5)
+            killer = threading.Thread(target=drivers.kill_local, args=(rec.driver,), kwargs={"grace_s": 5})
+            killer.start()
+        services.stop()
+        if killer is not None:
+            killer.join()
         mp.undo()
 
 
