@@ -12,8 +12,8 @@ v1 runs on the real checkpoint and sink (a local driver on HDFS, stopped by the 
 committed batch); then ``probe_application`` judges, with no new data in Kafka and the registry
 entry in cluster mode on YARN, v2 (``dropDuplicates`` added: Spark 4.2 refuses it with
 ``STREAMING_STATEFUL_OPERATOR_MISSING_STATE_DIRECTORY``, tests/integration/test_probe.py holds that
-oracle) and v3 (a projected column added: Spark runs the batch), both at once; then v3 again
-with an executor that never fits on the NodeManager (as on a full cluster) and a 45 s
+oracle) and v3 (a projected column added: Spark runs the batch), and, at the same time, v3
+again with an executor that never fits on the NodeManager (as on a full cluster) and a 45 s
 ``probe_timeout_s``: the product kills its YARN application and answers ``unknown``. After the
 probes the real checkpoint and sink are byte-identical (listing and sha256 through the product's
 file-system layer), nothing is left beside the checkpoint, and every probe's YARN application has
@@ -76,14 +76,20 @@ def test_probe_of_a_users_jar_in_yarn_cluster_mode_on_hdfs(broker, hadoop, yarn_
                                                           "extra": {"deploy-mode": "cluster"}}))
     try:
         results = _old_run_and_probes(broker.bootstrap_servers, hadoop, yarn_submit, webhdfs, tmp_path, rt)
-        ran = rm.find(name=f"aks-probe-{JOB}")   # newest first: the timed-out probe's, then v2's and v3's
+        ran = rm.find(name=f"aks-probe-{JOB}")   # v2's, v3's and the timed-out probe's, started together
         assert len(ran) == 3 and not any(a.alive for a in ran), [a.summary() for a in ran]
-        assert ran[0].state is yarn.AppState.KILLED, ran[0].summary()
-        assert all(a.am_container_id for a in ran[1:]), "the probe's driver should have run in the AM's container"
+        # v2's and v3's applications are the ones their log tails end with ("YARN: <summary>"): the third,
+        # the timed-out probe's, is the one that was killed
+        own = {a.id for a in ran if any(a.id in results[v].log_tail for v in ("v2", "v3"))}
+        ended = [a for a in ran if a.id in own]
+        killed = [a for a in ran if a.id not in own]
+        assert len(ended) == 2 and len(killed) == 1, [a.summary() for a in ran]
+        assert killed[0].state is yarn.AppState.KILLED, killed[0].summary()
+        assert all(a.am_container_id for a in ended), "the probe's driver should have run in the AM's container"
         # its own tag, never the checkpoint's: nothing may take the probe for a driver of the job
         assert all(any(t.startswith("aks-probe-") for t in a.tags) and not any(t.startswith("aks-ck-") for t in a.tags)
                    for a in ran), [a.tags for a in ran]
-        for a in ran[1:]:   # where the probe's time goes: YARN's accept-to-finish of its application
+        for a in ended:   # where the probe's time goes: YARN's accept-to-finish of its application
             print(f"[probe yarn] {a.summary()[:120]}: {(a.finished_ms - a.started_ms) / 1000:.1f}s on YARN")
     finally:
         for app in rm.find(name=f"aks-probe-{JOB}"):
@@ -169,13 +175,15 @@ def _old_run_and_probes(bs, hadoop, yarn_submit, webhdfs, tmp_path, rt) -> dict[
               + "\n".join(f"    {ln[:160]}" for ln in result.log_tail.splitlines()[-4:]))
         return result
 
-    # The two releases at once (two probes fit the NodeManager's 4 GB; the CI budget wants the time).
-    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+    # The two releases and a probe that outlives probe_timeout_s, all three at once (the CI budget wants the
+    # time: the third waits out its whole 45 s either way). Its executor (3 GB) never fits beside the AMs on
+    # the 4 GB NodeManager, so its batch waits, as on a full cluster; the product kills it and answers
+    # unknown. Three AMs (1 GB each) fit under the minicluster's AM share (80 %); v2's and v3's executors may
+    # have to wait for the kill (the scheduler holds the node for the big request), within their 240 s.
+    with concurrent.futures.ThreadPoolExecutor(3) as pool:
         futures = {v: pool.submit(run, v, 240) for v in ("v2", "v3")}
+        futures["v3-timeout"] = pool.submit(run, "v3-timeout", 45, **{"spark.executor.memory": "3g"})
         results = {v: f.result() for v, f in futures.items()}
-    # A probe that outlives probe_timeout_s: its executor (3 GB) never fits beside its AM on the 4 GB
-    # NodeManager, so its batch waits, as on a full cluster; the product kills it and answers unknown.
-    results["v3-timeout"] = run("v3-timeout", 45, **{"spark.executor.memory": "3g"})
     assert digest(registry_ck) == before_ck, "the probe touched the real checkpoint"
     assert digest(real_sink) == before_sink, "the probe touched the real sink"
     left = [p for p in webhdfs.ls(f"{base}/checkpoints", detail=False) if ".probe-" in p]
