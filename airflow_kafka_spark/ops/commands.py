@@ -9,6 +9,7 @@ pre-operation backup: they already hold the operation lock and have recovered.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from airflow_kafka_spark._util.fs import open_location
@@ -19,7 +20,7 @@ from airflow_kafka_spark.ops import seal
 from airflow_kafka_spark.ops.backup.catalog import job_location, open_backup_root, store_path
 from airflow_kafka_spark.ops.backup.manifest import LOCK_NAME
 from airflow_kafka_spark.ops.backup.prune import PruneResult, check_retention, prune_job
-from airflow_kafka_spark.ops.backup.take import BackupResult, take_backup
+from airflow_kafka_spark.ops.backup.take import BackupRequest, BackupResult, take_backup
 from airflow_kafka_spark.ops.guards import operation_lock, refuse_if_interrupted
 from airflow_kafka_spark.ops.options import (
     DEFAULT_RUN,
@@ -61,11 +62,10 @@ def backup_checkpoint(checkpoint_location: str, backup_root: str, *, job: str | 
     refuse_if_interrupted(checkpoint_location, run.stores.checkpoint)
     if run.progress:
         run.progress("copying and hashing the checkpoint's files, then verifying the backup")
-    return take_backup(checkpoint_location, backup_root, job=job, reason=reason, force=force,
-                       spark_version=run.spark_version, settle_s=settle_s, keep_last=retention.keep_last,
-                       max_age_s=retention.max_age_s, storage_options=run.stores.checkpoint,
-                       backup_storage_options=run.stores.backup, now_ms=now_ms, seal_key=run.seal_key,
-                       keep_ids=retention.keep_ids)
+    ck = open_location(checkpoint_location, run.stores.checkpoint, what="checkpoint location")
+    return take_backup(ck, open_backup_root(backup_root, run.stores.backup),
+                       BackupRequest(job=job, reason=reason, force=force, now_ms=now_ms),
+                       retention=retention, run=replace(run, backup_settle_s=settle_s))
 
 
 def prune_backups(backup_root: str, job: str, *, keep_last: int | None = None, max_age_s: float | None = None,
@@ -130,14 +130,9 @@ def restore_checkpoint(checkpoint_location: str, backup_root: str, backup_id: st
 
     run = with_legacy(run, legacy, where="restore_checkpoint")
     storage_options = run.stores.checkpoint
-    t = restore.open_restore(checkpoint_location, backup_root, backup_id, job=job, storage_options=storage_options,
-                             backup_storage_options=run.stores.backup, seal_key=run.seal_key)
-    kw = dict(job=t.job, idempotent_sink=sink.idempotent, sink_output=sink.output, actor=actor,
-              storage_options=storage_options, backup_storage_options=run.stores.backup,
-              kafka_timeout=run.kafka_timeout, backup_settle_s=run.backup_settle_s, seal_key=t.seal_key,
-              progress=run.progress)
+    t = restore.open_restore(checkpoint_location, backup_root, backup_id, job=job, run=run)
     if dry_run:
-        return restore.run_restore(t.ck, t.root, t.manifest, t.record, kafka_config, dry_run=True, **kw)
+        return restore.run_restore(t, kafka_config, dry_run=True, sink=sink, actor=actor, run=run)
     # Not queued behind another restore/reset (timeout 0): two restores started together must not
     # both run one after the other; the second is told who holds the location.
     with operation_lock(t.ck, timeout=0.0, what=f"checkpoint {t.ck.url} (another restore or reset)"):
@@ -148,4 +143,5 @@ def restore_checkpoint(checkpoint_location: str, backup_root: str, backup_id: st
         already = restore.already_restored(t.ck, t.manifest, record)
         if already is not None:
             return already
-        return restore.run_restore(t.ck, t.root, t.manifest, record, kafka_config, dry_run=False, **kw)
+        return restore.run_restore(replace(t, record=record), kafka_config, dry_run=False, sink=sink, actor=actor,
+                                   run=run)

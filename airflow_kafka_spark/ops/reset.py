@@ -22,7 +22,7 @@ log does not list them: readers that go through the log see only the new run. Th
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from airflow_kafka_spark._util import faults
@@ -39,7 +39,7 @@ from airflow_kafka_spark.lifecycle.journal import Journal, Operation, new_operat
 from airflow_kafka_spark.lifecycle.record import LifecycleRecord
 from airflow_kafka_spark.names import default_job_name, validate_job_name
 from airflow_kafka_spark.ops.backup.catalog import open_backup_root
-from airflow_kafka_spark.ops.backup.take import take_backup
+from airflow_kafka_spark.ops.backup.take import BackupRequest, take_backup
 from airflow_kafka_spark.ops.guards import check_locations, journal_path, running_reason
 from airflow_kafka_spark.ops.modes import SinkLogPolicy
 from airflow_kafka_spark.ops.options import RunOptions
@@ -158,9 +158,12 @@ def run_reset(checkpoint_location: str, backup_root: str | None, kafka_config: d
                                reason=BlockReason.PLAN_BLOCKED, code=worst.code, details=result.to_dict())
 
     step("backing up the checkpoint (verified before anything moves)")
-    bk = take_backup(checkpoint_location, str(backup_root), job=job,
-                      reason=f"before reset --mode {request.mode} ({op_id})", storage_options=storage_options,
-                           backup_storage_options=backup_storage_options, settle_s=run.backup_settle_s)
+    if root is None:   # an empty backup root: opening it is the one-line error
+        root = open_backup_root(str(backup_root), backup_storage_options)
+    # The operation's stores and settle time; the seal key is the configured one and the Spark version the
+    # record's, as the pre-reset backup always took them.
+    bk = take_backup(ck, root, BackupRequest(job=job, reason=f"before reset --mode {request.mode} ({op_id})"),
+                     run=replace(run, seal_key=None, spark_version=None))
     faults.crash_point("reset.backed_up")
     again = read_checkpoint(checkpoint_location, storage_options=storage_options)
     if (again.offset_batch_ids, again.commit_batch_ids) != (state.offset_batch_ids, state.commit_batch_ids):

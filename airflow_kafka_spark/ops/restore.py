@@ -32,8 +32,7 @@ from __future__ import annotations
 
 import hashlib
 import uuid
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from airflow_kafka_spark._util import faults
@@ -45,20 +44,22 @@ from airflow_kafka_spark._util.fs import (
     siblings_with_prefix,
 )
 from airflow_kafka_spark._util.trees import move_dir, remove_tree
+from airflow_kafka_spark.checkpoint.model import CheckpointState
 from airflow_kafka_spark.checkpoint.reader import read_checkpoint
 from airflow_kafka_spark.errors import OperationBlocked, UserError
 from airflow_kafka_spark.lifecycle.events import LifecycleEvent
 from airflow_kafka_spark.lifecycle.journal import Journal, Operation, is_operation_id, new_operation_id
 from airflow_kafka_spark.lifecycle.record import LifecycleRecord
-from airflow_kafka_spark.names import default_job_name, validate_job_name
 from airflow_kafka_spark.ops import seal
 from airflow_kafka_spark.ops.backup.catalog import load_backup, open_backup_root
 from airflow_kafka_spark.ops.backup.manifest import Manifest
+from airflow_kafka_spark.ops.backup.source import job_of
 from airflow_kafka_spark.ops.backup.store import materialize
-from airflow_kafka_spark.ops.backup.take import take_backup
+from airflow_kafka_spark.ops.backup.take import BackupRequest, take_backup
 from airflow_kafka_spark.ops.guards import check_locations, journal_path, running_reason
+from airflow_kafka_spark.ops.options import DEFAULT_RUN, NO_SINK, RunOptions, SinkFacts
 from airflow_kafka_spark.ops.plan import PartitionMove, Plan
-from airflow_kafka_spark.ops.restore_plan import judge_restore
+from airflow_kafka_spark.ops.restore_plan import RestoreTarget, judge_restore
 from airflow_kafka_spark.verdict.findings import Verdict
 from airflow_kafka_spark.verdict.interrupted import interrupted_finding
 
@@ -90,29 +91,6 @@ class RestoreResult:
                 "plan": self.plan.to_dict(), "verdict": self.verdict.to_dict()}
 
 
-@dataclass(frozen=True)
-class RestoreTarget:
-    """A restore's inputs, checked: the checkpoint, the backup root, the manifest (seal checked), the job."""
-
-    ck: Location
-    root: Location
-    manifest: Manifest
-    record: LifecycleRecord | None
-    job: str
-    seal_key: bytes | None
-
-
-def job_of(checkpoint_location: str, job: str | None, record: LifecycleRecord | None) -> str:
-    """Whose backups a restore reads: ``job``, else the lifecycle record's, else the checkpoint folder's name.
-
-    The same rule ``aks backup`` files backups by (:func:`~airflow_kafka_spark.names.default_job_name`),
-    so a checkpoint backed up without ``--job`` is restored without it too.
-    """
-    name = job if job is not None else default_job_name(checkpoint_location, record.job_name if record else None)
-    validate_job_name(name)
-    return name
-
-
 def restore_job_name(checkpoint_location: str, job: str | None, storage_options: dict | None = None) -> str:
     """:func:`job_of` with the lifecycle record read from beside ``checkpoint_location``."""
     if job is not None:
@@ -121,17 +99,17 @@ def restore_job_name(checkpoint_location: str, job: str | None, storage_options:
 
 
 def open_restore(checkpoint_location: str, backup_root: str, backup_id: str, *, job: str | None,
-                 storage_options: dict | None, backup_storage_options: dict | None,
-                 seal_key: bytes | None) -> RestoreTarget:
+                 run: RunOptions = DEFAULT_RUN) -> RestoreTarget:
     """Check everything a restore needs before it takes the lock; changes nothing.
 
-    ``job`` defaults to the lifecycle record's job name, else the folder's (:func:`job_of`; a backup of
-    another job is refused).
-    Raises :class:`OperationBlocked` (exit 3) while the job runs, :class:`UserError` (exit 2) for
-    bad input (unknown or tampered backup, wrong job). ``seal_key`` (default:
+    The one place a restore parses its URLs (with ``run.stores``' options). ``job`` defaults to the
+    lifecycle record's job name, else the folder's (:func:`job_of`; a backup of another job is
+    refused). Raises :class:`OperationBlocked` (exit 3) while the job runs, :class:`UserError` (exit 2)
+    for bad input (unknown or tampered backup, wrong job). ``run.seal_key`` (default:
     ``$AKS_SEAL_KEY_FILE``'s) requires the keyed seal on the manifest.
     """
-    seal_key = seal.resolve_key(seal_key)
+    storage_options, backup_storage_options = run.stores.checkpoint, run.stores.backup
+    seal_key = seal.resolve_key(run.seal_key)
     ck = open_location(checkpoint_location, storage_options, what="checkpoint location")
     root = open_backup_root(backup_root, backup_storage_options)
     check_locations(ck, root)
@@ -148,48 +126,33 @@ def open_restore(checkpoint_location: str, backup_root: str, backup_id: str, *, 
     return RestoreTarget(ck=ck, root=root, manifest=manifest, record=record, job=job, seal_key=seal_key)
 
 
-def run_restore(ck: Location, root: Location, manifest: Manifest, record: LifecycleRecord | None, kafka_config: dict,
-                *, job: str, dry_run: bool, idempotent_sink: bool | None, sink_output: str | None, actor: str | None,
-             storage_options: dict | None, backup_storage_options: dict | None, kafka_timeout: float,
-             backup_settle_s: float, seal_key: bytes | None,
-             progress: Callable[[str], None] | None = None) -> RestoreResult:
-    step = progress or (lambda _text: None)
-    checkpoint_location, backup_root, backup_id = ck.url, root.url, manifest.backup_id
+def run_restore(target: RestoreTarget, kafka_config: dict, *, dry_run: bool, sink: SinkFacts = NO_SINK,
+                actor: str | None = None, run: RunOptions = DEFAULT_RUN) -> RestoreResult:
+    """Stage ``target``'s backup, judge it, and unless ``dry_run`` or blocked put it in place (the module doc
+    has the order). ``ops.commands.restore_checkpoint`` opened ``target``, holds the lock and has recovered."""
+    step = run.progress or (lambda _text: None)
+    ck, manifest, storage_options = target.ck, target.manifest, run.stores.checkpoint
     if not dry_run:
         remove_stale_staging(ck)   # leftovers of restores killed before their commit point
-
     op_id = new_operation_id()
-    if dry_run:
-        # Judged in memory: a dry run writes nothing anywhere (state bodies are hash-checked only).
-        scratch = open_location(f"memory://aks-dry-run-{uuid.uuid4().hex}")
-        staging, staged_options = scratch.child("checkpoint"), None
-    else:
-        staging, staged_options = ck.sibling(f".staging-{op_id}"), storage_options
-        scratch = staging
+    staging, scratch, staged_options = _staging_for(ck, op_id, dry_run, storage_options)
     try:
-        step(f"staging backup {backup_id} ({len(manifest.files):,} files, each checked against its sha256)")
-        materialize(manifest, backup_root, staging, storage_options=backup_storage_options,
+        step(f"staging backup {manifest.backup_id} ({len(manifest.files):,} files, each checked against its sha256)")
+        materialize(manifest, target.root.url, staging, storage_options=run.stores.backup,
                     hash_only=(lambda p: p.startswith("state/")) if dry_run else None)
-        current = read_checkpoint(checkpoint_location, storage_options=storage_options)
+        current = read_checkpoint(ck.url, storage_options=storage_options)
         staged = read_checkpoint(staging.url, storage_options=staged_options)
         step("judging the staged copy against Kafka")
-        plan, verdict = judge_restore(manifest, current, staged, record, kafka_config, job=job,
-                               idempotent_sink=idempotent_sink, sink_output=sink_output,
-                               storage_options=storage_options, kafka_timeout=kafka_timeout)
+        plan, verdict = judge_restore(target, current, staged, kafka_config, sink=sink, run=run)
     except BaseException:
         remove_tree(scratch)
         raise
     aside = ck.sibling(f".restore-{op_id}") if current.exists else None
-    plan.actions = [f"back up the current checkpoint {checkpoint_location} to {backup_root}" if current.exists
-                    else f"(no current checkpoint at {checkpoint_location})",
-                    f"move {checkpoint_location} to {aside.url} (kept)" if aside else "",
-                    f"put backup {backup_id} (batch {manifest.last_committed_batch}) in place",
-                    "record the restore in the lifecycle record"]
-    plan.actions = [a for a in plan.actions if a]
+    plan.actions = _actions(target, current, aside)
     result = RestoreResult(plan=plan, verdict=verdict, backup=manifest, dry_run=dry_run, operation_id=op_id,
                            aside_location=aside.url if aside else None)
     if dry_run:
-        interrupted = interrupted_finding(checkpoint_location, storage_options)
+        interrupted = interrupted_finding(ck.url, storage_options)
         if interrupted is not None:   # the real run would finish (or refuse) that operation first
             plan.add(interrupted.code, interrupted.severity, interrupted.message, interrupted.fix)
     if dry_run or plan.blocked:
@@ -197,19 +160,56 @@ def run_restore(ck: Location, root: Location, manifest: Manifest, record: Lifecy
         if dry_run:
             return result
         worst = plan.blocking[0]
-        raise OperationBlocked(f"restore of {backup_id} refused, nothing was changed: {worst.code} — {worst.message}"
-                               + (f"; fix: {worst.fix}" if worst.fix else ""), code=worst.code,
+        raise OperationBlocked(f"restore of {manifest.backup_id} refused, nothing was changed: {worst.code} — "
+                               f"{worst.message}" + (f"; fix: {worst.fix}" if worst.fix else ""), code=worst.code,
                                details=result.to_dict())
+    journal = _commit(target, current, staging, result, actor, run)
+    faults.crash_point("restore.journaled")
+    step("moving the current checkpoint aside and the backup into place")
+    roll_forward(journal, ck, storage_options=storage_options)
+    result.restored = True
+    return result
+
+
+def _staging_for(ck: Location, op_id: str, dry_run: bool,
+                 storage_options: dict | None) -> tuple[Location, Location, dict | None]:
+    """Where the backup is staged, what to remove when the restore stops before its commit point, and the
+    staged copy's store options: ``<checkpoint>.staging-<op id>``, or for a dry run a ``memory://`` scratch
+    (judged in memory: a dry run writes nothing anywhere; state bodies are hash-checked only)."""
+    if dry_run:
+        scratch = open_location(f"memory://aks-dry-run-{uuid.uuid4().hex}")
+        return scratch.child("checkpoint"), scratch, None
+    staging = ck.sibling(f".staging-{op_id}")
+    return staging, staging, storage_options
+
+
+def _actions(target: RestoreTarget, current: CheckpointState, aside: Location | None) -> list[str]:
+    """The plan's steps as the user reads them, in the order :func:`run_restore` takes them."""
+    checkpoint_location, backup_id = target.ck.url, target.manifest.backup_id
+    actions = [f"back up the current checkpoint {checkpoint_location} to {target.root.url}" if current.exists
+               else f"(no current checkpoint at {checkpoint_location})",
+               f"move {checkpoint_location} to {aside.url} (kept)" if aside else "",
+               f"put backup {backup_id} (batch {target.manifest.last_committed_batch}) in place",
+               "record the restore in the lifecycle record"]
+    return [a for a in actions if a]
+
+
+def _commit(target: RestoreTarget, current: CheckpointState, staging: Location, result: RestoreResult,
+            actor: str | None, run: RunOptions) -> Journal:
+    """Back up the current checkpoint, check that it did not move and that the staged copy is intact, and
+    write the journal: the commit point. The staged copy is removed when any of it fails."""
+    ck, manifest, op_id = target.ck, target.manifest, str(result.operation_id)
+    checkpoint_location, backup_id = ck.url, manifest.backup_id
     try:
         if current.exists and (current.offset_batch_ids or current.commit_batch_ids):
-            step("backing up the current checkpoint")
-            pre = take_backup(checkpoint_location, backup_root, job=job,
-                                    reason=f"before restore of {backup_id} ({op_id})",
-                                    storage_options=storage_options, backup_storage_options=backup_storage_options,
-                                    settle_s=backup_settle_s, seal_key=seal_key)
+            (run.progress or (lambda _text: None))("backing up the current checkpoint")
+            # The operation's stores, settle time and seal key; the Spark version only the record gives.
+            pre = take_backup(ck, target.root, BackupRequest(job=target.job,
+                                                             reason=f"before restore of {backup_id} ({op_id})"),
+                              run=replace(run, seal_key=target.seal_key, spark_version=None))
             result.pre_restore_backup_id = pre.backup_id
         faults.crash_point("restore.backed_up")
-        again = read_checkpoint(checkpoint_location, storage_options=storage_options)
+        again = read_checkpoint(checkpoint_location, storage_options=run.stores.checkpoint)
         if (again.offset_batch_ids, again.commit_batch_ids) != (current.offset_batch_ids, current.commit_batch_ids):
             raise OperationBlocked(f"checkpoint {checkpoint_location} changed during the restore: is the job running? "
                                    "Stop it and re-run the restore", code="QUERY_RUNNING")
@@ -218,21 +218,16 @@ def run_restore(ck: Location, root: Location, manifest: Manifest, record: Lifecy
             raise UserError(f"the staged copy of backup {backup_id} at {staging.url} vanished or changed before the "
                             f"restore's commit point; the checkpoint {checkpoint_location} was not changed: re-run "
                             "the restore (and check what deletes folders beside the checkpoint)")
-        journal = Journal.begin(ck, Operation.RESTORE, op_id, {
-            "job": job, "actor": actor, "backup_root": backup_root, "backup_id": backup_id,
-            "staging": staging.url, "aside": aside.url if aside else None,
+        return Journal.begin(ck, Operation.RESTORE, op_id, {
+            "job": target.job, "actor": actor, "backup_root": target.root.url, "backup_id": backup_id,
+            "staging": staging.url, "aside": result.aside_location,
             "pre_restore_backup_id": result.pre_restore_backup_id,
-            "records_to_replay": result.records_to_replay, "verdict": str(verdict.severity),
+            "records_to_replay": result.records_to_replay, "verdict": str(result.verdict.severity),
             "restored_batch": manifest.last_committed_batch, "restored_query_id": manifest.query_id,
-            "replaced_query_id": current.query_id, "plan": plan.to_dict(), "staged_fingerprint": staged_print})
+            "replaced_query_id": current.query_id, "plan": result.plan.to_dict(), "staged_fingerprint": staged_print})
     except BaseException:
         remove_tree(staging)
         raise
-    faults.crash_point("restore.journaled")
-    step("moving the current checkpoint aside and the backup into place")
-    roll_forward(journal, ck, storage_options=storage_options)
-    result.restored = True
-    return result
 
 
 def roll_forward(journal: Journal, ck: Location, *, storage_options: dict | None = None) -> dict[str, Any]:

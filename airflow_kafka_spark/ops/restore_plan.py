@@ -9,13 +9,17 @@ sink already holds batch ids the restored query would re-run (``SINK_AHEAD_OF_CH
 from __future__ import annotations
 
 import contextlib
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
+from airflow_kafka_spark._util.fs import Location
 from airflow_kafka_spark.checkpoint.model import CheckpointState
 from airflow_kafka_spark.errors import UserError
+from airflow_kafka_spark.kafka.model import BrokerState
+from airflow_kafka_spark.kafka.offsets import PartitionOffsets
 from airflow_kafka_spark.kafka.view import KafkaView
 from airflow_kafka_spark.lifecycle.record import LifecycleRecord
 from airflow_kafka_spark.ops.backup.manifest import Manifest
+from airflow_kafka_spark.ops.options import DEFAULT_RUN, NO_SINK, RunOptions, SinkFacts
 from airflow_kafka_spark.ops.plan import PartitionMove, Plan
 from airflow_kafka_spark.ops.reset import read_sink_info
 from airflow_kafka_spark.ops.reset_plan import old_positions
@@ -24,33 +28,43 @@ from airflow_kafka_spark.verdict.findings import BLOCK, INFO, WARN, Verdict
 from airflow_kafka_spark.verdict.options import DeployOptions
 
 
-def judge_restore(manifest: Manifest, current: CheckpointState, staged: CheckpointState,
-                  record: LifecycleRecord | None, kafka_config: dict, *, job: str, idempotent_sink: bool | None,
-                  sink_output: str | None, storage_options: dict | None, kafka_timeout: float) -> tuple[Plan, Verdict]:
+@dataclass(frozen=True)
+class RestoreTarget:
+    """A restore's inputs, checked (``ops.restore.open_restore``): the checkpoint, the backup root, the manifest (seal
+    checked), the lifecycle record, the job, the seal key."""
+
+    ck: Location
+    root: Location
+    manifest: Manifest
+    record: LifecycleRecord | None
+    job: str
+    seal_key: bytes | None
+
+
+def judge_restore(target: RestoreTarget, current: CheckpointState, staged: CheckpointState, kafka_config: dict, *,
+                  sink: SinkFacts = NO_SINK, run: RunOptions = DEFAULT_RUN) -> tuple[Plan, Verdict]:
     """The restore's plan and verdict: the staged backup judged against Kafka now, plus the replay.
 
-    Reads Kafka (and the sink's log when ``sink_output`` is given); changes nothing.
+    ``target`` gives the manifest, the lifecycle record and the job (``ops.restore.open_restore``);
+    ``run`` the checkpoint store's options and Kafka's timeout. Reads Kafka (and the sink's log when
+    ``sink.output`` is given); changes nothing.
     """
+    manifest = target.manifest
     b_c, b_p, b_label = old_positions(staged)
     cur_c, cur_p, _ = old_positions(current) if current.exists else ({}, {}, "")
-    topics = sorted({tp.topic for tp in [*b_c, *b_p, *cur_c]} | set(record.topics if record else ()))
+    topics = sorted({tp.topic for tp in [*b_c, *b_p, *cur_c]} | set(target.record.topics if target.record else ()))
     options = DeployOptions(topics=tuple(sorted({tp.topic for tp in [*b_c, *b_p]})) or None,
-                            idempotent_sink=idempotent_sink)
-    with KafkaView(kafka_config, timeout=kafka_timeout) as view:
-        broker = view.broker_state(topics, reference=b_c or None)
-        lookups = identity_lookups(staged, broker, record, options)
-        timestamps = {}
-        for tp, c in lookups.items():
-            with contextlib.suppress(UserError):
-                timestamps[tp] = view.last_record_before(tp, c)
-    verdict = replace(evaluate(staged, broker, record, options, timestamps), subject=current.location)
+                            idempotent_sink=sink.idempotent)
+    broker, verdict = _verdict_now(staged, target.record, options, KafkaView(kafka_config, timeout=run.kafka_timeout),
+                                   topics, reference=b_c or None)
+    verdict = replace(verdict, subject=current.location)
 
     plan = Plan(kind="restore", subject=current.location)
     plan.details.update({"backup_id": manifest.backup_id, "backup_batch": manifest.last_committed_batch,
                          "backup_pending_batch": manifest.pending_batch, "backup_created_at": manifest.created_at,
                          "backup_query_id": manifest.query_id, "current_query_id": current.query_id,
                          "current_batch": current.latest_committed.batch_id if current.latest_committed else None,
-                         "restart_position": b_label, "job": job})
+                         "restart_position": b_label, "job": target.job})
     plan.findings.extend(verdict.findings)
     # The replay a rollback causes: what the current checkpoint already committed (and a pending batch
     # of it that may have reached the sink) beyond the backup's position.
@@ -64,6 +78,31 @@ def judge_restore(manifest: Manifest, current: CheckpointState, staged: Checkpoi
             log_start=broker.earliest.get(tp), log_end=broker.latest.get(tp),
             pending_end=cur_p.get(tp) if cur_p.get(tp) is not None and old is not None and cur_p[tp] > old else None,
             source="backup", note="" if old is not None else "not in the current checkpoint"))
+    _add_replay_findings(plan, manifest, current, sink.idempotent)
+    if sink.output:
+        _add_sink_finding(plan, manifest, sink.output, run.stores.checkpoint)
+    return plan, verdict
+
+
+def _verdict_now(staged: CheckpointState, record: LifecycleRecord | None, options: DeployOptions, view: KafkaView,
+                 topics: list[str], *, reference: PartitionOffsets | None) -> tuple[BrokerState, Verdict]:
+    """The broker now (``topics``: the backup's, the current checkpoint's and the record's) and the pre-deploy
+    verdict on the staged copy, with the last record before each position the identity checks ask for;
+    ``view`` is closed here."""
+    with view:
+        broker = view.broker_state(topics, reference=reference)
+        lookups = identity_lookups(staged, broker, record, options)
+        timestamps = {}
+        for tp, c in lookups.items():
+            with contextlib.suppress(UserError):
+                timestamps[tp] = view.last_record_before(tp, c)
+    return broker, evaluate(staged, broker, record, options, timestamps)
+
+
+def _add_replay_findings(plan: Plan, manifest: Manifest, current: CheckpointState, idempotent_sink: bool | None
+                         ) -> None:
+    """What rolling back costs, from the plan's moves: the records read again, the records skipped, a query id
+    that changes, a missing current checkpoint, a backup whose state cannot be loaded."""
     replay = plan.replayed + plan.pending_replay
     if manifest.query_id and current.query_id and manifest.query_id != current.query_id:
         plan.add("QUERY_ID_CHANGES", INFO,
@@ -103,16 +142,18 @@ def judge_restore(manifest: Manifest, current: CheckpointState, staged: Checkpoi
                  f"the backup's state cannot be loaded for version {manifest.state.get('version')}: "
                  f"{(manifest.problems or ['state files missing'])[0]}",
                  "restore an older backup whose state is complete, or reset instead")
-    if sink_output:
-        sink = read_sink_info(sink_output, storage_options)
-        last_batch = manifest.pending_batch if manifest.pending_batch is not None else manifest.last_committed_batch
-        ahead = sink.latest_batch_id is not None and (last_batch is None or sink.latest_batch_id > last_batch)
-        if sink.has_log and ahead:
-            plan.add("SINK_AHEAD_OF_CHECKPOINT", BLOCK,
-                     f"{sink_output}/_spark_metadata holds batches up to {sink.latest_batch_id} > backup batch "
-                     f"{last_batch}: the file sink would silently skip the restored query's batches "
-                     f"{(last_batch or -1) + 1}-{sink.latest_batch_id}, and records beyond their old ranges with "
-                     "them (S19/S20)",
-                     "restore a newer backup, or reset with --sink-log move-aside instead",
-                     latest_sink_batch=sink.latest_batch_id, backup_batch=last_batch)
-    return plan, verdict
+
+
+def _add_sink_finding(plan: Plan, manifest: Manifest, sink_output: str, storage_options: dict | None) -> None:
+    """A BLOCK when the file sink's log already holds batch ids beyond the backup's (S19/S20)."""
+    sink = read_sink_info(sink_output, storage_options)
+    last_batch = manifest.pending_batch if manifest.pending_batch is not None else manifest.last_committed_batch
+    ahead = sink.latest_batch_id is not None and (last_batch is None or sink.latest_batch_id > last_batch)
+    if sink.has_log and ahead:
+        plan.add("SINK_AHEAD_OF_CHECKPOINT", BLOCK,
+                 f"{sink_output}/_spark_metadata holds batches up to {sink.latest_batch_id} > backup batch "
+                 f"{last_batch}: the file sink would silently skip the restored query's batches "
+                 f"{(last_batch or -1) + 1}-{sink.latest_batch_id}, and records beyond their old ranges with "
+                 "them (S19/S20)",
+                 "restore a newer backup, or reset with --sink-log move-aside instead",
+                 latest_sink_batch=sink.latest_batch_id, backup_batch=last_batch)

@@ -25,6 +25,7 @@ from airflow_kafka_spark.ops.backup.manifest import Manifest
 from airflow_kafka_spark.ops.backup.selection import layout_misfit, select_files
 from airflow_kafka_spark.ops.backup.store import materialize
 from airflow_kafka_spark.ops.commands import backup_checkpoint
+from airflow_kafka_spark.ops.options import RunOptions
 from tests.support.checkpoint_factory import write_checkpoint
 
 JOB = "orders"
@@ -112,7 +113,8 @@ def test_a_forced_backup_of_a_running_query_outside_the_model_is_refused(tmp_pat
     ck = legacy_checkpoint(tmp_path / "ck")
     monkeypatch.setattr(take, "running_reason", lambda _record: "a live lease")
     with pytest.raises(OperationBlocked, match=r"no commit log.*stop it on a batch boundary"):
-        take.take_backup(str(ck), str(tmp_path / "bk"), job=JOB, force=True, settle_s=0)
+        take.take_backup(open_location(str(ck)), open_location(str(tmp_path / "bk")),
+                         take.BackupRequest(job=JOB, force=True), run=RunOptions(backup_settle_s=0))
     published = tmp_path / "bk" / JOB / "backups"
     assert not published.exists() or not any(published.iterdir())
 

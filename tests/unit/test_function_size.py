@@ -17,15 +17,10 @@ PACKAGE = Path(__file__).resolve().parents[2] / "airflow_kafka_spark"
 MAX_PARAMS = 9
 MAX_LINES = 80
 
-OWNED_ELSEWHERE = "owned elsewhere this round (the backup/restore engine is being reworked in its own branch)"
 NOT_YET = "not split yet (issue 29): "
 #: "<path under the package>::<qualified name>": why it stays over a limit.
 ALLOWED: dict[str, str] = {
     # ten or more parameters
-    "ops/backup/take.py::take_backup": OWNED_ELSEWHERE,
-    "ops/backup/take.py::_backup_once": OWNED_ELSEWHERE,
-    "ops/restore.py::run_restore": OWNED_ELSEWHERE,
-    "ops/restore_plan.py::judge_restore": "its one caller is ops/restore.py, " + OWNED_ELSEWHERE,
     "triggers/health.py::StreamingHealthTrigger.__init__": "Airflow re-creates a trigger from the keyword "
     "arguments its serialize() stored in the metadata DB: they are a stored contract, like the class path",
     "triggers/lag.py::StreamingLagTrigger.__init__": "as StreamingHealthTrigger.__init__: serialized keyword arguments",

@@ -1,0 +1,79 @@
+"""Whether a checkpoint stayed quiet while it was copied: the second listing of a backup.
+
+A backup lists the checkpoint, copies, then lists ``offsets/`` and ``commits/`` again: batch ids
+that moved in between (or the newest file rewritten under the same id) mean the query is running
+(``ops.backup.take``). Split out of ``take.py`` so the copy and the running-query test read apart.
+"""
+
+from __future__ import annotations
+
+import time
+
+from airflow_kafka_spark._util.fs import Location, list_files, mtime_of
+from airflow_kafka_spark.ops.backup.selection import log_ids
+
+#: How far a remote store's clock may be behind ours before its mtimes would fool :func:`settle_wait`.
+CLOCK_SKEW_S = 60.0
+
+LogIds = tuple[frozenset[int], frozenset[int]]
+Newest = tuple[tuple[str, float | None, int], ...]
+
+
+def ids_after(ck: Location, before: LogIds, newest_before: Newest, settle_s: float, listed_wall: float,
+              elapsed: float) -> LogIds:
+    """The ``offsets/``/``commits/`` ids of the second listing, taken once the quiet period is long enough
+    (:func:`settle_wait`); a newest file rewritten under the same ids adds the id -1 (something writes there)."""
+    wait = settle_wait(settle_s, newest_before, listed_wall, elapsed, local=ck.local)
+    if wait > 0:
+        time.sleep(wait)
+    after_listing = log_listing(ck)
+    after = log_ids(after_listing)
+    if after == before and newest_log_files(after_listing, after) != newest_before:
+        after = (after[0] | {-1}, after[1])  # same ids, rewritten newest file: something writes there
+    return after
+
+
+def log_listing(ck: Location) -> dict[str, dict]:
+    """The files of ``offsets/`` and ``commits/`` only (relative to the checkpoint)."""
+    out: dict[str, dict] = {}
+    for log in ("offsets", "commits"):
+        out.update({f"{log}/{rel}": info for rel, info in list_files(ck.child(log)).items() if "/" not in rel})
+    return out
+
+
+def newest_log_files(listing: dict[str, dict], ids: LogIds) -> Newest:
+    """(path, mtime, size) of the newest ``offsets/`` and ``commits/`` files: what a running query writes next."""
+    out = []
+    for log, batch_ids in zip(("offsets", "commits"), ids, strict=True):
+        if batch_ids:
+            rel = f"{log}/{max(batch_ids)}"
+            info = listing.get(rel, {})
+            out.append((rel, mtime_of(info), int(info.get("size") or 0)))
+    return tuple(out)
+
+
+def settle_wait(settle_s: float, newest: Newest, listed_wall: float, elapsed: float, *, local: bool = True) -> float:
+    """How long to wait before the second listing: only while the checkpoint may be changing.
+
+    The two listings prove the query is stopped when they span a quiet period of at least
+    ``settle_s`` seconds. That period starts at the newest ``offsets/``/``commits/`` file's mtime,
+    not at the first listing: when that file was written ``settle_s`` or more before the first
+    listing, and the second listing finds the same ids, mtimes and sizes, the quiet period already
+    covers ``settle_s`` and waiting adds nothing. Only a checkpoint written within the last
+    ``settle_s`` (or without mtimes) waits for the rest of it. An object store stamps files with
+    its own clock: there the quiet period must be longer by :data:`CLOCK_SKEW_S` to count.
+    """
+    if settle_s <= 0:
+        return 0.0
+    stamps = [m for _, m, _ in newest]
+    if newest and all(m is not None for m in stamps):
+        quiet_before = listed_wall - max(m for m in stamps if m is not None) - (0.0 if local else CLOCK_SKEW_S)
+        if quiet_before >= settle_s:
+            return 0.0
+        return min(settle_s - elapsed, settle_s - quiet_before - elapsed)
+    return settle_s - elapsed
+
+
+def span(ids: LogIds) -> str:
+    offs, coms = ids
+    return f"L={max(offs) if offs else '-'} C={max(coms) if coms else '-'}"
