@@ -214,6 +214,7 @@ class _Listed:
 
 
 def _backup_once(cap: _Capture, state: CheckpointState) -> BackupResult:
+    """One attempt: list and select, copy, check the checkpoint stayed quiet, compose the manifest, publish."""
     listed = _list(cap, state)
     faults.crash_point("backup.listed")
     created = cap.request.now_ms if cap.request.now_ms is not None else int(time.time() * 1000)
