@@ -30,6 +30,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
+from airflow_kafka_spark._util.fs import Location
 from airflow_kafka_spark.checkpoint.checks import ConsistencyChecks
 from airflow_kafka_spark.checkpoint.escaped import find_legacy_folder, legacy_message
 from airflow_kafka_spark.checkpoint.files import NOT_STATED, CheckpointFiles, is_dir, open_fs, os_reason
@@ -60,13 +61,14 @@ from airflow_kafka_spark.errors import CheckpointFormatError, UserError
 
 
 def read_checkpoint(
-    location: str,
+    location: str | Location,
     *,
     storage_options: dict | None = None,
     read_history: bool = False,
     history_batches: int | None = None,
 ) -> CheckpointState:
-    """Read the checkpoint at ``location`` (a path or any fsspec URL) without modifying it.
+    """Read the checkpoint at ``location`` (a path, any fsspec URL, or the :class:`Location` the caller opened)
+    without modifying it.
 
     A missing location gives ``exists=False``. A location that is a file, or that cannot be listed
     or read, raises :class:`UserError`. Everything else — damaged files, gaps, contradictions — is
@@ -78,7 +80,10 @@ def read_checkpoint(
     """
     if isinstance(location, os.PathLike):
         location = os.fspath(location)
-    fs, root = open_fs(location, storage_options)
+    if isinstance(location, Location):   # opened once by the caller (an operation holds it from its start)
+        fs, root, location = location.fs, location.path, location.url
+    else:
+        fs, root = open_fs(location, storage_options)
     legacy = find_legacy_folder(fs, root)
     legacy_problems = [CheckpointProblem(LEGACY_ESCAPED_PATH, "", legacy_message(root, legacy))] if legacy else []
     try:

@@ -202,13 +202,7 @@ def _reset(args: argparse.Namespace) -> int:
     execute = executes(args)
     spec, checkpoint, backup_root = job_and_paths(args)
     config = kafka_config_for(args, spec)
-    if args.seal_key_file:
-        import os
-
-        from airflow_kafka_spark.ops.seal import KEY_FILE_ENV
-
-        seal_key_of(args)  # a bad key file is one line before anything runs
-        os.environ[KEY_FILE_ENV] = args.seal_key_file  # reset's backups read the setting (this process only)
+    key = seal_key_of(args)   # a bad key file is one line before anything runs; it seals the reset's backup
     request = ResetRequest(
         mode=args.mode,
         to_datetime_ms=parse_datetime(args.to_datetime) if args.to_datetime else None,
@@ -223,8 +217,8 @@ def _reset(args: argparse.Namespace) -> int:
     try:
         with progress_lines("reset", args) as progress:
             stores = Stores(checkpoint=opts(args.storage_option), backup=opts(args.backup_storage_option))
-            run = RunOptions(stores=stores,
-                             progress=progress, kafka_timeout=args.timeout, backup_settle_s=args.settle)
+            run = RunOptions(stores=stores, progress=progress, kafka_timeout=args.timeout,
+                             backup_settle_s=args.settle, seal_key=key)
             result = reset_checkpoint(checkpoint, backup_root, config, request, job=args.job, dry_run=not execute,
                                       actor=args.actor, run=run)
     except OperationBlocked as exc:

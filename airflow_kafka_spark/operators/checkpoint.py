@@ -156,6 +156,9 @@ class ResetCheckpointOperator(StreamingJobOperator):
     :param max_records_skipped: with ``accept_data_loss``, the most records the reset may skip (what a
         person approved, see :mod:`~airflow_kafka_spark.operators.approval`): the reset is planned again
         and refused, changing nothing, above it. ``None``/empty: no bound.
+    :param seal_key_conn_id: Generic connection whose password keys the seal of the backup the reset
+        takes before anything moves (as for :class:`BackupCheckpointOperator`; without it, the
+        ``seal_key_file`` setting's key).
     """
 
     template_fields = ("job", "reason", "mode", "to_datetime", "shift_by", "to_offsets", "dry_run",
@@ -163,8 +166,10 @@ class ResetCheckpointOperator(StreamingJobOperator):
 
     def __init__(self, *, job: str, mode: str | None, to_datetime: str | None = None, shift_by: int | str | None = None,
                  to_offsets: str | None = None, dry_run: bool | str = False, accept_data_loss: bool | str = False,
-                 sink_log: str = "refuse", max_records_skipped: int | str | None = None, **kwargs: Any) -> None:
+                 sink_log: str = "refuse", max_records_skipped: int | str | None = None,
+                 seal_key_conn_id: str | None = None, **kwargs: Any) -> None:
         super().__init__(job=job, **kwargs)
+        self.seal_key_conn_id = seal_key_conn_id
         self.max_records_skipped = max_records_skipped
         self.mode = mode
         self.to_datetime = to_datetime
@@ -180,7 +185,8 @@ class ResetCheckpointOperator(StreamingJobOperator):
                          to_datetime=optional_text(self.to_datetime), shift_by=optional_text(self.shift_by),
                          to_offsets=optional_text(self.to_offsets),
                          accept_data_loss=flag(self.accept_data_loss, name="accept_data_loss"),
-                         sink_log=self.sink_log, max_records_skipped=optional_text(self.max_records_skipped))
+                         sink_log=self.sink_log, max_records_skipped=optional_text(self.max_records_skipped),
+                         seal_key=seal_key_from_connection(self.seal_key_conn_id))
         return steps_for(spec).reset(spec, context, step, self.log)
 
 

@@ -59,10 +59,10 @@ def backup_checkpoint(checkpoint_location: str, backup_root: str, *, job: str | 
     the steps of a run that takes more than a second).
     """
     run = with_legacy(run, legacy, where="backup_checkpoint")
-    refuse_if_interrupted(checkpoint_location, run.stores.checkpoint)
+    ck = open_location(checkpoint_location, run.stores.checkpoint, what="checkpoint location")
+    refuse_if_interrupted(ck)
     if run.progress:
         run.progress("copying and hashing the checkpoint's files, then verifying the backup")
-    ck = open_location(checkpoint_location, run.stores.checkpoint, what="checkpoint location")
     return take_backup(ck, open_backup_root(backup_root, run.stores.backup),
                        BackupRequest(job=job, reason=reason, force=force, now_ms=now_ms),
                        retention=retention, run=replace(run, backup_settle_s=settle_s))
@@ -102,18 +102,17 @@ def reset_checkpoint(checkpoint_location: str, backup_root: str | None, kafka_co
     from airflow_kafka_spark.ops import reset
 
     run = with_legacy(run, legacy, where="reset_checkpoint")
-    storage_options = run.stores.checkpoint
+    ck = open_location(checkpoint_location, run.stores.checkpoint, what="checkpoint location")   # the one parse
     kw = dict(job=job, actor=actor, run=run)
     if dry_run:
-        return reset.run_reset(checkpoint_location, backup_root, kafka_config, request, dry_run=True, **kw)
-    ck = open_location(checkpoint_location, storage_options, what="checkpoint location")
+        return reset.run_reset(ck, backup_root, kafka_config, request, dry_run=True, **kw)
     # Not queued (timeout 0), like restore: a second reset started together must not run on the
     # location the first one just emptied; it is told who holds the location.
     with operation_lock(ck, timeout=0.0, what=f"checkpoint {ck.url} (another reset or restore)"):
-        resumed = finish_interrupted(checkpoint_location, storage_options=storage_options)
+        resumed = finish_interrupted(ck, storage_options=run.stores.checkpoint)
         if resumed is not None:
             return reset.resumed_result(resumed, request)
-        return reset.run_reset(checkpoint_location, backup_root, kafka_config, request, dry_run=False, **kw)
+        return reset.run_reset(ck, backup_root, kafka_config, request, dry_run=False, **kw)
 
 
 def restore_checkpoint(checkpoint_location: str, backup_root: str, backup_id: str, kafka_config: dict, *,
@@ -136,7 +135,7 @@ def restore_checkpoint(checkpoint_location: str, backup_root: str, backup_id: st
     # Not queued behind another restore/reset (timeout 0): two restores started together must not
     # both run one after the other; the second is told who holds the location.
     with operation_lock(t.ck, timeout=0.0, what=f"checkpoint {t.ck.url} (another restore or reset)"):
-        done = finish_interrupted(checkpoint_location, storage_options=storage_options)
+        done = finish_interrupted(t.ck, storage_options=storage_options)
         if done is not None and done.get("op") == "restore" and done["payload"].get("backup_id") == backup_id:
             return restore.resumed_result(done, t.manifest)
         record = LifecycleRecord.load(checkpoint_location) if done is not None else t.record

@@ -61,9 +61,8 @@ def operation_lock(checkpoint: Location, *, timeout: float = 5.0, what: str | No
                     timeout=timeout)
 
 
-def refuse_if_interrupted(checkpoint_location: str, storage_options: dict | None = None) -> None:
+def refuse_if_interrupted(ck: Location) -> None:
     """Backups do not run over a half-finished reset/restore: the folder may be half moved."""
-    ck = open_location(checkpoint_location, storage_options, what="checkpoint location")
     journal = Journal.load(ck)
     if journal is not None:
         raise OperationBlocked(f"an interrupted {journal.op} ({journal.operation_id}) of {ck.url} is recorded in "

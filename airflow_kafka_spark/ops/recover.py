@@ -10,18 +10,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from airflow_kafka_spark._util.fs import open_location
+from airflow_kafka_spark._util.fs import Location
 from airflow_kafka_spark.lifecycle.journal import Journal, Operation
 from airflow_kafka_spark.ops.guards import refuse_stale_roll_forward
 
 
-def finish_interrupted(checkpoint_location: str, *, storage_options: dict | None = None) -> dict[str, Any] | None:
+def finish_interrupted(ck: Location, *, storage_options: dict | None = None) -> dict[str, Any] | None:
     """Roll an interrupted reset/restore on this location forward to its end; its result, or None.
 
     Refuses (:class:`OperationBlocked`, nothing changed) when a job was deployed on the location
     since the journal was written (``guards.refuse_stale_roll_forward``).
     """
-    ck = open_location(checkpoint_location, storage_options, what="checkpoint location")
     journal = Journal.load(ck)
     if journal is None:
         return None

@@ -22,7 +22,7 @@ log does not list them: readers that go through the log see only the new run. Th
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_kafka_spark._util import faults
@@ -50,10 +50,11 @@ from airflow_kafka_spark.verdict.findings import Finding, Severity
 from airflow_kafka_spark.verdict.interrupted import interrupted_finding
 
 
-def plan_with_state(checkpoint_location: str, kafka_config: dict, request: ResetRequest, *,
+def plan_with_state(ck: Location, kafka_config: dict, request: ResetRequest, *,
                      storage_options: dict | None, kafka_timeout: float
                      ) -> tuple[Plan, CheckpointState, LifecycleRecord | None]:
-    state = read_checkpoint(checkpoint_location, storage_options=storage_options)
+    checkpoint_location = ck.url
+    state = read_checkpoint(ck)
     if not state.exists:
         raise UserError(f"checkpoint location {checkpoint_location} does not exist: there is nothing to reset; pass "
                         "the folder that holds offsets/, commits/ and metadata")
@@ -103,12 +104,17 @@ class ResetResult:
                 "plan": self.plan.to_dict()}
 
 
-def run_reset(checkpoint_location: str, backup_root: str | None, kafka_config: dict, request: ResetRequest, *,
+def run_reset(ck: Location, backup_root: str | None, kafka_config: dict, request: ResetRequest, *,
               job: str | None, dry_run: bool, actor: str | None, run: RunOptions) -> ResetResult:
-    """Plan and (unless ``dry_run``) execute a reset; ``ops.commands.reset_checkpoint`` has the lock and recovery."""
+    """Plan and (unless ``dry_run``) execute a reset; ``ops.commands.reset_checkpoint`` has the lock and recovery.
+
+    ``ck`` is the checkpoint as the caller opened it, once; ``run`` carries the stores' options and the
+    seal key and Spark version of the backup taken before anything moves (None: the configured key, the
+    record's version).
+    """
     storage_options, backup_storage_options = run.stores.checkpoint, run.stores.backup
     step = run.progress or (lambda _text: None)
-    ck = open_location(checkpoint_location, storage_options, what="checkpoint location")
+    checkpoint_location = ck.url
     if backup_root is None and not dry_run:
         raise UserError("a reset takes a verified backup first: pass a backup root (--backup-root)")
     root = open_backup_root(backup_root, backup_storage_options) if backup_root else None
@@ -125,7 +131,7 @@ def run_reset(checkpoint_location: str, backup_root: str | None, kafka_config: d
                                "checkpoint", reason=BlockReason.QUERY_RUNNING)
 
     step("planning against Kafka")
-    plan, state, record = plan_with_state(checkpoint_location, kafka_config, request,
+    plan, state, record = plan_with_state(ck, kafka_config, request,
                                            storage_options=storage_options, kafka_timeout=run.kafka_timeout)
     op_id = new_operation_id()
     stamp = op_id
@@ -134,21 +140,12 @@ def run_reset(checkpoint_location: str, backup_root: str | None, kafka_config: d
     sink_info = plan.details.get("sink") or {}
     if request.sink_output and request.sink_log == SinkLogPolicy.MOVE_ASIDE and sink_info.get("has_log"):
         sink_aside = open_location(request.sink_output, storage_options).child(f"{SINK_LOG_DIR}.reset-{stamp}")
-    plan.actions = [f"back up {checkpoint_location} to {backup_root} (verified before anything moves)",
-                    f"record startingOffsets in the lifecycle record ({_short(plan.starting_offsets_json)})"]
-    if sink_aside is not None:
-        plan.actions.append(f"move {request.sink_output}/{SINK_LOG_DIR} to {sink_aside.url}")
-    plan.actions.append(f"move {checkpoint_location} to {aside.url} (kept, never deleted); the location is left "
-                        "empty for the new run")
     source_files = plan.details.get(SOURCE_FILES) or {}
-    if source_files:
-        plan.actions.append("write " + ", ".join(f"sources/{sid}/0" for sid in sorted(source_files))
-                            + f" into {checkpoint_location}: Spark starts there whatever startingOffsets the "
-                            "application sets")
+    plan.actions = _actions(plan, checkpoint_location, backup_root, request, aside, sink_aside, source_files)
     result = ResetResult(plan=plan, dry_run=dry_run, starting_offsets=plan.starting_offsets_json,
                          aside_location=aside.url, sink_aside_location=sink_aside.url if sink_aside else None)
     if dry_run:
-        interrupted = interrupted_finding(checkpoint_location, storage_options)
+        interrupted = interrupted_finding(ck)
         if interrupted is not None:   # the real run would finish (or refuse) that operation first
             plan.add(interrupted.code, interrupted.severity, interrupted.message, interrupted.fix)
         return result
@@ -160,12 +157,10 @@ def run_reset(checkpoint_location: str, backup_root: str | None, kafka_config: d
     step("backing up the checkpoint (verified before anything moves)")
     if root is None:   # an empty backup root: opening it is the one-line error
         root = open_backup_root(str(backup_root), backup_storage_options)
-    # The operation's stores and settle time; the seal key is the configured one and the Spark version the
-    # record's, as the pre-reset backup always took them.
     bk = take_backup(ck, root, BackupRequest(job=job, reason=f"before reset --mode {request.mode} ({op_id})"),
-                     run=replace(run, seal_key=None, spark_version=None))
+                     run=run)
     faults.crash_point("reset.backed_up")
-    again = read_checkpoint(checkpoint_location, storage_options=storage_options)
+    again = read_checkpoint(ck)
     if (again.offset_batch_ids, again.commit_batch_ids) != (state.offset_batch_ids, state.commit_batch_ids):
         raise OperationBlocked(f"checkpoint {checkpoint_location} changed while the reset was planned: is the job "
                                "running? Stop it and re-run the reset", reason=BlockReason.QUERY_RUNNING)
@@ -183,6 +178,22 @@ def run_reset(checkpoint_location: str, backup_root: str | None, kafka_config: d
     faults.crash_point("reset.journaled")
     roll_forward(journal, ck, storage_options=storage_options)
     return result
+
+
+def _actions(plan: Plan, checkpoint_location: str, backup_root: str | None, request: ResetRequest,
+             aside: Location, sink_aside: Location | None, source_files: dict) -> list[str]:
+    """What the reset will do, in order, as the plan shows it."""
+    actions = [f"back up {checkpoint_location} to {backup_root} (verified before anything moves)",
+               f"record startingOffsets in the lifecycle record ({_short(plan.starting_offsets_json)})"]
+    if sink_aside is not None:
+        actions.append(f"move {request.sink_output}/{SINK_LOG_DIR} to {sink_aside.url}")
+    actions.append(f"move {checkpoint_location} to {aside.url} (kept, never deleted); the location is left "
+                   "empty for the new run")
+    if source_files:
+        actions.append("write " + ", ".join(f"sources/{sid}/0" for sid in sorted(source_files))
+                       + f" into {checkpoint_location}: Spark starts there whatever startingOffsets the "
+                       "application sets")
+    return actions
 
 
 def roll_forward(journal: Journal, ck: Location, *, storage_options: dict | None = None) -> dict[str, Any]:
@@ -300,9 +311,10 @@ def finished_by(checkpoint_location: str, actor: str, request: ResetRequest, *,
     record = LifecycleRecord.load(checkpoint_location, storage_options=storage_options)
     if record is None or not record.next_starting_offsets:
         return None
-    if Journal.load(open_location(checkpoint_location, storage_options, what="checkpoint location")) is not None:
+    ck = open_location(checkpoint_location, storage_options, what="checkpoint location")
+    if Journal.load(ck) is not None:
         return None   # not finished: the reset itself rolls its journal forward
-    state = read_checkpoint(checkpoint_location, storage_options=storage_options)
+    state = read_checkpoint(ck)
     if state.offset_batch_ids or state.commit_batch_ids:
         return None
     last = next((e for e in reversed(record.history) if e.get("event") == str(LifecycleEvent.CHECKPOINT_RESET)), None)

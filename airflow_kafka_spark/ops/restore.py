@@ -140,7 +140,7 @@ def run_restore(target: RestoreTarget, kafka_config: dict, *, dry_run: bool, sin
         step(f"staging backup {manifest.backup_id} ({len(manifest.files):,} files, each checked against its sha256)")
         materialize(manifest, target.root.url, staging, storage_options=run.stores.backup,
                     hash_only=(lambda p: p.startswith("state/")) if dry_run else None)
-        current = read_checkpoint(ck.url, storage_options=storage_options)
+        current = read_checkpoint(ck)
         staged = read_checkpoint(staging.url, storage_options=staged_options)
         step("judging the staged copy against Kafka")
         plan, verdict = judge_restore(target, current, staged, kafka_config, sink=sink, run=run)
@@ -209,7 +209,7 @@ def _commit(target: RestoreTarget, current: CheckpointState, staging: Location, 
                               run=replace(run, seal_key=target.seal_key, spark_version=None))
             result.pre_restore_backup_id = pre.backup_id
         faults.crash_point("restore.backed_up")
-        again = read_checkpoint(checkpoint_location, storage_options=run.stores.checkpoint)
+        again = read_checkpoint(ck)
         if (again.offset_batch_ids, again.commit_batch_ids) != (current.offset_batch_ids, current.commit_batch_ids):
             raise OperationBlocked(f"checkpoint {checkpoint_location} changed during the restore: is the job running? "
                                    "Stop it and re-run the restore", code="QUERY_RUNNING")

@@ -7,18 +7,19 @@ a killed reset/restore is never reported as PASS. Finishing or refusing the oper
 
 from __future__ import annotations
 
-from airflow_kafka_spark._util.fs import exists, open_location
+from airflow_kafka_spark._util.fs import Location, exists, open_location
 from airflow_kafka_spark.errors import UserError
 from airflow_kafka_spark.lifecycle.journal import INTERRUPTED_OPERATION, Journal, journal_location
 from airflow_kafka_spark.verdict.findings import BLOCK, Finding
 
 
-def interrupted_finding(checkpoint_location: str, storage_options: dict | None = None) -> Finding | None:
+def interrupted_finding(checkpoint_location: str | Location, storage_options: dict | None = None) -> Finding | None:
     """The BLOCK finding for a journal beside ``checkpoint_location`` (None without one).
 
     An unreadable journal is a BLOCK too: it still records an interruption.
     """
-    ck = open_location(checkpoint_location, storage_options, what="checkpoint location")
+    ck = checkpoint_location if isinstance(checkpoint_location, Location) else open_location(
+        checkpoint_location, storage_options, what="checkpoint location")
     loc = journal_location(ck)
     if not exists(loc):
         return None

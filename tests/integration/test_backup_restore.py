@@ -305,6 +305,27 @@ def test_reset_accepting_data_loss_is_audited(broker, tmp_path, reset_setup):
     assert accepted[0]["actor"] == "tester"
 
 
+def test_a_reset_seals_its_backup_with_the_key_it_was_given(broker, tmp_path, reset_setup):
+    """`aks reset --seal-key-file` keys the seal of the backup taken before anything moves (it used to reach
+    the backup only through an environment variable the command set on itself, and the core dropped a key
+    passed in ``RunOptions``)."""
+    from airflow_kafka_spark.ops.backup.catalog import list_backups
+
+    ck, _, _ = reset_setup
+    key = tmp_path / "seal.key"
+    key.write_text("a-reset-seal-key-0123456789abcdef")
+    root = tmp_path / "backups"
+    done = aks("reset", "--checkpoint", ck.location, "--backup-root", str(root), "--mode", "preserve", "--job", JOB,
+               "--bootstrap-servers", broker.bootstrap_servers, "--seal-key-file", str(key), "--settle", "0",
+               "--execute", "--json", env={"AKS_SEAL_KEY_FILE": ""})
+    assert done.returncode == 0, done.stderr
+    backup_id = json.loads(done.stdout)["backup_id"]
+    keyed = list_backups(str(root), JOB, seal_key=key.read_bytes())
+    assert [b.backup_id for b in keyed.backups] == [backup_id]
+    assert keyed.backups[0].hmac.startswith("hmac-sha256:")
+    assert list_backups(str(root), JOB, seal_key=b"another-key-0123456789abcdef").backups == []
+
+
 RESTORE_CRASH_POINTS = ["restore.file#2", "backup.published", "restore.backed_up", "restore.journaled",
                         "restore.moved_aside", "restore.in_place"]
 

@@ -124,7 +124,7 @@ def test_stale_interrupted_operation(tmp_path):
     ck = journaled_reset(tmp_path)
     LifecycleRecord.load(ck.location).acquire_lease("airflow-run-7", 600)
     before = tree(tmp_path)
-    blocked(lambda: finish_interrupted(ck.location), BlockReason.STALE_INTERRUPTED_OPERATION)
+    blocked(lambda: finish_interrupted(open_location(ck.location)), BlockReason.STALE_INTERRUPTED_OPERATION)
     code, doc = aks("reset", "--checkpoint", ck.location, "--backup-root", str(tmp_path / "b"), "--job", JOB,
                     "--bootstrap-servers", NO_KAFKA, "--mode", "preserve", "--execute")
     assert (code, doc["code"]) == (3, BlockReason.STALE_INTERRUPTED_OPERATION.value), doc

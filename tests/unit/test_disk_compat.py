@@ -111,7 +111,7 @@ def test_the_old_reset_journal_reads_blocks_and_rolls_forward(disk, expected):
     data = json.loads((disk / "ck.operation.json").read_text())
     data["payload"]["aside"] = str(disk / payload_aside.name)
     (disk / "ck.operation.json").write_text(json.dumps(data))
-    done = finish_interrupted(str(disk / "ck"))
+    done = finish_interrupted(open_location(str(disk / "ck")))
     assert done is not None and done["op"] == "reset"
     assert not (disk / "ck").exists() and (disk / payload_aside.name / "offsets" / "4").exists()
     assert not (disk / "ck.operation.json").exists()

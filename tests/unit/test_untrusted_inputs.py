@@ -248,7 +248,7 @@ def test_roll_forward_refuses_when_the_checkpoint_moved_on(tmp_path):
     ck.write("commits/5", commit_file())
     before = tree(ck.root)
     with pytest.raises(OperationBlocked) as info:
-        finish_interrupted(ck.location)
+        finish_interrupted(open_location(ck.location))
     assert "moved on" in one_line(info.value) and info.value.exit_code == 3
     assert tree(ck.root) == before and (tmp_path / "ck.operation.json").exists()
     assert LifecycleRecord.load(ck.location).next_starting_offsets is None
@@ -259,14 +259,14 @@ def test_roll_forward_refuses_while_a_driver_holds_the_lease(tmp_path):
     LifecycleRecord.load(ck.location).acquire_lease("airflow-run-7", 600)
     before = tree(ck.root)
     with pytest.raises(OperationBlocked) as info:
-        finish_interrupted(ck.location)
+        finish_interrupted(open_location(ck.location))
     assert "lease" in one_line(info.value)
     assert tree(ck.root) == before and (tmp_path / "ck.operation.json").exists()
 
 
 def test_roll_forward_still_finishes_an_untouched_interruption(tmp_path):
     ck, _ = _journaled_reset(tmp_path)
-    done = finish_interrupted(ck.location)
+    done = finish_interrupted(open_location(ck.location))
     assert done is not None and done["op"] == "reset"
     assert not ck.root.exists() and Path(ck.location + ".reset-20260101T000000Z-abcdef").exists()
     assert not (tmp_path / "ck.operation.json").exists()
@@ -313,7 +313,7 @@ def test_past_the_move_only_bookkeeping_is_left_and_a_new_run_does_not_block_it(
     os.rename(ck.root, ck.location + ".reset-20260101T000000Z-abcdef")
     journal.mark("aside")                                   # killed at reset.moved
     LifecycleRecord.load(ck.location).acquire_lease("new-run", 600)
-    assert finish_interrupted(ck.location)["op"] == "reset"
+    assert finish_interrupted(open_location(ck.location))["op"] == "reset"
     assert not (tmp_path / "ck.operation.json").exists()
 
 
@@ -349,7 +349,7 @@ def test_a_reset_journal_whose_aside_leaves_the_checkpoint_is_refused_and_nothin
     doc["payload"]["aside"] = str(tmp_path / "outside" / "aside")
     path.write_text(json.dumps(doc))
     with pytest.raises(UserError, match=r"names aside .* it was edited; nothing was moved"):
-        finish_interrupted(ck.location)
+        finish_interrupted(open_location(ck.location))
     assert ck.root.exists() and not (tmp_path / "outside").exists()
 
 
@@ -362,7 +362,7 @@ def test_a_reset_journal_with_edited_source_files_is_refused_and_nothing_moves(t
     path.write_text(json.dumps(doc))
     before = (tmp_path / "ck.lifecycle.json").read_text()
     with pytest.raises(UserError, match=r"unreadable source_files .* it was edited; nothing was moved"):
-        finish_interrupted(ck.location)
+        finish_interrupted(open_location(ck.location))
     assert ck.root.exists() and not (tmp_path / "x").exists()
     assert (tmp_path / "ck.lifecycle.json").read_text() == before
 
@@ -378,6 +378,6 @@ def test_a_reset_killed_after_the_move_writes_the_start_files_when_finished(tmp_
         journal.mark(step)
     os.rename(ck.root, ck.location + ".reset-20260101T000000Z-abcdef")
     journal.mark("aside")                                   # killed at reset.moved
-    assert finish_interrupted(ck.location)["op"] == "reset"
+    assert finish_interrupted(open_location(ck.location))["op"] == "reset"
     assert (ck.root / "sources/0/0").read_bytes() == b'\x00v1\n{"orders":{"0":50,"1":50}}'
     assert not (tmp_path / "ck.operation.json").exists()

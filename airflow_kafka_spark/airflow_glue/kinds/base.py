@@ -61,6 +61,7 @@ class ResetStep:
     accept_data_loss: bool = False
     sink_log: str = "refuse"
     max_records_skipped: str | None = None
+    seal_key: bytes | None = None   # keys the seal of the backup the reset takes first
 
 
 @dataclass(frozen=True)

@@ -149,7 +149,7 @@ class StructuredSteps:
                               f"{int(bound):,} approved; nothing was changed: trigger the restart again to see and "
                               "approve the new plan")
         result = reset_checkpoint(spec.checkpoint, spec.backup_root, kafka_config(spec), request, job=spec.name,
-                                  dry_run=step.dry_run, actor=actor(context))
+                                  dry_run=step.dry_run, actor=actor(context), run=RunOptions(seal_key=step.seal_key))
         log.info("job %s: %s", spec.name, result.plan.headline)
         log.info("%s", result.plan.render())
         return {"job": spec.name, **result.to_dict()}

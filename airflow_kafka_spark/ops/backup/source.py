@@ -26,7 +26,7 @@ def open_sides(checkpoint_location: str, backup_root: str, storage_options: dict
     holds the other, and the lifecycle record."""
     ck = open_location(checkpoint_location, storage_options, what="checkpoint location")
     refuse_irregular(ck)
-    state = read_source(ck, storage_options)
+    state = read_source(ck)
     root = open_backup_root(backup_root, backup_storage_options)
     check_locations(ck, root)
     return ck, state, root, LifecycleRecord.load(checkpoint_location)
@@ -44,9 +44,9 @@ def job_of(checkpoint_location: str, job: str | None, record: LifecycleRecord | 
     return name
 
 
-def read_source(ck: Location, storage_options: dict | None) -> CheckpointState:
+def read_source(ck: Location) -> CheckpointState:
     """Read a checkpoint that must exist and have something to back up."""
-    state = read_checkpoint(ck.url, storage_options=storage_options)
+    state = read_checkpoint(ck)
     if not state.exists:
         if state.legacy_escaped:
             raise UserError(f"checkpoint location {ck.url} does not exist, but "

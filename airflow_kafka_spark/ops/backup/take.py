@@ -137,7 +137,7 @@ def take_backup(ck: Location, root: Location, request: BackupRequest = DEFAULT_B
     t0 = time.monotonic()
     run = replace(run, seal_key=seal.resolve_key(run.seal_key))
     refuse_irregular(ck)
-    state = read_source(ck, run.stores.checkpoint)
+    state = read_source(ck)
     check_locations(ck, root)
     record = LifecycleRecord.load(ck.url)
     job = job_of(ck.url, request.job, record)
@@ -193,7 +193,7 @@ def _backup_retrying(cap: _Capture, state: CheckpointState) -> BackupResult:
                 raise OperationBlocked(f"files of checkpoint {cap.ck.url} disappeared during the "
                                        "backup: the query is running; stop it first (or pass force)",
                                        code="QUERY_RUNNING") from None
-            state = read_checkpoint(cap.ck.url, storage_options=cap.run.stores.checkpoint)
+            state = read_checkpoint(cap.ck)
     raise AssertionError("unreachable: the last attempt returns or raises")
 
 
