@@ -15,7 +15,8 @@ import pytest
 from airflow_kafka_spark._util.paths import all_plain_relative, check_relative
 from airflow_kafka_spark.errors import UserError
 from airflow_kafka_spark.ops import seal
-from airflow_kafka_spark.ops.backup.manifest import FileEntry, Manifest, _file_entries
+from airflow_kafka_spark.ops.backup.entries import file_entries
+from airflow_kafka_spark.ops.backup.manifest import FileEntry, Manifest
 
 
 def _sha(rng: random.Random) -> str:
@@ -84,16 +85,16 @@ def test_a_sealed_manifest_with_odd_paths_and_times_parses_back_to_the_same_entr
 def test_a_bad_entry_is_refused_naming_what_is_wrong(bad, field):
     good = {"path": "b", "size": 1, "sha256": "1" * 64}
     with pytest.raises(ValueError, match=field):
-        _file_entries([good, bad, good])
+        file_entries([good, bad, good])
 
 
 def test_a_digest_with_a_line_break_cannot_pass_as_two():
     """One entry's "digest" holding two digests and a newline must not slip through the joined check."""
     two = "a" * 64 + "\n" + "b" * 64
     with pytest.raises(ValueError, match="sha256 hex digest"):
-        _file_entries([{"path": "a", "size": 1, "sha256": two}])
+        file_entries([{"path": "a", "size": 1, "sha256": two}])
     with pytest.raises(ValueError, match="sha256 hex digest"):
-        _file_entries([{"path": "a", "size": 1, "sha256": "a" * 63 + "\n"}, {"path": "b", "size": 1,
+        file_entries([{"path": "a", "size": 1, "sha256": "a" * 63 + "\n"}, {"path": "b", "size": 1,
                                                                              "sha256": "b" * 64}])
 
 
