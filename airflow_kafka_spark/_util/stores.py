@@ -24,7 +24,7 @@ from __future__ import annotations
 import os
 import posixpath
 import time
-from typing import Any
+from typing import Any, NamedTuple
 from urllib.parse import urlsplit
 
 from airflow_kafka_spark.errors import UserError
@@ -202,7 +202,16 @@ def precondition_failed(exc: BaseException) -> bool:
 # --------------------------------------------------------------------------- S3: checksums and server-side copy
 
 
-def s3_head(fs: Any, path: str) -> dict[str, Any]:
+class S3Head(NamedTuple):
+    """What HeadObject says of an object: enough to copy exactly it and to prove a copy by its kept SHA-256."""
+
+    size: int
+    etag: str | None
+    sha256: str | None   # the full-object SHA-256 the store keeps (hex); None when none, or only per part
+    mtime: float | None
+
+
+def s3_head(fs: Any, path: str) -> S3Head:
     """HeadObject with ``ChecksumMode=ENABLED``: size, ETag, last-modified and the full-object
     SHA-256 the store keeps for the object (hex; None when it keeps none, or only a per-part one)."""
     import base64
@@ -219,8 +228,8 @@ def s3_head(fs: Any, path: str) -> dict[str, Any]:
     if hexsha is not None and len(hexsha) != 64:
         hexsha = None
     modified = head.get("LastModified")
-    return {"size": int(head.get("ContentLength") or 0), "etag": head.get("ETag"), "sha256": hexsha,
-            "mtime": float(modified.timestamp()) if hasattr(modified, "timestamp") else None}
+    return S3Head(size=int(head.get("ContentLength") or 0), etag=head.get("ETag"), sha256=hexsha,
+                  mtime=float(modified.timestamp()) if hasattr(modified, "timestamp") else None)
 
 
 def s3_copy(fs: Any, src: str, dst: str, *, if_match: str | None) -> bool:

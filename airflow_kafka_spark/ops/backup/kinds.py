@@ -94,9 +94,9 @@ class S3(Streamed):
         if not self.same_store or not is_s3(src.fs):
             return None
         head = s3_head(src.fs, src.path)
-        if head["sha256"] is None or head["size"] != size:
+        if head.sha256 is None or head.size != size:
             return None   # no kept SHA-256, or not the size listed: read it (a grown file is refused there)
-        return Vouched(head["sha256"], head["etag"])
+        return Vouched(head.sha256, head.etag)
 
     def copy_in(self, src: Location, blob: Location, token: str | None) -> bool:
         if not self.same_store:
@@ -116,16 +116,16 @@ class S3(Streamed):
             head = s3_head(blob.fs, blob.path)
         except FileNotFoundError:
             return False
-        return head["sha256"] == sha256 and head["size"] == size
+        return head.sha256 == sha256 and head.size == size
 
     def copy_out(self, blob: Location, target: Location, sha256: str, size: int) -> bool:
         if not self.same_store:
             return False
         head = s3_head(blob.fs, blob.path)
-        if head["sha256"] != sha256 or head["size"] != size:
+        if head.sha256 != sha256 or head.size != size:
             return False   # a blob without a kept SHA-256 (older backups, large bodies): stream and hash it
         try:
-            copied = s3_copy(target.fs, blob.path, target.path, if_match=head["etag"])
+            copied = s3_copy(target.fs, blob.path, target.path, if_match=head.etag)
         except PermissionError:   # the target's credentials may not read the backup bucket: stream
             return False
         return copied and self.proves(target, sha256, size, None)
