@@ -25,9 +25,10 @@ so (``None`` / ``False``), which sends the body through this process as before.
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any, NamedTuple
 
-from airflow_kafka_spark._util.fs import Location
+from airflow_kafka_spark._util.fs import Location, open_new, open_regular
 from airflow_kafka_spark._util.stores import (
     is_s3,
     is_webhdfs,
@@ -37,6 +38,8 @@ from airflow_kafka_spark._util.stores import (
     s3_put_sha256,
     webhdfs_file_checksum,
 )
+
+_CHUNK = 1 << 20
 
 
 class Vouched(NamedTuple):
@@ -169,3 +172,19 @@ _KINDS: dict[str, Any] = {
     "s3": _s3,
     "webhdfs": lambda source, store: WebHdfs(),
 }
+
+
+def stream_copy(src: Location, target: Location, size: int, *, body: bool) -> tuple[Any, int]:
+    """Copy ``src`` to ``target`` through this process by fsspec (what :class:`Streamed` means), reading at
+    most ``size`` + 1 bytes (one more than expected shows a body that grew); the sha256 of what was read and
+    the bytes of ``size`` + 1 left unread (1 when the body had exactly ``size``). Without ``body`` only
+    ``target``'s empty file is written."""
+    h = hashlib.sha256()
+    left = size + 1
+    with open_regular(src, follow_links=False) as fin, open_new(target) as fout:
+        while left > 0 and (chunk := fin.read(min(_CHUNK, left))):
+            h.update(chunk)
+            left -= len(chunk)
+            if body:
+                fout.write(chunk)
+    return h, left

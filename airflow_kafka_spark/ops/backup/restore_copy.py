@@ -26,14 +26,14 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from airflow_kafka_spark._util import faults
-from airflow_kafka_spark._util.fs import TRAFFIC, Location, open_new, open_regular, os_reason
+from airflow_kafka_spark._util.fs import TRAFFIC, Location, open_regular, os_reason
 from airflow_kafka_spark._util.localfs import sync_filesystem
 from airflow_kafka_spark._util.paths import Contained
 from airflow_kafka_spark._util.stores import is_webhdfs
 from airflow_kafka_spark.errors import UserError
 from airflow_kafka_spark.ops.backup import snapshot
 from airflow_kafka_spark.ops.backup.catalog import blob_rel, job_location, open_backup_root
-from airflow_kafka_spark.ops.backup.kinds import S3, Streamed, kind_for
+from airflow_kafka_spark.ops.backup.kinds import S3, Streamed, kind_for, stream_copy
 from airflow_kafka_spark.ops.backup.manifest import FileEntry, Manifest, check_paths
 
 _CHUNK = 1 << 20
@@ -169,15 +169,9 @@ def _kernel_copy(fin: Any, out: int, limit: int) -> int:
 
 def _copy_streamed(f: FileEntry, blob: Location, target: Location, backup_id: str, *, body: bool) -> None:
     """One blob through this process by fsspec (any store), chunk by chunk, hashed while copied."""
-    h = hashlib.sha256()
-    left = f.size + 1
-    with open_regular(blob, follow_links=False) as fin, open_new(target) as fout:
-        while left > 0 and (chunk := fin.read(min(_CHUNK, left))):
-            h.update(chunk)
-            left -= len(chunk)
-            if body:
-                fout.write(chunk)
+    h, left = stream_copy(blob, target, f.size, body=body)
     _check(f, left, h, backup_id)
+
 
 
 def _check(f: FileEntry, left: int, h: Any, backup_id: str) -> None:

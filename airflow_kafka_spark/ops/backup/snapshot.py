@@ -47,7 +47,6 @@ from airflow_kafka_spark._util.fs import (
     Location,
     list_files,
     mtime_of,
-    open_new,
     open_regular,
     os_reason,
     read_bytes,
@@ -66,6 +65,7 @@ from airflow_kafka_spark._util.stores import (
 from airflow_kafka_spark.errors import UserError
 from airflow_kafka_spark.names import is_backup_id
 from airflow_kafka_spark.ops.backup.catalog import store_path
+from airflow_kafka_spark.ops.backup.kinds import stream_copy
 from airflow_kafka_spark.ops.backup.manifest import BACKUPS_DIR, SNAPSHOT_PROOF, STAGING_DIR, FileEntry, Manifest
 
 #: GETFILECHECKSUM requests at once (each a NameNode and a DataNode round trip, no body).
@@ -236,14 +236,7 @@ def copy_out(m: Manifest, job_loc: Location, dest: Location,
 
 def _copy(f: FileEntry, src: Location, target: Location, backup_id: str, *, body: bool) -> str:
     """One snapshot file to ``target`` through this process (at most its size + 1 bytes); sha256 of what was read."""
-    h = hashlib.sha256()
-    left = f.size + 1
-    with open_regular(src, follow_links=False) as fin, open_new(target) as fout:
-        while left > 0 and (chunk := fin.read(min(_CHUNK, left))):
-            h.update(chunk)
-            left -= len(chunk)
-            if body:
-                fout.write(chunk)
+    h, left = stream_copy(src, target, f.size, body=body)
     if left != 1:
         raise UserError(f"backup {backup_id} is damaged: {f.path} in its snapshot has {f.size + 1 - left:,} bytes, "
                         f"the manifest says {f.size:,}; restore from another backup")
