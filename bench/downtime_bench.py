@@ -57,20 +57,29 @@ def size_of(text: str) -> int:
     return int(float(text[:-1]) * units[text[-1].upper()]) if text[-1].upper() in units else int(text)
 
 
-def child_rss_mib(cmd: list[str], env: dict) -> tuple[float, int, str]:
+def child_rss_mib(cmd: list[str], env: dict, ok: tuple[int, ...] = (0,),
+                  stamps: list | None = None) -> tuple[float, int, str]:
     """(seconds, peak RSS in MiB, stdout) of a command, the RSS as ``/usr/bin/time`` reports it.
 
     Not ``wait4``'s rusage: Linux keeps the RSS high-water mark of the process that forked across
     ``exec``, so every child of this (Airflow-importing) bench would report the bench's own RSS.
+    ``stamps``: each stderr line (a command's ``--progress`` steps) with its second since the start.
     """
-    with tempfile.NamedTemporaryFile("r") as rss:
+    with tempfile.NamedTemporaryFile("r") as rss, tempfile.TemporaryFile("w+") as out:
         t = time.monotonic()
-        p = subprocess.run(["/usr/bin/time", "-f", "%M", "-o", rss.name, *cmd], env=env, capture_output=True,
-                           text=True)
+        p = subprocess.Popen(["/usr/bin/time", "-f", "%M", "-o", rss.name, *cmd], env=env, stdout=out,
+                             stderr=subprocess.PIPE, text=True)
+        err = []
+        for line in p.stderr:
+            err.append(line)
+            if stamps is not None:
+                stamps.append((round(time.monotonic() - t, 3), line.strip()[:160]))
+        p.wait()
         seconds = time.monotonic() - t
-        if p.returncode != 0:
-            raise RuntimeError(f"{cmd[:3]} exited {p.returncode}: {p.stderr[-800:]}")
-        return seconds, int(rss.read().split()[-1]) // 1024, p.stdout
+        if p.returncode not in ok:
+            raise RuntimeError(f"{cmd[:3]} exited {p.returncode}: {''.join(err)[-800:]}")
+        out.seek(0)
+        return seconds, int(rss.read().split()[-1]) // 1024, out.read()
 
 
 class Feed:
@@ -105,28 +114,43 @@ class Feed:
         self.p.flush(60)
 
 
-def log_files(ck: Path, log: str = "commits") -> dict[int, float]:
-    """batch id -> mtime of the files of ``offsets/`` or ``commits/``."""
-    d = ck / log
-    return {int(p.name): p.stat().st_mtime for p in d.iterdir() if p.name.isdigit()} if d.is_dir() else {}
+def log_files(ck: Path | str, log: str = "commits") -> dict[int, float]:
+    """batch id -> mtime of the files of ``offsets/`` or ``commits/`` (a local path, or a store URL: HDFS)."""
+    if "://" not in str(ck):
+        d = Path(ck) / log
+        return {int(p.name): p.stat().st_mtime for p in d.iterdir() if p.name.isdigit()} if d.is_dir() else {}
+    from airflow_kafka_spark._util.fs import open_location
+
+    loc = open_location(f"{str(ck).rstrip('/')}/{log}")
+    try:
+        found = loc.fs.ls(loc.path, detail=True)
+    except FileNotFoundError:
+        return {}
+    out = {}
+    for f in found:
+        name = str(f["name"]).rstrip("/").rsplit("/", 1)[-1]
+        if name.isdigit():
+            out[int(name)] = float(f.get("modificationTime", 0)) / 1000.0 if "modificationTime" in f \
+                else float(f.get("mtime") or 0)
+    return out
 
 
 def wait_for(what: str, check, timeout: float = 240.0, poll: float = 0.05):
     end = time.monotonic() + timeout
     while time.monotonic() < end:
         got = check()
-        if got:
+        if got is not None and got is not False:   # batch 0 is an answer
             return got
         time.sleep(poll)
     raise TimeoutError(what)
 
 
-def pad(ck: Path, total: int, files: int) -> None:
+def pad(ck: Path | str, total: int, files: int) -> None:
     """``files`` files of random bytes, ``total`` bytes in all, below ``state/9/<p>/SSTs/``."""
     each = max(1, total // max(1, files))
     block = os.urandom(1 << 20)
     for i in range(files):
-        folder = ck / "state" / "9" / str(i % 4) / "SSTs"
+        folder = Path(ck) / "state" / "9" / str(i % 4) / "SSTs"
         folder.mkdir(parents=True, exist_ok=True)
         body = i.to_bytes(8, "big") + block[: max(0, each - 8)]
         if len(body) < each:
@@ -134,106 +158,134 @@ def pad(ck: Path, total: int, files: int) -> None:
         (folder / f"{i:06d}-pad.sst").write_bytes(body)
 
 
-def du(path: Path) -> tuple[int, int]:
+def du(path: Path | str) -> tuple[int, int]:
     n = b = 0
-    for p in path.rglob("*"):
+    for p in Path(path).rglob("*"):
         if p.is_file():
             n += 1
             b += p.stat().st_size
     return n, b
 
 
+BUILD = ["--stateful", "dedup", "--shuffle-partitions", "4", "--trigger", "processing:1s"]
+
+
+def load_1m() -> float:
+    return round(os.getloadavg()[0], 1)
+
+
 class Bench:
-    def __init__(self, work: Path, bootstrap: str, topic: str) -> None:
+    """One job ``dt`` in a registry of its own; ``data`` is where its checkpoint, sink and backups live
+    (a local folder, or an ``hdfs://`` URL for the YARN runs); ``job`` adds registry keys to the entry."""
+
+    def __init__(self, work: Path, bootstrap: str, topic: str, *, data: str | None = None,
+                 job: dict | None = None, env: dict | None = None, spark_conn: dict | None = None) -> None:
         self.work, self.bootstrap, self.topic = work, bootstrap, topic
-        self.env = {**os.environ, "AKS_DATA_DIR": str(work / "data"), "AIRFLOW_HOME": str(work / "airflow"),
+        self.job_extra = dict(job or {})
+        self.env = {**os.environ, "AKS_DATA_DIR": data or str(work / "data"), "AIRFLOW_HOME": str(work / "airflow"),
                     "AIRFLOW__KAFKA_SPARK__JOB_REGISTRY": str(work / "jobs.yaml"),
-                    "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[2]"})}
+                    "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps(spark_conn or {"conn_type": "spark", "host": "local[2]"}),
+                    **(env or {})}
         os.environ.update(self.env)
         self.registry = work / "jobs.yaml"
-        self._write_registry()
-        from airflow_kafka_spark.registry.loader import load_registry
+        self.poll = 0.05 if data is None else 0.25
+        self.write_registry(BUILD)
 
-        self.spec = load_registry(self.registry).get(JOB)
-        self.ck = Path(self.spec.checkpoint)
-
-    def _write_registry(self) -> None:
+    def write_registry(self, args: list[str], compat: str = "1") -> None:
+        """The job's entry with ``args`` as the application's arguments and ``compat`` as its compatibility version."""
         import yaml
 
+        from airflow_kafka_spark.registry.loader import load_registry
+
+        extra = dict(self.job_extra)
+        conf = {"spark.sql.streaming.stateStore.providerClass": ROCKSDB, "spark.driver.memory": "768m",
+                **extra.pop("spark_conf", {})}
         doc = {"version": 1, "vars": {"data": "${AKS_DATA_DIR}"},
                "allowed_roots": ["${data}", "${AKS_PACKAGE_DIR}/jobs"],
                "defaults": {"application": "${AKS_PACKAGE_DIR}/jobs/reference_job.py", "integration": "reference",
                             "checkpoint": "${data}/checkpoints/{name}", "output": "${data}/sinks/{name}",
-                            "backup_root": "${data}/backups", "stop_timeout_s": 120},
-               "jobs": [{"name": JOB, "topics": [self.topic], "sink": "idempotent",
-                         "application_args": ["--stateful", "dedup", "--shuffle-partitions", "4",
-                                              "--trigger", "processing:1s"],
-                         "spark_conf": {"spark.sql.streaming.stateStore.providerClass": ROCKSDB,
-                                        "spark.driver.memory": "768m"}}]}
+                            "backup_root": "${data}/backups", "stop_timeout_s": 240},
+               "jobs": [{"name": JOB, "topics": [self.topic], "sink": "idempotent", "compatibility_version": compat,
+                         "application_args": list(args), "spark_conf": conf, **extra}]}
         self.registry.write_text(yaml.safe_dump(doc, sort_keys=False))
+        self.spec = load_registry(self.registry).get(JOB)
+        self.ck = self.spec.checkpoint
 
-    def submit(self) -> dict:
+    def submit(self, spec=None) -> dict:
         from airflow_kafka_spark.airflow_glue.spark import spark_target
         from airflow_kafka_spark.runtime import start_stop
 
-        return start_stop.submit_job(self.spec, kafka_config={"bootstrap.servers": self.bootstrap},
-                                     target=spark_target(self.spec),
+        spec = spec or self.spec
+        return start_stop.submit_job(spec, kafka_config={"bootstrap.servers": self.bootstrap},
+                                     target=spark_target(spec),
                                      by=start_stop.Submitter(actor="bench", holder="bench"), log=log)
 
-    def stop(self) -> dict:
+    def stop(self, row: dict | None = None) -> tuple[int, float]:
+        """Stop the job as both restarts do; (last committed batch, its ``commits/`` file's mtime)."""
+        row = {} if row is None else row
         from airflow_kafka_spark.airflow_glue.spark import spark_target
         from airflow_kafka_spark.runtime import start_stop
 
+        t = time.monotonic()
         out = start_stop.stop_job(self.spec, target=lambda: spark_target(self.spec), actor="bench", log=log)
-        if out["outcome"] != "STOPPED":
+        row["stop_s"], row["stop_outcome"] = round(time.monotonic() - t, 3), out["outcome"]
+        if out["outcome"] not in ("STOPPED", "STOPPED_MID_BATCH"):
             raise RuntimeError(f"stop: {out}")
+        commits = log_files(self.ck)
+        return max(commits), commits[max(commits)]
+
+    def command(self, row: dict, name: str, argv: list[str], ok: tuple[int, ...] = (0,)) -> str:
+        """Run a product command as a task process would; its wall time and peak RSS go into ``row``, and
+        the steps it reports with ``--progress`` (with their second since its start) into ``<name>_steps``."""
+        stamps: list = []
+        secs, rss, out = child_rss_mib(argv, self.env, ok=ok, stamps=stamps)
+        row[f"{name}_s"], row[f"{name}_rss_mib"] = round(secs, 3), rss
+        if "--progress" in argv:
+            row[f"{name}_steps"] = stamps
         return out
 
     def running_with_batches(self, n: int = 3) -> None:
         """Wait until the running query committed ``n`` batches since now."""
         start = max(log_files(self.ck), default=-1)
-        wait_for(f"{n} new batches", lambda: max(log_files(self.ck), default=-1) >= start + n)
+        wait_for(f"{n} new batches", lambda: max(log_files(self.ck), default=-1) >= start + n, poll=self.poll)
 
-    def restart(self, kind: str) -> dict:
-        """One restart of the running job; returns its phases in seconds."""
-        row: dict = {"kind": kind}
-        if kind == "safe":
-            t = time.monotonic()
-            _, rss, out = child_rss_mib([PY, "-c", PRECOPY, self.spec.checkpoint, self.spec.backup_root, JOB],
-                                        self.env)
-            row["precopy_s"], row["precopy_rss_mib"] = round(time.monotonic() - t, 3), rss
-            row["precopy"] = json.loads(out)
+    def submit_and_wait(self, row: dict, last_mtime: float, after: int, spec=None) -> None:
+        """Submit; the phases up to the new query's first batch after batch ``after`` (-1: a new checkpoint)."""
         t = time.monotonic()
-        self.stop()
-        row["stop_s"] = round(time.monotonic() - t, 3)
-        commits = log_files(self.ck)
-        last, last_mtime = max(commits), commits[max(commits)]
-        if kind == "safe":
-            t = time.monotonic()
-            _, rss, out = child_rss_mib([AKS, "backup", "--job", JOB, "--json"], self.env)
-            row["backup_s"], row["backup_rss_mib"] = round(time.monotonic() - t, 3), rss
-            b = json.loads(out)
-            row["backup"] = {k: b.get(k) for k in ("files", "bytes", "files_hashed", "bytes_hashed", "blobs_written",
-                                                   "bytes_written", "files_from_previous", "files_from_precopy",
-                                                   "seconds", "verify_seconds")}
-            t = time.monotonic()
-            _, rss, _ = child_rss_mib([AKS, "validate", "--job", JOB, "--bootstrap-servers", self.bootstrap,
-                                       "--json"], self.env)
-            row["validate_s"], row["validate_rss_mib"] = round(time.monotonic() - t, 3), rss
-        t = time.monotonic()
-        self.submit()
+        self.submit(spec)
         submitted = time.time()
         row["submit_s"] = round(time.monotonic() - t, 3)
-        first_offsets = wait_for("the new query's first batch planned",
-                                 lambda: min((b for b in log_files(self.ck, "offsets") if b > last), default=None))
-        first_commit = wait_for("the new query's first batch committed",
-                                lambda: log_files(self.ck).get(first_offsets))
-        planned_at = log_files(self.ck, "offsets")[first_offsets]
+        first = wait_for("the new query's first batch planned", lambda: min(
+            (b for b in log_files(self.ck, "offsets") if b > after), default=None), timeout=600, poll=self.poll)
+        committed = wait_for("the new query's first batch committed", lambda: log_files(self.ck).get(first),
+                             timeout=600, poll=self.poll)
+        planned_at = log_files(self.ck, "offsets")[first]
         row["driver_start_s"] = round(planned_at - submitted, 3)
-        row["first_batch_s"] = round(first_commit - planned_at, 3)
-        row["downtime_s"] = round(first_commit - last_mtime, 3)
-        row["last_batch"], row["first_new_batch"] = last, first_offsets
+        row["first_batch_s"] = round(committed - planned_at, 3)
+        row["downtime_s"] = round(committed - last_mtime, 3)
+        row["first_new_batch"] = first
+        row["load_1m_end"] = load_1m()
+
+    def restart(self, kind: str) -> dict:
+        """One ``keep`` restart of the running job; returns its phases in seconds."""
+        row: dict = {"kind": kind, "mode": "keep", "load_1m": load_1m()}
+        if kind == "safe":
+            row["precopy"] = json.loads(self.command(row, "precopy", [PY, "-c", PRECOPY, self.spec.checkpoint,
+                                                                      self.spec.backup_root, JOB]))
+        last, last_mtime = self.stop(row)
+        if kind == "safe":
+            b = json.loads(self.command(row, "backup", [AKS, "backup", "--job", JOB, "--json"]))
+            row["backup"] = backup_summary(b)
+            self.command(row, "validate", [AKS, "validate", "--job", JOB, "--bootstrap-servers", self.bootstrap,
+                                           "--json"])
+        row["last_batch"] = last
+        self.submit_and_wait(row, last_mtime, last)
         return row
+
+
+def backup_summary(b: dict) -> dict:
+    return {k: b.get(k) for k in ("files", "bytes", "files_hashed", "bytes_hashed", "blobs_written", "bytes_written",
+                                  "files_from_previous", "files_from_precopy", "seconds", "verify_seconds")}
 
 
 PRECOPY = """
@@ -263,11 +315,11 @@ def stopped_copies(b: Bench) -> dict:
     """With the job stopped: a full backup into an empty root, ``cp -a``, and a restore copy of that backup."""
     root = b.work / "full-backups"
     shutil.rmtree(root, ignore_errors=True)
-    secs, rss, out = child_rss_mib([PY, "-c", FULL_BACKUP, str(b.ck), str(root), JOB], b.env)
+    secs, rss, out = child_rss_mib([PY, "-c", FULL_BACKUP, b.ck, str(root), JOB], b.env)
     full = json.loads(out)
     subprocess.run(["sync"], check=True)
     t = time.monotonic()
-    subprocess.run(["cp", "-a", str(b.ck), str(b.work / "cp-copy")], check=True)
+    subprocess.run(["cp", "-a", b.ck, str(b.work / "cp-copy")], check=True)
     subprocess.run(["sync"], check=True)
     cp_s = time.monotonic() - t
     shutil.rmtree(b.work / "cp-copy")
@@ -299,7 +351,7 @@ def one_size(work: Path, bootstrap: str, pad_bytes: int, files_per_gb: int, roun
         if pad_bytes:
             pad(b.ck, pad_bytes, n_files)
         files, size = du(b.ck)
-        state0 = du(b.ck / "state" / "0")
+        state0 = du(Path(b.ck) / "state" / "0")
         out: dict = {"pad_bytes": pad_bytes, "pad_files": n_files, "checkpoint_files": files,
                      "checkpoint_bytes": size, "spark_state_files": state0[0], "spark_state_bytes": state0[1]}
         out.update(stopped_copies(b))
@@ -346,71 +398,12 @@ def main() -> int:
             args.json.parent.mkdir(parents=True, exist_ok=True)
             args.json.write_text(json.dumps(results, indent=1))
             shutil.rmtree(work, ignore_errors=True)
+    from downtime_report import markdown, plot
+
     print(markdown(results))
     if args.plot:
         plot(results, args.json.with_suffix(".png"))
     return 0
-
-
-def median(xs: list[float]) -> float:
-    s = sorted(xs)
-    return s[len(s) // 2] if len(s) % 2 else (s[len(s) // 2 - 1] + s[len(s) // 2]) / 2
-
-
-def markdown(results: list[dict]) -> str:
-    lines = ["| checkpoint | restart | downtime s (each) | median | stop | backup | validate | submit | driver start | "
-             "first batch | bytes read after stop |", "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    for r in results:
-        what = f"{r['checkpoint_bytes'] / 1e6:,.0f} MB, {r['checkpoint_files']:,} files"
-        for kind in ("bare", "safe"):
-            rows = [x for x in r["restarts"] if x["kind"] == kind]
-            med = {k: median([x.get(k, 0) for x in rows]) for k in
-                   ("downtime_s", "stop_s", "backup_s", "validate_s", "submit_s", "driver_start_s", "first_batch_s")}
-            read = median([x["backup"]["bytes_hashed"] for x in rows]) if kind == "safe" else 0
-            lines.append(f"| {what} | {kind} | {' / '.join(str(x['downtime_s']) for x in rows)} | "
-                         f"**{med['downtime_s']:.2f}** | {med['stop_s']:.2f} | {med['backup_s']:.2f} | "
-                         f"{med['validate_s']:.2f} | {med['submit_s']:.2f} | {med['driver_start_s']:.2f} | "
-                         f"{med['first_batch_s']:.2f} | {read / 1e6:.2f} MB |")
-    lines += ["", "| checkpoint | full backup s (bytes read) | RSS MiB | backup after the stop s (bytes read) | "
-              "RSS MiB | pre-copy s (RSS MiB) | `cp -a` + sync s | restore copy s | restore RSS MiB |",
-              "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    for r in results:
-        safe = [x for x in r["restarts"] if x["kind"] == "safe"]
-        after = " / ".join(str(x["backup_s"]) for x in safe)
-        read = " / ".join(f"{x['backup']['bytes_hashed'] / 1e6:.1f}" for x in safe)
-        pre = " / ".join(f"{x['precopy_s']:.1f}" for x in safe)
-        lines.append(
-            f"| {r['checkpoint_bytes'] / 1e6:,.0f} MB | {r['full_backup_s']:.2f} "
-            f"({r['full_backup_bytes_read'] / 1e6:,.0f} MB) | {r['full_backup_rss_mib']} | {after} ({read} MB) | "
-            f"{max(x['backup_rss_mib'] for x in safe)} | {pre} ({max(x['precopy_rss_mib'] for x in safe)}) | "
-            f"{r['cp_a_sync_s']:.2f} | {r['restore_copy_s']:.2f} | {r['restore_rss_mib']} |")
-    return "\n".join(lines)
-
-
-def plot(results: list[dict], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    results = sorted(results, key=lambda r: r["checkpoint_bytes"])
-    xs = [r["checkpoint_bytes"] / 1e6 for r in results]
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for kind in ("bare", "safe"):
-        ys = [median([x["downtime_s"] for x in r["restarts"] if x["kind"] == kind]) for r in results]
-        ax.plot(xs, ys, marker="o", label=f"{kind} restart (median downtime)")
-    added = [median([x["backup_s"] + x["validate_s"] for x in r["restarts"] if x["kind"] == "safe"]) for r in results]
-    ax.plot(xs, added, marker="s", linestyle="--", label="safe: backup + validate in the window")
-    full = [r["full_backup_s"] for r in results]
-    ax.plot(xs, full, marker="^", linestyle=":", label="a full backup (before pre-copy)")
-    ax.set_xscale("log")
-    ax.set_xlabel("checkpoint size (MB)")
-    ax.set_ylabel("downtime (s), median")
-    ax.set_title("Downtime of a restart against state size (local[2])")
-    ax.legend()
-    ax.grid(True, alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,126 @@
+"""The downtime of a restart with the job in YARN cluster mode and its checkpoint on HDFS (issue 28).
+
+The same restarts as ``downtime_bench.py`` (``keep``) and ``downtime_preserve.py`` (``auto`` → reset
+``preserve``), bare and safe interleaved, on the devstack's HDFS + YARN minicluster (Hadoop 3.4.1,
+one NodeManager, started here as ``tests/cluster/conftest.py`` starts it): the reference job is
+submitted by the product's ``start_stop.submit_job`` to ``--master yarn --deploy-mode cluster``
+(``devstack.spark_yarn.prepare``: Spark's jars, PySpark and the Kafka connector on HDFS, as
+``tests/cluster/test_safe_restart_yarn.py`` does), its checkpoint, stop marker, sink and backups
+live on HDFS, and every product command reaches HDFS through WebHDFS. Downtime is measured from
+the NameNode's modification times of ``commits/`` and ``offsets/`` (the same clock as this host).
+
+State: Spark's own RocksDB state, from ``--burst`` records (every one a new dedup key) read by the
+first batch; ``keep`` carries it through every restart. No padding on HDFS (see docs/benchmarks.md,
+round 9, for why not).
+
+Run: ``.venv/bin/python bench/downtime_yarn.py --modes keep,preserve --rounds 2 --json .cache/downtime-yarn.json``
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import logging
+import os
+import signal
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import downtime_preserve
+from downtime_bench import REPO, Bench, Feed, load_1m, log
+
+SPARK_YARN = {"conn_type": "spark", "host": "yarn", "extra": {"deploy-mode": "cluster"}}
+
+
+def hdfs_du(url: str) -> tuple[int, int]:
+    """(files, bytes) below ``url``."""
+    from airflow_kafka_spark._util.fs import open_location
+
+    loc = open_location(url)
+    found = loc.fs.find(loc.path, detail=True)
+    return len(found), sum(int(f.get("size") or f.get("length") or 0) for f in found.values())
+
+
+def keep_run(work: Path, bootstrap: str, rounds: int, burst: int, bench_kw: dict) -> dict:
+    from devstack.topics import create_topic
+
+    topic = "dtyk"
+    create_topic(bootstrap, topic, partitions=4)
+    b = Bench(work, bootstrap, topic, **bench_kw)
+    feed = Feed(bootstrap, topic, rate=200)
+    if burst:
+        feed.burst(burst)
+    feed.thread.start()
+    rows: list[dict] = []
+    try:
+        t = time.monotonic()
+        b.submit()
+        b.running_with_batches(3)
+        first_start = round(time.monotonic() - t, 1)
+        files, size = hdfs_du(b.ck)
+        order = ["bare", "safe"]
+        for i in range(rounds):
+            for kind in (order if i % 2 == 0 else order[::-1]):
+                b.running_with_batches(2)
+                row = b.restart(kind)
+                row["checkpoint_files"], row["checkpoint_bytes"] = hdfs_du(b.ck)
+                log.info("%s", json.dumps(row))
+                rows.append(row)
+        b.stop()
+        return {"size": "spark", "mode": "keep", "first_start_s": first_start, "checkpoint_files": files,
+                "checkpoint_bytes": size, "restarts": rows}
+    finally:
+        feed.stop.set()
+        with contextlib.suppress(Exception):
+            b.stop()
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--modes", default="keep,preserve")
+    ap.add_argument("--rounds", type=int, default=2, help="bare/safe pairs per mode")
+    ap.add_argument("--burst", type=int, default=200000, help="records produced before the first start")
+    ap.add_argument("--json", type=Path, default=REPO / ".cache" / "downtime-yarn.json")
+    args = ap.parse_args()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))   # a kill still stops the drivers and the broker
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    logging.getLogger("airflow_kafka_spark").setLevel(logging.WARNING)
+    from devstack.broker import LocalBroker
+    from devstack.hadoop import HadoopCluster
+    from devstack.spark_yarn import prepare
+
+    results: list[dict] = []
+    with tempfile.TemporaryDirectory(prefix="downtime-y-", dir=str(REPO / ".cache")) as tmp, \
+            LocalBroker(Path(tmp) / "broker") as broker, HadoopCluster(data_dir=Path(tmp) / "hadoop") as hadoop:
+        t = time.monotonic()
+        ys = prepare(hadoop)
+        log.info("minicluster up in %.1fs, Spark's files on HDFS in %.1fs (load %s)", hadoop.start_seconds,
+                 time.monotonic() - t, load_1m())
+        env = {k: ys.env[k] for k in ("HADOOP_CONF_DIR", "YARN_CONF_DIR", "PYSPARK_ARCHIVES_PATH")}
+        os.environ.update(env)
+        job = {"deploy_mode": "cluster", "spark_conf": {**ys.conf, "spark.jars": ",".join(ys.jars)}}
+        for mode in args.modes.split(","):
+            work = Path(tmp) / f"run-{mode}"
+            work.mkdir()
+            kw = {"data": f"{hadoop.default_fs}/dt-{mode}", "job": job, "env": env, "spark_conn": SPARK_YARN}
+            if mode == "keep":
+                res = keep_run(work, broker.bootstrap_servers, args.rounds, args.burst, kw)
+            else:
+                res = downtime_preserve.one_size(work, broker.bootstrap_servers, "0", 0, args.rounds,
+                                                 args.burst // 10, kw)
+                res["mode"] = "preserve"
+            res["where"] = "yarn+hdfs"
+            results.append(res)
+            args.json.parent.mkdir(parents=True, exist_ok=True)
+            args.json.write_text(json.dumps(results, indent=1, default=str))
+    print(json.dumps(results, indent=1, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
