@@ -159,6 +159,13 @@ def pad(ck: Path | str, total: int, files: int) -> None:
 
 
 def du(path: Path | str) -> tuple[int, int]:
+    """(files, bytes) below a local folder or a store URL."""
+    if "://" in str(path):
+        from airflow_kafka_spark._util.fs import open_location
+
+        loc = open_location(str(path))
+        found = loc.fs.find(loc.path, detail=True)
+        return len(found), sum(int(f.get("size") or 0) for f in found.values())
     n = b = 0
     for p in Path(path).rglob("*"):
         if p.is_file():

@@ -157,7 +157,7 @@ def restart_preserve(b: Bench, kind: str, n: int, pad_to: tuple[int, int]) -> di
     """The ``n``-th checkpoint-breaking restart of the running job, ``kind`` bare or safe."""
     if pad_to[0]:
         pad(b.ck, *pad_to)
-    files, size = du(b.ck) if "://" not in b.ck else (None, None)
+    files, size = du(b.ck)
     build = BUILDS[(n + 1) % 2]
     b.write_registry(build, compat=str(n + 2))
     row: dict = {"kind": kind, "mode": "preserve", "load_1m": load_1m(), "build": build[1],

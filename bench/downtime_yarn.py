@@ -32,18 +32,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import downtime_preserve
-from downtime_bench import REPO, Bench, Feed, load_1m, log
+from downtime_bench import REPO, Bench, Feed, du, load_1m, log
 
 SPARK_YARN = {"conn_type": "spark", "host": "yarn", "extra": {"deploy-mode": "cluster"}}
-
-
-def hdfs_du(url: str) -> tuple[int, int]:
-    """(files, bytes) below ``url``."""
-    from airflow_kafka_spark._util.fs import open_location
-
-    loc = open_location(url)
-    found = loc.fs.find(loc.path, detail=True)
-    return len(found), sum(int(f.get("size") or f.get("length") or 0) for f in found.values())
 
 
 def keep_run(work: Path, bootstrap: str, rounds: int, burst: int, bench_kw: dict) -> dict:
@@ -62,13 +53,13 @@ def keep_run(work: Path, bootstrap: str, rounds: int, burst: int, bench_kw: dict
         b.submit()
         b.running_with_batches(3)
         first_start = round(time.monotonic() - t, 1)
-        files, size = hdfs_du(b.ck)
+        files, size = du(b.ck)
         order = ["bare", "safe"]
         for i in range(rounds):
             for kind in (order if i % 2 == 0 else order[::-1]):
                 b.running_with_batches(2)
                 row = b.restart(kind)
-                row["checkpoint_files"], row["checkpoint_bytes"] = hdfs_du(b.ck)
+                row["checkpoint_files"], row["checkpoint_bytes"] = du(b.ck)
                 log.info("%s", json.dumps(row))
                 rows.append(row)
         b.stop()
