@@ -76,17 +76,24 @@ def plot(results: list[dict], path: Path) -> None:
 PHASES = ("stop_s", "backup_s", "reset_s", "validate_s", "submit_s", "driver_start_s", "first_batch_s")
 
 
+def stop_in_window(x: dict) -> float:
+    """The part of the stop inside the window: the downtime less every later phase (the stop call starts
+    before the old query's last commit when the job is inside a batch)."""
+    return x["downtime_s"] - sum(x.get(k) or 0 for k in PHASES if k != "stop_s")
+
+
 def restart_table(results: list[dict], where: str) -> str:
     """Every restart: downtime, its phases, the load at its start and end, what it lost or replayed."""
     lines = ["| where | checkpoint | mode | # | restart | load 1 min (start → end) | downtime s | stop | backup | "
-             "reset | validate | submit | driver start | first batch | lost / replayed records |",
-             "|---|---|---|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+             "reset | validate | submit | driver start | first batch | stop after the last commit | "
+             "lost / replayed records |", "|---|---|---|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     for r in results:
         for i, x in enumerate(r["restarts"]):
             size = x.get("checkpoint_bytes") or r.get("checkpoint_bytes")
             files = x.get("checkpoint_files") or r.get("checkpoint_files")
             what = f"{size / 1e6:,.0f} MB, {files:,} files" if size else r.get("size", "?")
             cells = " | ".join("—" if x.get(k) is None else f"{x[k]:.2f}" for k in PHASES)
+            cells += f" | {stop_in_window(x):.2f}"
             loss = "—" if "records_lost" not in x else f"{x['records_lost']:,} / {x['records_replayed']:,}"
             lines.append(f"| {where} | {what} | {x.get('mode', r.get('mode', 'keep'))} | {i + 1} | {x['kind']} | "
                          f"{x.get('load_1m', '?')} → {x.get('load_1m_end', '?')} | **{x['downtime_s']:.1f}** | "
