@@ -32,12 +32,28 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import downtime_preserve
-from downtime_bench import REPO, Bench, Feed, du, load_1m, log
+from downtime_bench import REPO, Bench, Feed, du, load_1m, log, pad, size_of
 
 SPARK_YARN = {"conn_type": "spark", "host": "yarn", "extra": {"deploy-mode": "cluster"}}
 
 
-def keep_run(work: Path, bootstrap: str, rounds: int, burst: int, bench_kw: dict) -> dict:
+def pad_on_hdfs(ck: str, total: int, files: int, local: Path, hadoop) -> float:
+    """``downtime_bench.pad``'s files written locally, then put below ``<ck>/state/9`` by Hadoop's own
+    FsShell (WebHDFS through fsspec writes ~15 MB/s here); the seconds it took."""
+    import subprocess
+
+    from devstack.spark_yarn import local_spark_home
+
+    t = time.monotonic()
+    pad(local, total, files)
+    cp = os.pathsep.join([str(hadoop.conf_dir), str(local_spark_home() / "jars" / "*")])
+    subprocess.run(["java", "-cp", cp, "org.apache.hadoop.fs.FsShell", "-put", "-f", str(local / "state" / "9"),
+                    f"{ck}/state/"], check=True, capture_output=True, timeout=1800)
+    return round(time.monotonic() - t, 1)
+
+
+def keep_run(work: Path, bootstrap: str, rounds: int, burst: int, bench_kw: dict,
+             padding: tuple[int, int, object] | None = None) -> dict:
     from devstack.topics import create_topic
 
     topic = "dtyk"
@@ -53,6 +69,7 @@ def keep_run(work: Path, bootstrap: str, rounds: int, burst: int, bench_kw: dict
         b.submit()
         b.running_with_batches(3)
         first_start = round(time.monotonic() - t, 1)
+        pad_s = pad_on_hdfs(b.ck, padding[0], padding[1], work / "pad", padding[2]) if padding else None
         files, size = du(b.ck)
         order = ["bare", "safe"]
         for i in range(rounds):
@@ -63,8 +80,8 @@ def keep_run(work: Path, bootstrap: str, rounds: int, burst: int, bench_kw: dict
                 log.info("%s", json.dumps(row))
                 rows.append(row)
         b.stop()
-        return {"size": "spark", "mode": "keep", "first_start_s": first_start, "checkpoint_files": files,
-                "checkpoint_bytes": size, "restarts": rows}
+        return {"size": "spark", "mode": "keep", "first_start_s": first_start, "pad_s": pad_s,
+                "checkpoint_files": files, "checkpoint_bytes": size, "restarts": rows}
     finally:
         feed.stop.set()
         with contextlib.suppress(Exception):
@@ -76,6 +93,8 @@ def main() -> int:
     ap.add_argument("--modes", default="keep,preserve")
     ap.add_argument("--rounds", type=int, default=2, help="bare/safe pairs per mode")
     ap.add_argument("--burst", type=int, default=200000, help="records produced before the first start")
+    ap.add_argument("--pad", default="0", help="keep only: pad the checkpoint on HDFS with this many bytes (2G)")
+    ap.add_argument("--pad-files", type=int, default=2000, help="in this many files")
     ap.add_argument("--json", type=Path, default=REPO / ".cache" / "downtime-yarn.json")
     args = ap.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))   # a kill still stops the drivers and the broker
@@ -100,7 +119,8 @@ def main() -> int:
             work.mkdir()
             kw = {"data": f"{hadoop.default_fs}/dt-{mode}", "job": job, "env": env, "spark_conn": SPARK_YARN}
             if mode == "keep":
-                res = keep_run(work, broker.bootstrap_servers, args.rounds, args.burst, kw)
+                padding = (size_of(args.pad), args.pad_files, hadoop) if size_of(args.pad) else None
+                res = keep_run(work, broker.bootstrap_servers, args.rounds, args.burst, kw, padding)
             else:
                 res = downtime_preserve.one_size(work, broker.bootstrap_servers, "0", 0, args.rounds,
                                                  args.burst // 10, kw)
