@@ -110,10 +110,11 @@ def summary_table(results: list[dict], where: str) -> str:
         bare = [x["downtime_s"] for x in r["restarts"] if x["kind"] == "bare"]
         safe = [x for x in r["restarts"] if x["kind"] == "safe"]
         added = median([sum(x.get(k) or 0 for k in ("backup_s", "reset_s", "validate_s")) for x in safe])
-        sizes = [x.get("checkpoint_bytes") or 0 for x in r["restarts"]] or [r.get("checkpoint_bytes") or 0]
-        size = max(sizes) or (r.get("checkpoint_bytes") or 0)
+        sizes = [x.get("checkpoint_bytes") or r.get("checkpoint_bytes") or 0 for x in r["restarts"]]
+        span = f"{min(sizes) / 1e6:,.1f}–{max(sizes) / 1e6:,.1f} MB" if min(sizes) != max(sizes) \
+            else f"{max(sizes) / 1e6:,.1f} MB"
         safe_each = " / ".join(f"{x['downtime_s']:.1f}" for x in safe)
-        lines.append(f"| {where} | {size / 1e6:,.0f} MB | {mode} | {' / '.join(f'{v:.1f}' for v in bare)} | "
+        lines.append(f"| {where} | {span} | {mode} | {' / '.join(f'{v:.1f}' for v in bare)} | "
                      f"{safe_each} | "
                      f"**{median([x['downtime_s'] for x in safe]) / median(bare):.2f}×** | {added:.2f} |")
     return "\n".join(lines)
