@@ -1,7 +1,8 @@
 """Tables and the plot of the downtime benches (``downtime_bench.py``, ``downtime_preserve.py``, ``downtime_yarn.py``).
 
 Run: ``.venv/bin/python bench/downtime_report.py --keep docs/img/downtime-round7.json
---preserve docs/img/downtime-round9-preserve.json --yarn docs/img/downtime-round9-yarn.json
+--preserve docs/img/downtime-round9-preserve.json
+--preserve docs/img/downtime-round9-preserve-b.json --yarn docs/img/downtime-round9-yarn.json
 --plot docs/img/downtime-vs-state.png`` (prints the Markdown tables of round 9).
 """
 
@@ -168,15 +169,17 @@ def combined_plot(groups: list[tuple[str, list[dict]]], path: Path) -> None:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--keep", type=Path, help="downtime_bench.py's JSON (local keep)")
-    ap.add_argument("--preserve", type=Path, help="downtime_preserve.py's JSON (local preserve)")
+    ap.add_argument("--preserve", type=Path, action="append", default=[],
+                    help="downtime_preserve.py's JSON (local preserve; repeatable: one line each)")
     ap.add_argument("--yarn", type=Path, help="downtime_yarn.py's JSON")
     ap.add_argument("--plot", type=Path)
     args = ap.parse_args()
     groups = []
     if args.keep:
         groups.append(("local keep (round 7, load 9-12)", json.loads(args.keep.read_text())))
-    if args.preserve:
-        groups.append(("local preserve", json.loads(args.preserve.read_text())))
+    for n, path in enumerate(args.preserve):
+        groups.append((f"local preserve{f' (run {n + 1})' if len(args.preserve) > 1 else ''}",
+                       json.loads(path.read_text())))
     if args.yarn:
         for mode in ("keep", "preserve"):
             got = [r for r in json.loads(args.yarn.read_text()) if r.get("mode") == mode]
