@@ -142,7 +142,7 @@ def combined_plot(groups: list[tuple[str, list[dict]]], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7.5, 4.8))
+    fig, ax = plt.subplots(figsize=(9.5, 4.8))
     markers = iter("osD^v<>")
     for label, results in groups:
         marker = next(markers)
@@ -160,7 +160,7 @@ def combined_plot(groups: list[tuple[str, list[dict]]], path: Path) -> None:
     ax.set_xlabel("checkpoint size before the restart (MB)")
     ax.set_ylabel("downtime (s), median of the restarts")
     ax.set_title("Downtime of a restart against state size")
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
     ax.grid(True, alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
