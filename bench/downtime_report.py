@@ -1,6 +1,7 @@
 """Tables and the plot of the downtime benches (``downtime_bench.py``, ``downtime_preserve.py``, ``downtime_yarn.py``).
 
 Run: ``.venv/bin/python bench/downtime_report.py --keep docs/img/downtime-round7.json
+--keep docs/img/downtime-round9-keep.json
 --preserve docs/img/downtime-round9-preserve.json
 --preserve docs/img/downtime-round9-preserve-b.json --yarn docs/img/downtime-round9-yarn.json
 --plot docs/img/downtime-vs-state.png`` (prints the Markdown tables of round 9).
@@ -168,15 +169,16 @@ def combined_plot(groups: list[tuple[str, list[dict]]], path: Path) -> None:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--keep", type=Path, help="downtime_bench.py's JSON (local keep)")
+    ap.add_argument("--keep", type=Path, action="append", default=[],
+                    help="downtime_bench.py's JSON (local keep; repeatable: one line each, named by the file)")
     ap.add_argument("--preserve", type=Path, action="append", default=[],
                     help="downtime_preserve.py's JSON (local preserve; repeatable: one line each)")
     ap.add_argument("--yarn", type=Path, help="downtime_yarn.py's JSON")
     ap.add_argument("--plot", type=Path)
     args = ap.parse_args()
     groups = []
-    if args.keep:
-        groups.append(("local keep (round 7, load 9-12)", json.loads(args.keep.read_text())))
+    for path in args.keep:
+        groups.append((f"local keep ({path.stem})", json.loads(path.read_text())))
     for n, path in enumerate(args.preserve):
         groups.append((f"local preserve{f' (run {n + 1})' if len(args.preserve) > 1 else ''}",
                        json.loads(path.read_text())))
@@ -187,7 +189,7 @@ def main() -> int:
                 groups.append((f"YARN + HDFS {mode}", got))
     for label, results in groups:
         print(f"\n### {label}\n\n{summary_table(results, label)}\n\n{restart_table(results, label)}")
-    print("\n" + rss_table([g for g in groups if "round 7" not in g[0]]))
+    print("\n" + rss_table([g for g in groups if "round7" not in g[0]]))
     if args.plot:
         combined_plot(groups, args.plot)
     return 0
