@@ -20,10 +20,10 @@ it kill the driver through its cluster manager, and then it reports ``STOPPED_MI
 batch Spark will replay.
 
 With ``precopy_backup`` (the safe-restart DAG, whose next step is a verified backup) the stop first
-takes the backup's *pre-copy* while the driver still runs (``ops.backup.precopy``): the state files
-are copied and hashed before the stream stands still, and the backup after the stop reads only the
-files of the last batches. A pre-copy that fails is logged and the stop goes on: the backup then
-reads those files itself, as it did before pre-copies.
+takes the backup's *pre-copy* while the driver still runs (``ops.backup.precopy``), in passes until
+one is quick: the state files are copied and hashed before the stream stands still, and the backup
+after the stop reads only the files of the last batches. A pre-copy that fails is logged and the
+stop goes on: the backup then reads those files itself, as it did before pre-copies.
 
 These operators only resolve the connections and who acts; the rules (lease, liveness, what is
 recorded) live in :mod:`airflow_kafka_spark.runtime.start_stop`.
@@ -39,7 +39,7 @@ from airflow_kafka_spark.airflow_glue.spark import spark_target
 from airflow_kafka_spark.lifecycle.record import LifecycleRecord
 from airflow_kafka_spark.operators._common import StreamingJobOperator
 from airflow_kafka_spark.operators.links import SparkApplicationLink
-from airflow_kafka_spark.ops.backup.precopy import precopy_checkpoint
+from airflow_kafka_spark.ops.backup.precopy import precopy_until_quiet
 from airflow_kafka_spark.registry.model import JobSpec
 from airflow_kafka_spark.runtime import start_stop
 from airflow_kafka_spark.runtime.start_stop import DEFAULT_LEASE_TTL_S
@@ -137,17 +137,23 @@ class StopStreamingJobOperator(StreamingJobOperator):
 
     def _precopy(self, spec: JobSpec) -> dict[str, Any] | None:
         """The backup's pre-copy while the recorded driver runs; None when none runs (nothing moves then)."""
-        if not driver_alive(spec, LifecycleRecord.load(spec.checkpoint)):
+        def running() -> bool:
+            return driver_alive(spec, LifecycleRecord.load(spec.checkpoint))
+
+        if not running():
             return None
         try:
-            result = precopy_checkpoint(spec.checkpoint, spec.backup_root, job=spec.name)
+            passes = precopy_until_quiet(spec.checkpoint, spec.backup_root, job=spec.name, still_running=running)
         except Exception as exc:   # an optimisation only: the backup after the stop reads what is missing
             self.log.warning("job %s: the backup's pre-copy failed (%s); the backup after the stop copies "
                              "everything it needs", spec.name, exc)
             return {"error": str(exc)}
-        self.log.info("job %s: pre-copied %d files (%d read, %.1f MB, %.1fs) before the stop", spec.name,
-                      result.files, result.files_read, result.bytes_read / 1e6, result.seconds)
-        return result.to_dict()
+        for n, result in enumerate(passes, 1):
+            self.log.info("job %s: pre-copy pass %d: %d files (%d read, %.1f MB, %.1fs) before the stop", spec.name,
+                          n, result.files, result.files_read, result.bytes_read / 1e6, result.seconds)
+        return {**passes[-1].to_dict(),
+                "passes": [{"seconds": round(r.seconds, 3), "files_read": r.files_read, "bytes_read": r.bytes_read}
+                           for r in passes]}
 
 
 __all__ = ["StopStreamingJobOperator", "SubmitStreamingJobOperator", "driver_alive", "stop_job", "submit_job"]

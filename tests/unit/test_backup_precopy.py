@@ -11,6 +11,7 @@ backup is still right; files that vanish or change while pre-copied are left to 
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import os
 import shutil
@@ -185,3 +186,29 @@ def test_aks_backup_pre_copy_publishes_nothing_and_the_next_backup_reads_only_ne
     assert out.returncode == 0, out.stderr
     doc = json.loads(out.stdout)
     assert doc["files_hashed"] == 4 and doc["files_from_precopy"] == pre["files"]
+
+
+def test_the_stop_pre_copies_again_while_a_pass_was_slow_each_pass_reading_only_what_came_during_the_last(
+        ck, tmp_path):
+    """The running query commits a batch between passes (the ``still_running`` probe is called there): each
+    later pass reads exactly the files that batch added and reuses the rest; a quick pass ends it."""
+    root = str(tmp_path / "b")
+    batches: list[int] = []
+
+    def running() -> bool:
+        batches.append(5 + len(batches))
+        add_batches(ck, batches[-1], 1)
+        return True
+
+    slow = precopy_mod.precopy_until_quiet(ck.location, root, job=JOB, still_running=running, quiet_s=-1.0)
+    assert len(slow) == precopy_mod.MAX_PASSES and batches == [5, 6]
+    assert slow[0].files_read == slow[0].files > 2
+    grown = [b.files - a.files for a, b in itertools.pairwise(slow)]
+    assert all(g > 0 for g in grown) and [p.files_read for p in slow[1:]] == grown
+    stored = json.loads((tmp_path / "b" / JOB / PRECOPY_NAME).read_text())
+    assert {"commits/5", "commits/6", "state/0/1/7.delta"} <= {f["path"] for f in stored["files"]}
+    quick = precopy_mod.precopy_until_quiet(ck.location, root, job=JOB, still_running=running, quiet_s=3600.0)
+    stopped = precopy_mod.precopy_until_quiet(ck.location, root, job=JOB, still_running=lambda: False,
+                                              quiet_s=-1.0)
+    assert (len(quick), len(stopped), batches) == (1, 1, [5, 6])
+    assert quick[0].files_read == 0 and stopped[0].files_read == 0
