@@ -90,7 +90,10 @@ def job(broker, tmp_path):
             assert proc.poll() is None, log.read_text(errors="replace")[-3000:]
             return _committed_batch(ck) == 0
 
-        wait_until(first_batch, timeout=300, interval=1.0, what="the reference job's first committed batch")
+        try:
+            wait_until(first_batch, timeout=300, interval=1.0, what="the reference job's first committed batch")
+        except TimeoutError as exc:   # seen once in a full run (the job alive, no batch in 300 s): say where it was
+            raise TimeoutError(f"{exc}; the job's log ends: {log.read_text(errors='replace')[-4000:]}") from None
         MEASURED["job start to first batch (s)"] = round(time.perf_counter() - started, 1)
         yield {"registry": reg, "bootstrap": bootstrap, "checkpoint": ck, "proc": proc}
         assert proc.poll() is None, "the job must still be running when the test ends"
