@@ -50,9 +50,9 @@ from airflow_kafka_spark.verdict.findings import Finding, Severity
 from airflow_kafka_spark.verdict.interrupted import interrupted_finding
 
 
-def plan_with_state(ck: Location, kafka_config: dict, request: ResetRequest, *,
-                     storage_options: dict | None, kafka_timeout: float
-                     ) -> tuple[Plan, CheckpointState, LifecycleRecord | None]:
+def plan_with_state(ck: Location, kafka_config: dict, request: ResetRequest, record: LifecycleRecord | None, *,
+                     storage_options: dict | None, kafka_timeout: float) -> tuple[Plan, CheckpointState]:
+    """The reset's plan against Kafka and the checkpoint it read; ``record`` is the one the caller loaded."""
     checkpoint_location = ck.url
     state = read_checkpoint(ck)
     if not state.exists:
@@ -61,7 +61,6 @@ def plan_with_state(ck: Location, kafka_config: dict, request: ResetRequest, *,
     if not (state.offset_batch_ids or state.commit_batch_ids or state.initial_offsets or state.query_id):
         raise UserError(f"{checkpoint_location} is not a Structured Streaming checkpoint (no metadata, offsets/ or "
                         "commits/): nothing to reset")
-    record = LifecycleRecord.load(checkpoint_location)
     c, p, _ = old_positions(state)
     topics = list(dict.fromkeys([*(request.topics or ()), *sorted({tp.topic for tp in [*c, *p]})]))
     sink = read_sink_info(request.sink_output, storage_options) if request.sink_output else None
@@ -72,7 +71,7 @@ def plan_with_state(ck: Location, kafka_config: dict, request: ResetRequest, *,
             wanted = [t for t in (request.topics or topics) if t in broker.topics]
             by_time = view.offsets_for_time(wanted, int(request.to_datetime_ms or 0)) if wanted else {}
     plan = build_reset_plan(state, broker, record, request, timestamp_offsets=by_time, sink=sink)
-    return plan, state, record
+    return plan, state
 
 
 def read_sink_info(output: str, storage_options: dict | None) -> SinkInfo:
@@ -131,8 +130,8 @@ def run_reset(ck: Location, backup_root: str | None, kafka_config: dict, request
                                "checkpoint", reason=BlockReason.QUERY_RUNNING)
 
     step("planning against Kafka")
-    plan, state, record = plan_with_state(ck, kafka_config, request,
-                                           storage_options=storage_options, kafka_timeout=run.kafka_timeout)
+    plan, state = plan_with_state(ck, kafka_config, request, record,
+                                  storage_options=storage_options, kafka_timeout=run.kafka_timeout)
     op_id = new_operation_id()
     stamp = op_id
     aside = ck.sibling(f".reset-{stamp}")
