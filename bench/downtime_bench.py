@@ -295,11 +295,36 @@ def backup_summary(b: dict) -> dict:
                                   "files_from_previous", "files_from_precopy", "seconds", "verify_seconds")}
 
 
+# The pre-copy as the stop task runs it (operators/streaming.py): passes until one is quick; the last
+# pass's figures, and every pass's time and reads.
 PRECOPY = """
 import json, sys
-from airflow_kafka_spark.ops.backup.precopy import precopy_checkpoint
-print(json.dumps(precopy_checkpoint(sys.argv[1], sys.argv[2], job=sys.argv[3]).to_dict()))
+from airflow_kafka_spark.ops.backup.precopy import precopy_until_quiet
+passes = precopy_until_quiet(sys.argv[1], sys.argv[2], job=sys.argv[3])
+print(json.dumps({**passes[-1].to_dict(), "passes": [p.to_dict() for p in passes]}))
 """
+
+
+def started_feed(bootstrap: str, topic: str, burst: int) -> Feed:
+    """200 records/s from now on, after ``burst`` records at once (each a new dedup key: real RocksDB state)."""
+    feed = Feed(bootstrap, topic, rate=200)
+    if burst:
+        feed.burst(burst)
+    feed.thread.start()
+    return feed
+
+
+def interleaved(b: Bench, rounds: int, restart) -> list[dict]:
+    """``rounds`` pairs of restarts, bare and safe alternating (bare, safe, safe, bare ...) so the machine's
+    drift falls on both; ``restart(kind)`` makes one once the job has two new batches, and returns its row."""
+    rows = []
+    for i in range(rounds):
+        for kind in (("bare", "safe") if i % 2 == 0 else ("safe", "bare")):
+            b.running_with_batches(2)
+            row = restart(kind)
+            log.info("%s", json.dumps(row))
+            rows.append(row)
+    return rows
 
 def one_size(work: Path, bootstrap: str, pad_bytes: int, files_per_gb: int, rounds: int, burst: int) -> dict:
     from devstack.topics import create_topic
@@ -307,10 +332,7 @@ def one_size(work: Path, bootstrap: str, pad_bytes: int, files_per_gb: int, roun
     topic = f"dt{pad_bytes}"
     create_topic(bootstrap, topic, partitions=4)
     b = Bench(work, bootstrap, topic)
-    feed = Feed(bootstrap, topic, rate=200)
-    if burst:
-        feed.burst(burst)               # real RocksDB state: every record a new dedup key
-    feed.thread.start()
+    feed = started_feed(bootstrap, topic, burst)
     try:
         b.submit()
         b.running_with_batches(3)
@@ -327,14 +349,7 @@ def one_size(work: Path, bootstrap: str, pad_bytes: int, files_per_gb: int, roun
         out.update(stopped_copies(b))
         b.submit()
         b.running_with_batches(2)
-        rows = []
-        order = ["bare", "safe"]
-        for i in range(rounds):
-            for kind in (order if i % 2 == 0 else order[::-1]):
-                b.running_with_batches(2)
-                row = b.restart(kind)
-                log.info("%s", json.dumps(row))
-                rows.append(row)
+        rows = interleaved(b, rounds, b.restart)
         b.stop()
         out["restarts"] = rows
         return out

@@ -57,13 +57,13 @@ from downtime_bench import (
     PY,
     REPO,
     Bench,
-    Feed,
     backup_summary,
     du,
+    interleaved,
     load_1m,
-    log,
     pad,
     size_of,
+    started_feed,
 )
 
 BASE = ["--shuffle-partitions", "4", "--trigger", "processing:1s"]
@@ -208,25 +208,14 @@ def one_size(work: Path, bootstrap: str, text: str, files_per_gb: int, rounds: i
     create_topic(bootstrap, topic, partitions=4)
     b = Bench(work, bootstrap, topic, **(bench_kw or {}))
     b.write_registry(BUILDS[0], compat="1")
-    feed = Feed(bootstrap, topic, rate=200)
-    if burst:
-        feed.burst(burst)
-    feed.thread.start()
+    feed = started_feed(bootstrap, topic, burst)
     n_files = max(1, round(files_per_gb * pad_bytes / (1 << 30))) if pad_bytes else 0
-    rows: list[dict] = []
     try:
         b.submit()
         b.running_with_batches(3)
         promote(b)
-        order = ["bare", "safe"]
-        n = 0
-        for i in range(rounds):
-            for kind in (order if i % 2 == 0 else order[::-1]):
-                b.running_with_batches(2)
-                row = restart_preserve(b, kind, n, (pad_bytes, n_files))
-                n += 1
-                log.info("%s", json.dumps(row))
-                rows.append(row)
+        count = iter(range(2 * rounds))
+        rows = interleaved(b, rounds, lambda kind: restart_preserve(b, kind, next(count), (pad_bytes, n_files)))
         b.stop()
         return {"size": text, "pad_bytes": pad_bytes, "pad_files": n_files, "restarts": rows}
     finally:

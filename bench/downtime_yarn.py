@@ -32,7 +32,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import downtime_preserve
-from downtime_bench import REPO, Bench, Feed, du, load_1m, log, pad, size_of
+from downtime_bench import REPO, Bench, du, interleaved, load_1m, log, pad, size_of, started_feed
 
 SPARK_YARN = {"conn_type": "spark", "host": "yarn", "extra": {"deploy-mode": "cluster"}}
 
@@ -59,11 +59,7 @@ def keep_run(work: Path, bootstrap: str, rounds: int, burst: int, bench_kw: dict
     topic = "dtyk"
     create_topic(bootstrap, topic, partitions=4)
     b = Bench(work, bootstrap, topic, **bench_kw)
-    feed = Feed(bootstrap, topic, rate=200)
-    if burst:
-        feed.burst(burst)
-    feed.thread.start()
-    rows: list[dict] = []
+    feed = started_feed(bootstrap, topic, burst)
     try:
         t = time.monotonic()
         b.submit()
@@ -71,14 +67,12 @@ def keep_run(work: Path, bootstrap: str, rounds: int, burst: int, bench_kw: dict
         first_start = round(time.monotonic() - t, 1)
         pad_s = pad_on_hdfs(b.ck, padding[0], padding[1], work / "pad", padding[2]) if padding else None
         files, size = du(b.ck)
-        order = ["bare", "safe"]
-        for i in range(rounds):
-            for kind in (order if i % 2 == 0 else order[::-1]):
-                b.running_with_batches(2)
-                row = b.restart(kind)
-                row["checkpoint_files"], row["checkpoint_bytes"] = du(b.ck)
-                log.info("%s", json.dumps(row))
-                rows.append(row)
+        def restart(kind: str) -> dict:
+            row = b.restart(kind)
+            row["checkpoint_files"], row["checkpoint_bytes"] = du(b.ck)
+            return row
+
+        rows = interleaved(b, rounds, restart)
         b.stop()
         return {"size": "spark", "mode": "keep", "first_start_s": first_start, "pad_s": pad_s,
                 "checkpoint_files": files, "checkpoint_bytes": size, "restarts": rows}
