@@ -119,7 +119,7 @@ def run_reset(ck: Location, backup_root: str | None, kafka_config: dict, request
     root = open_backup_root(backup_root, backup_storage_options) if backup_root else None
     if root is not None:
         check_locations(ck, root)
-    record = LifecycleRecord.load(checkpoint_location)
+    record = LifecycleRecord.load(checkpoint_location, storage_options=storage_options)
     job = job or default_job_name(checkpoint_location, record.job_name if record else None)
     validate_job_name(job)
     if record is not None and record.job_name != job:
@@ -221,9 +221,9 @@ def roll_forward(journal: Journal, ck: Location, *, storage_options: dict | None
         raise UserError(f"operation journal {journal.location.url} has unreadable source_files ({exc}): it was "
                         "edited; nothing was moved — inspect it, then move it away") from None
     if not journal.is_done("record"):
-        record = LifecycleRecord.load(ck.url)
+        record = LifecycleRecord.load(ck.url, storage_options=storage_options)
         if record is None:
-            record = LifecycleRecord.create(pl["job"], ck.url)
+            record = LifecycleRecord.create(pl["job"], ck.url, storage_options=storage_options)
         if not any((e.get("details") or {}).get("operation_id") == op_id for e in record.history
                    if e.get("event") == "checkpoint_reset"):
             record.set_next_starting_offsets(pl["starting_offsets"], actor=pl.get("actor"))

@@ -274,7 +274,8 @@ def roll_forward(journal: Journal, ck: Location, *, storage_options: dict | None
         journal.mark("in_place")
         faults.crash_point("restore.in_place")
     if not journal.is_done("record"):
-        record = LifecycleRecord.load(ck.url) or LifecycleRecord.create(pl["job"], ck.url)
+        record = LifecycleRecord.load(ck.url, storage_options=storage_options) \
+            or LifecycleRecord.create(pl["job"], ck.url, storage_options=storage_options)
         if not any((e.get("details") or {}).get("operation_id") == journal.operation_id for e in record.history):
             stale = record.next_starting_offsets
             record.next_starting_offsets = None

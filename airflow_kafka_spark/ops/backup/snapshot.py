@@ -21,6 +21,15 @@ What such a backup is (:class:`SnapshotWriter`, behind the blob writer's interfa
   path, size and mtime equal an ``hdfs-snapshot`` entry of the previous manifest or the pre-copy
   keeps that checksum (the pre-copy computes them while the query runs): only the files written
   since are asked for one in the downtime window.
+* **Files the cluster keeps no checksum for**: Spark's own. Spark creates every checkpoint file with
+  HDFS checksums turned off (its file-context checkpoint file manager passes a disabled
+  ``ChecksumOpt``), so the DataNodes keep no CRCs for them and the NameNode answers their
+  ``GETFILECHECKSUM`` with a server error (Hadoop 3.4.1: a ``NullPointerException``;
+  ``tests/cluster/test_scenarios_cluster.py``, the snapshot test, shows it on a checkpoint Spark
+  wrote). Such a file is read here once and named by the SHA-256 of its bytes
+  (:data:`READ_SHA256` ``<hex>``, :func:`content_checksum`); verify and restore read it again to
+  compare. The pre-copy reads them while the query runs, so the window reads only the files
+  written since, as the blob store's backup would, but writes none of them.
 * **Verified** (:func:`check_snapshot`): when published, every entry's file is in the snapshot with
   its size and mtime; ``aks backup verify`` (deep) and every restore compute each file's checksum
   again and compare it with the recorded one.
@@ -77,6 +86,42 @@ _COPY_THREADS = 8
 _CHUNK = 1 << 20
 #: The mark a snapshot backup leaves in ``staging/`` before its snapshot (:func:`sweep`).
 _MARK = ".snapshot.json"
+#: The ``checksum`` of an entry whose file the cluster keeps no checksum for: ``SHA-256:<hex>`` of its
+#: bytes, read here (no cluster algorithm is named so: the NameNode's start ``MD5-of-`` or ``COMPOSITE-``).
+READ_SHA256 = "SHA-256:"
+
+
+def content_checksum(at: Location, size: int) -> tuple[str, bool]:
+    """(the name of ``at``'s content, whether its bytes were read here): the cluster's checksum, or where
+    the cluster keeps none for the file (a server error, not a missing file or an unreachable
+    NameNode, which raise) :data:`READ_SHA256` and the SHA-256 of its ``size`` bytes."""
+    try:
+        return webhdfs_file_checksum(at.fs, at.path), False
+    except (RuntimeError, ValueError, KeyError):
+        return READ_SHA256 + _read_sha256(at, size), True
+
+
+def same_content(at: Location, recorded: str, size: int) -> bool:
+    """Does ``at`` hold the content an entry recorded (:func:`content_checksum`'s name of it)?"""
+    if recorded.startswith(READ_SHA256):
+        try:
+            return READ_SHA256 + _read_sha256(at, size) == recorded
+        except UserError:   # another size
+            return False
+    return webhdfs_file_checksum(at.fs, at.path) == recorded
+
+
+def _read_sha256(at: Location, size: int) -> str:
+    """SHA-256 of ``at``'s bytes, which must be exactly ``size`` (read at most one more)."""
+    h, left = hashlib.sha256(), size + 1
+    with open_regular(at, follow_links=False) as fh:
+        while left > 0 and (chunk := fh.read(min(_CHUNK, left))):
+            h.update(chunk)
+            left -= len(chunk)
+    if left != 1:
+        raise UserError(f"{at.url} has {size + 1 - left:,} bytes, not the {size:,} it was listed with: "
+                        "something writes into the checkpoint; stop the query and back up again")
+    return h.hexdigest()
 
 
 def snapshot_name(job: str, backup_id: str) -> str:
@@ -143,19 +188,28 @@ class SnapshotWriter:
 
     def put_many(self, sources: list[tuple[Location, int]]) -> Iterator[tuple[str, int, str] | BaseException]:
         """(checksum, size, proof) of each source as the snapshot holds it (the live file in a pre-copy)."""
+        read: list[int] = []   # sizes of the files read here (list.append is atomic)
+
         def one(item: tuple[Location, int]) -> tuple[str, int, str] | BaseException:
             src, size = item
             at = self._in_snapshot(src)
             try:
-                return webhdfs_file_checksum(at.fs, at.path), size, SNAPSHOT_PROOF
+                checksum, was_read = content_checksum(at, size)
             except FileNotFoundError as exc:   # gone since the listing: the query runs (take retries)
                 return exc
-            except (OSError, RuntimeError, ValueError, KeyError) as exc:
+            except UserError as exc:           # another size than listed: the query writes there
+                return exc
+            except OSError as exc:
                 return UserError(f"cannot get the checksum of {at.url}: {os_reason(exc)}")
+            if was_read:
+                read.append(size)
+            return checksum, size, SNAPSHOT_PROOF
 
         with ThreadPoolExecutor(max_workers=_CHECKSUM_THREADS) as pool:
             out = list(pool.map(one, sources))
-        self.files_vouched += sum(not isinstance(r, BaseException) for r in out)
+        self.files_hashed += len(read)
+        self.bytes_hashed += sum(read)
+        self.files_vouched += sum(not isinstance(r, BaseException) for r in out) - len(read)
         return iter(out)
 
     def _in_snapshot(self, src: Location) -> Location:
@@ -194,7 +248,7 @@ def check_snapshot(job_loc: Location, m: Manifest, *, deep: bool) -> None:
                             "the manifest lists (size or mtime); restore from another backup")
     if deep:
         def same(f: FileEntry) -> bool:
-            return webhdfs_file_checksum(snap.fs, snap.child(f.path).path) == f.sha256
+            return same_content(snap.child(f.path), f.sha256, f.size)
 
         with ThreadPoolExecutor(max_workers=_CHECKSUM_THREADS) as pool:
             for f, ok in zip(m.files, pool.map(same, m.files), strict=True):
@@ -215,6 +269,14 @@ def copy_out(m: Manifest, job_loc: Location, dest: Location,
         body = not (hash_only and hash_only(f.path))
         try:
             read = _copy(f, src, target, m.backup_id, body=body)
+            if f.sha256.startswith(READ_SHA256):   # no cluster checksum: the bytes read name the content
+                if READ_SHA256 + read != f.sha256:
+                    raise UserError(f"backup {m.backup_id} is damaged: {f.path} in snapshot {snap.path} does not "
+                                    "match its recorded checksum; restore from another backup")
+                if body and _sha256(target, f.size) != read:
+                    raise UserError(f"the copy of {f.path} of backup {m.backup_id} at {target.url} is not the "
+                                    "snapshot's bytes; nothing was restored: re-run the restore")
+                return
             if body and same_cluster and webhdfs_file_checksum(target.fs, target.path) == f.sha256:
                 return
             if webhdfs_file_checksum(src.fs, src.path) != f.sha256:
@@ -244,11 +306,11 @@ def _copy(f: FileEntry, src: Location, target: Location, backup_id: str, *, body
 
 
 def _sha256(loc: Location, size: int) -> str:
-    h = hashlib.sha256()
-    with open_regular(loc, follow_links=False) as fh:
-        while chunk := fh.read(min(_CHUNK, size + 1)):
-            h.update(chunk)
-    return h.hexdigest()
+    """SHA-256 of a restored copy, which must have ``size`` bytes ("" when it has another size)."""
+    try:
+        return _read_sha256(loc, size)
+    except UserError:
+        return ""
 
 
 def sweep(fs: Any, job: str, job_loc: Location) -> list[str]:

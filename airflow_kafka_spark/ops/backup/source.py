@@ -29,7 +29,7 @@ def open_sides(checkpoint_location: str, backup_root: str, storage_options: dict
     state = read_source(ck)
     root = open_backup_root(backup_root, backup_storage_options)
     check_locations(ck, root)
-    return ck, state, root, LifecycleRecord.load(checkpoint_location)
+    return ck, state, root, LifecycleRecord.load(checkpoint_location, storage_options=storage_options)
 
 
 def job_of(checkpoint_location: str, job: str | None, record: LifecycleRecord | None) -> str:

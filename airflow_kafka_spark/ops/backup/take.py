@@ -139,7 +139,7 @@ def take_backup(ck: Location, root: Location, request: BackupRequest = DEFAULT_B
     refuse_irregular(ck)
     state = read_source(ck)
     check_locations(ck, root)
-    record = LifecycleRecord.load(ck.url)
+    record = LifecycleRecord.load(ck.url, storage_options=run.stores.checkpoint)
     job = job_of(ck.url, request.job, record)
     if record is not None and record.job_name != job:
         raise UserError(f"checkpoint {ck.url} belongs to job {record.job_name!r} (lifecycle record), "
@@ -153,7 +153,7 @@ def take_backup(ck: Location, root: Location, request: BackupRequest = DEFAULT_B
     if record is None and request.job is not None:
         # Bind the checkpoint to the job named here, so later restore/reset find their backups
         # under the same name without being told again (the record is ours, beside the checkpoint).
-        record = LifecycleRecord.create(job, ck.url)
+        record = LifecycleRecord.create(job, ck.url, storage_options=run.stores.checkpoint)
         record.save()
     cap = _Capture(ck=ck, job_loc=job_loc, job=job, record=record, running=running, request=request, run=run, t0=t0)
     with LockFile(store_path(job_loc, LOCK_NAME), what=f"backups of job {job}"):
