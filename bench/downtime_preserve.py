@@ -153,9 +153,12 @@ def promote(b: Bench) -> None:
     record.save()
 
 
-def restart_preserve(b: Bench, kind: str, n: int, pad_to: tuple[int, int]) -> dict:
-    """The ``n``-th checkpoint-breaking restart of the running job, ``kind`` bare or safe."""
-    if pad_to[0]:
+def restart_preserve(b: Bench, kind: str, n: int, pad_to: tuple[int, int], hdfs_padding=None) -> dict:
+    """The ``n``-th checkpoint-breaking restart of the running job, ``kind`` bare or safe; ``hdfs_padding``
+    (``downtime_yarn.HdfsPadding``) moves a padding written once into the checkpoint instead."""
+    if hdfs_padding is not None:
+        hdfs_padding.into(b.ck)
+    elif pad_to[0]:
         pad(b.ck, *pad_to)
     files, size = du(b.ck)
     build = BUILDS[(n + 1) % 2]
@@ -195,12 +198,14 @@ def restart_preserve(b: Bench, kind: str, n: int, pad_to: tuple[int, int]) -> di
     b.submit_and_wait(row, last_mtime, -1, spec)
     row.update(account(old, start_offsets(b.ck), end_offsets(b.bootstrap, b.topic)))
     promote(b)
+    if hdfs_padding is not None:
+        hdfs_padding.back_from(aside)
     remove(aside)
     return row
 
 
 def one_size(work: Path, bootstrap: str, text: str, files_per_gb: int, rounds: int, burst: int,
-             bench_kw: dict | None = None) -> dict:
+             bench_kw: dict | None = None, hdfs_padding=None) -> dict:
     from devstack.topics import create_topic
 
     pad_bytes = size_of(text)
@@ -215,7 +220,8 @@ def one_size(work: Path, bootstrap: str, text: str, files_per_gb: int, rounds: i
         b.running_with_batches(3)
         promote(b)
         count = iter(range(2 * rounds))
-        rows = interleaved(b, rounds, lambda kind: restart_preserve(b, kind, next(count), (pad_bytes, n_files)))
+        rows = interleaved(b, rounds, lambda kind: restart_preserve(b, kind, next(count), (pad_bytes, n_files),
+                                                                       hdfs_padding))
         b.stop()
         return {"size": text, "pad_bytes": pad_bytes, "pad_files": n_files, "restarts": rows}
     finally:
