@@ -10,7 +10,8 @@ bare, ...), so the machine's drift falls on both.
 **Downtime** = the old query's last ``commits/N`` mtime to the new query's first new ``commits/``
 file's mtime: what a user of the sink sees. Phases: stop (the call), backup, validate, submit (the
 call), driver start (submit's return to the new query's first ``offsets/`` file), first batch (that
-to its ``commits/`` file); the pre-copy (before the stop, not downtime) is reported beside them.
+to its ``commits/`` file); the pre-copy's passes before the stop (not downtime) are reported beside
+them, and those beside the stop's wait (``runtime.stop_precopy``, as the stop task runs them).
 
 **State.** The job is the reference job with ``--stateful dedup`` (every record a new key) on
 RocksDB, so ``state/0`` is real Spark-written RocksDB state (``*.zip``, ``SSTs/*.sst``). To reach
@@ -277,9 +278,9 @@ class Bench:
         """One ``keep`` restart of the running job; returns its phases in seconds."""
         row: dict = {"kind": kind, "mode": "keep", "load_1m": load_1m()}
         if kind == "safe":
-            row["precopy"] = json.loads(self.command(row, "precopy", [PY, "-c", PRECOPY, self.spec.checkpoint,
-                                                                      self.spec.backup_root, JOB]))
-        last, last_mtime = self.stop(row)
+            last, last_mtime = self.stop_precopying(row)
+        else:
+            last, last_mtime = self.stop(row)
         if kind == "safe":
             b = json.loads(self.command(row, "backup", [AKS, "backup", "--job", JOB, "--json"]))
             row["backup"] = backup_summary(b)
@@ -290,13 +291,36 @@ class Bench:
         return row
 
 
+    def stop_precopying(self, row: dict) -> tuple[int, float]:
+        """The stop task's stop (``runtime.stop_precopy``): the passes before it in a child process (``precopy_s``
+        and ``precopy_rss_mib``), the passes beside its wait in this one; ``precopy`` is the stop XCom's dict
+        (``passes``, ``passes_during_stop``, ``join_seconds``: the stop's return to the last pass's end)."""
+        from airflow_kafka_spark.airflow_glue.spark import spark_target
+        from airflow_kafka_spark.lifecycle.record import LifecycleRecord
+        from airflow_kafka_spark.ops.backup.precopy import PrecopyResult, precopy_checkpoint
+        from airflow_kafka_spark.runtime import start_stop
+        from airflow_kafka_spark.runtime.stop_precopy import stop_with_precopy
+
+        def before() -> list[PrecopyResult]:
+            doc = json.loads(self.command(row, "precopy", [PY, "-c", PRECOPY, self.ck, self.spec.backup_root, JOB]))
+            return [PrecopyResult(**p) for p in doc["passes"]]
+
+        done = stop_with_precopy(
+            lambda: self.stop(row), job=JOB, log=log, before=before,
+            one_pass=lambda: precopy_checkpoint(self.ck, self.spec.backup_root, job=JOB),
+            still_running=lambda: start_stop.driver_alive(LifecycleRecord.load(self.ck),
+                                                          lambda: spark_target(self.spec)))
+        row["precopy"] = done.precopy.to_dict() if done.precopy is not None else None
+        return done.stop
+
+
 def backup_summary(b: dict) -> dict:
     return {k: b.get(k) for k in ("files", "bytes", "files_hashed", "bytes_hashed", "blobs_written", "bytes_written",
                                   "files_from_previous", "files_from_precopy", "seconds", "verify_seconds")}
 
 
-# The pre-copy as the stop task runs it (operators/streaming.py): passes until one is quick; the last
-# pass's figures, and every pass's time and reads.
+# The pre-copy the stop task runs before its stop (runtime/stop_precopy.py): passes until one is quick; the
+# last pass's figures, and every pass's figures (``Bench.stop_precopying`` rebuilds them as PrecopyResult).
 PRECOPY = """
 import json, sys
 from airflow_kafka_spark.ops.backup.precopy import precopy_until_quiet

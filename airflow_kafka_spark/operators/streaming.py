@@ -21,9 +21,11 @@ batch Spark will replay.
 
 With ``precopy_backup`` (the safe-restart DAG, whose next step is a verified backup) the stop first
 takes the backup's *pre-copy* while the driver still runs (``ops.backup.precopy``), in passes until
-one is quick: the state files are copied and hashed before the stream stands still, and the backup
-after the stop reads only the files of the last batches. A pre-copy that fails is logged and the
-stop goes on: the backup then reads those files itself, as it did before pre-copies.
+one is quick, and more passes beside the stop's wait for a batch boundary while the driver runs
+(``runtime.stop_precopy``): the state files are copied and hashed before the stream stands still,
+and the backup after the stop reads only the files of the batches after the last pass. A pre-copy
+that fails is logged and the stop goes on: the backup then reads those files itself, as it did
+before pre-copies.
 
 These operators only resolve the connections and who acts; the rules (lease, liveness, what is
 recorded) live in :mod:`airflow_kafka_spark.runtime.start_stop`.
@@ -39,10 +41,11 @@ from airflow_kafka_spark.airflow_glue.spark import spark_target
 from airflow_kafka_spark.lifecycle.record import LifecycleRecord
 from airflow_kafka_spark.operators._common import StreamingJobOperator
 from airflow_kafka_spark.operators.links import SparkApplicationLink
-from airflow_kafka_spark.ops.backup.precopy import precopy_until_quiet
+from airflow_kafka_spark.ops.backup.precopy import precopy_checkpoint
 from airflow_kafka_spark.registry.model import JobSpec
 from airflow_kafka_spark.runtime import start_stop
 from airflow_kafka_spark.runtime.start_stop import DEFAULT_LEASE_TTL_S
+from airflow_kafka_spark.runtime.stop_precopy import stop_with_precopy
 
 
 def driver_alive(spec: JobSpec, record: LifecycleRecord | None) -> bool:
@@ -96,8 +99,9 @@ class StopStreamingJobOperator(StreamingJobOperator):
 
     :param timeout_s: how long to wait for the graceful stop; default the registry's ``stop_timeout_s``.
     :param dry_run: report whether a driver runs and what would be done; stop nothing.
-    :param precopy_backup: a verified backup follows the stop: pre-copy it while the driver runs
-        (only then; never in a dry run), so the backup after the stop copies only the newest files.
+    :param precopy_backup: a verified backup follows the stop: pre-copy it while the driver runs, before
+        the stop and beside its wait (only then; never in a dry run), so the backup after the stop
+        copies only the newest files.
     """
 
     template_fields = ("job", "reason", "dry_run")
@@ -123,10 +127,20 @@ class StopStreamingJobOperator(StreamingJobOperator):
                               and alive else "")
                     + (f"write {spec.stop_marker}, wait up to {self.timeout_s or spec.stop_timeout_s:.0f}s for "
                               "a batch boundary, then kill") if alive else "nothing: no driver runs"}
-        precopy = self._precopy(spec) if self._precopies(spec) else None
-        out = stop_job(spec, context=context, log=self.log, timeout_s=self.timeout_s, poll_s=self.poll_s)
-        if precopy is not None:
-            out["precopy"] = precopy
+
+        def stop() -> dict[str, Any]:
+            return stop_job(spec, context=context, log=self.log, timeout_s=self.timeout_s, poll_s=self.poll_s)
+
+        if self._precopies(spec):
+            done = stop_with_precopy(
+                stop, job=spec.name, log=self.log,
+                one_pass=lambda: precopy_checkpoint(spec.checkpoint, spec.backup_root, job=spec.name),
+                still_running=lambda: driver_alive(spec, LifecycleRecord.load(spec.checkpoint)))
+            out = done.stop
+            if done.precopy is not None:   # None: no driver ran, so nothing was pre-copied
+                out["precopy"] = done.precopy.to_dict()
+        else:
+            out = stop()
         if out["outcome"] == "STOPPED_MID_BATCH":
             self.log.warning("job %s was killed inside batch %s; Spark replays it on the next start", spec.name,
                              out.get("replay_batch"))
@@ -134,26 +148,6 @@ class StopStreamingJobOperator(StreamingJobOperator):
 
     def _precopies(self, spec: JobSpec) -> bool:
         return self.precopy_backup and steps_for(spec).precopies_backup
-
-    def _precopy(self, spec: JobSpec) -> dict[str, Any] | None:
-        """The backup's pre-copy while the recorded driver runs; None when none runs (nothing moves then)."""
-        def running() -> bool:
-            return driver_alive(spec, LifecycleRecord.load(spec.checkpoint))
-
-        if not running():
-            return None
-        try:
-            passes = precopy_until_quiet(spec.checkpoint, spec.backup_root, job=spec.name, still_running=running)
-        except Exception as exc:   # an optimisation only: the backup after the stop reads what is missing
-            self.log.warning("job %s: the backup's pre-copy failed (%s); the backup after the stop copies "
-                             "everything it needs", spec.name, exc)
-            return {"error": str(exc)}
-        for n, result in enumerate(passes, 1):
-            self.log.info("job %s: pre-copy pass %d: %d files (%d read, %.1f MB, %.1fs) before the stop", spec.name,
-                          n, result.files, result.files_read, result.bytes_read / 1e6, result.seconds)
-        return {**passes[-1].to_dict(),
-                "passes": [{"seconds": round(r.seconds, 3), "files_read": r.files_read, "bytes_read": r.bytes_read}
-                           for r in passes]}
 
 
 __all__ = ["StopStreamingJobOperator", "SubmitStreamingJobOperator", "driver_alive", "stop_job", "submit_job"]

@@ -199,7 +199,14 @@ def precopy_until_quiet(checkpoint_location: str, backup_root: str, *, job: str 
                         max_passes: int = MAX_PASSES) -> list[PrecopyResult]:
     """Pre-copy again while the last pass took longer than ``quiet_s`` and the query still runs (at most
     ``max_passes``); every pass's result, the last one's entries being what the backup after the stop reuses."""
-    passes = [precopy_checkpoint(checkpoint_location, backup_root, job=job)]
+    return passes_until_quiet(lambda: precopy_checkpoint(checkpoint_location, backup_root, job=job),
+                              still_running=still_running, quiet_s=quiet_s, max_passes=max_passes)
+
+
+def passes_until_quiet(one_pass: Callable[[], PrecopyResult], *, still_running: Callable[[], bool] = lambda: True,
+                       quiet_s: float = QUIET_PASS_S, max_passes: int = MAX_PASSES) -> list[PrecopyResult]:
+    """:func:`precopy_until_quiet`'s rule on any pass (``runtime.stop_precopy`` passes its own)."""
+    passes = [one_pass()]
     while passes[-1].seconds > quiet_s and len(passes) < max_passes and still_running():
-        passes.append(precopy_checkpoint(checkpoint_location, backup_root, job=job))
+        passes.append(one_pass())
     return passes
