@@ -34,6 +34,8 @@ for 2.2 GB on the HDFS minicluster, docs/benchmarks.md round 9), and the state f
 (1,084 there) then landed in the window. So the stop's pre-copy runs again while its last pass took
 longer than a quiet pass (``QUIET_PASS_S``), up to ``MAX_PASSES``: each pass reuses every entry of the
 one before and reads only what was written during it, so the passes shrink, like a live migration's.
+Then, while the stop waits for a batch boundary, ``runtime.stop_precopy`` runs further passes beside
+that wait.
 """
 
 from __future__ import annotations
