@@ -276,6 +276,7 @@ def test_keep_mode_restarts_on_the_same_checkpoint_and_the_sink_is_exact(stack, 
     # pre-copy every file not already in the previous backup, and read only what came after it.
     pre, backup = stop["precopy"], r.xcom("backup")
     assert "error" not in pre and pre["files"] > 0
+    assert pre["passes"] and "passes_during_stop" in pre and "error_during_stop" not in pre
     assert backup["files_from_precopy"] > 0
     assert r.xcom("health_gate")["new_batches"] >= 2
     rec = stack.record()

@@ -16,7 +16,6 @@ the console script, with everything taken from a job registry (``--job``):
 from __future__ import annotations
 
 import json
-import logging
 import os
 import signal
 import socket
@@ -34,12 +33,7 @@ from airflow_kafka_spark.lifecycle.events import DriverKind
 from airflow_kafka_spark.lifecycle.model import DriverInfo
 from airflow_kafka_spark.lifecycle.record import LifecycleRecord
 from airflow_kafka_spark.ops.backup.catalog import list_backups
-from airflow_kafka_spark.ops.backup.precopy import precopy_checkpoint
-from airflow_kafka_spark.ops.backup.reuse import PRECOPY_NAME
-from airflow_kafka_spark.ops.commands import backup_checkpoint
 from airflow_kafka_spark.registry.loader import load_registry
-from airflow_kafka_spark.runtime import start_stop
-from airflow_kafka_spark.runtime.stop_precopy import stop_with_precopy
 from devstack import oracle, spark, topics
 from devstack.produce import produce
 from tests.support.waiting import wait_until
@@ -209,61 +203,6 @@ def test_status_after_the_stop_counts_what_was_produced_since(stack):
     assert res.returncode == 3, res.stderr       # --check: the driver is not running
     (doc,) = json.loads(res.stdout)["jobs"]
     assert doc["state"] == "NONE" and doc["observation"]["lag_records"] == 30
-
-
-def precopied_paths(root: str) -> set[str]:
-    """The paths of the pre-copy's stat cache (``<job>/precopy.json``) as it stands now."""
-    return {f["path"] for f in json.loads((Path(root) / JOB / PRECOPY_NAME).read_text())["files"]}
-
-
-def test_passes_beside_the_stops_wait_read_its_batches_and_the_backup_after_reuses_them(stack, tmp_path):
-    """The safe restart's stop as the stop task runs it (``runtime.stop_precopy``) on the real job.
-
-    The stop's wait for a batch boundary spans batches (17-28 s on YARN, docs/benchmarks.md round 9);
-    here the stop callable lets the job commit two batches, and a pass list after them, before it
-    writes the marker. Proven: passes ran beside the wait and read those batches' files, which no
-    pass before the stop saw; the backup after the stop reused every file the passes stored and read
-    only the rest, so fewer files than it would have read after the passes before the stop alone.
-    """
-    stack.start()                               # the driver again, caught up with what came since the stop
-    ck, root = stack.spec.checkpoint, str(tmp_path / "backups")   # not the module's root: the prune test counts
-    stored: dict[bool, list[set[str]]] = {False: [], True: []}   # precopy.json's paths after each pass
-    at_stop: list[int] = []                     # the last batch committed when the stop began
-
-    def committed() -> int:
-        return read_checkpoint(ck).latest_committed.batch_id
-
-    def stop() -> dict:
-        at_stop.append(committed())
-        first = at_stop[0]
-        for n in (1, 2):                        # a batch needs new records (a stateless query runs no empty one)
-            stack.produced += produce(stack.bootstrap, stack.topic, 10, partitions=PARTS, start_id=170 + 10 * n)
-            wait_until(lambda n=n: committed() >= first + n, timeout=120, interval=0.2, what=f"batch {first + n}")
-        seen = len(stored[True])                # one pass in flight may have listed before: wait for one more
-        wait_until(lambda: len(stored[True]) >= seen + 2, timeout=120, interval=0.2, what="a pass after them")
-        return start_stop.stop_job(stack.spec, target=lambda: None, actor="test", log=logging.getLogger("test"))
-
-    done = stop_with_precopy(
-        stop, job=JOB, log=logging.getLogger("test"),
-        one_pass=lambda: precopy_checkpoint(ck, root, job=JOB),
-        still_running=lambda: start_stop.driver_alive(LifecycleRecord.load(ck), lambda: None),
-        on_pass=lambda r, during: stored[during].append(precopied_paths(root)))
-    assert done.stop["outcome"] == "STOPPED" and stack.proc.wait(60) is not None
-    pre = done.precopy
-    assert pre.error is None and pre.error_during is None and len(pre.during) >= 2
-    assert done.precopy.to_dict()["passes_during_stop"] == [p.to_dict() for p in pre.during]
-    beside = stored[True][-1] - stored[False][-1]     # read beside the wait only
-    first = at_stop[0]
-    assert {f"{log}/{b}" for log in ("offsets", "commits") for b in (first + 1, first + 2)} <= beside
-    assert sum(p.files_read for p in pre.during) >= len(beside)
-
-    after = backup_checkpoint(ck, root, job=JOB, settle_s=0)
-    backed = {f.path for f in after.manifest.files}
-    assert after.files_from_previous == after.files_from_precopy == len(backed & stored[True][-1])   # no backup before
-    assert after.files_hashed == len(backed - stored[True][-1])     # only what no pass stored was read
-    assert backed >= beside and after.files_hashed < len(backed - stored[False][-1])   # fewer than without
-    print(f"\n[cli] {len(pre.before)} pass(es) before the stop, {len(pre.during)} beside its wait "
-          f"({len(beside)} files read there); the backup after read {after.files_hashed} of {after.files} files")
 
 
 def test_backups_prune_and_reset_act_only_with_execute(stack):
