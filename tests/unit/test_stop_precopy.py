@@ -4,7 +4,7 @@ A pass is a function that records when it ran; the driver's liveness a flag the 
 clears, as a driver exiting on a batch boundary does. Proven: no pass starts once the driver is
 gone, a pass in flight finishes before the stop returns, a failing pass (or liveness check) ends
 the passes with a warning and the stop's own result, and a failing stop still raises its error.
-The real pre-copy beside a real job's stop: tests/integration/test_cli_commands.py.
+The real pre-copy beside a real job's graceful stop: tests/integration/test_driver.py.
 """
 
 from __future__ import annotations
