@@ -10,7 +10,7 @@ safe-restart DAG's ``auto`` decides a reset with ``preserve``.
   stop, outside the window: the plan (``runtime.safe_restart.decide`` on the lifecycle record's last
   good application, as ``SafeRestartPlanOperator`` does), ``validate_before`` (``aks validate --job``),
   the approval's plan (``aks reset --job --mode preserve``, plans only: 0 records skipped, so no pause)
-  and the stop task's pre-copy (``precopy_checkpoint``). In the window: the stop
+  and the stop task's pre-copy passes (``runtime.stop_precopy``, more passes beside the stop's wait). In the window: the stop
   (``start_stop.stop_job``), the verified backup (``aks backup --job``), the reset (``aks reset --job
   --mode preserve --execute``: plan again against Kafka, the reset's own verified backup, journal,
   move the checkpoint aside, ``sources/0/0`` at the committed offsets), ``validate_after``
@@ -53,7 +53,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from downtime_bench import (
     AKS,
     JOB,
-    PRECOPY,
     PY,
     REPO,
     Bench,
@@ -174,8 +173,7 @@ def restart_preserve(b: Bench, kind: str, n: int, pad_to: tuple[int, int], hdfs_
         approve = json.loads(b.command(row, "approve_plan", [AKS, "reset", "--job", JOB, "--mode", "preserve",
                                                              *kafka, "--json"]))
         row["approve_skipped"] = approve["plan"]["totals"]["skipped"]
-        row["precopy"] = json.loads(b.command(row, "precopy", [PY, "-c", PRECOPY, b.ck, b.spec.backup_root, JOB]))
-    last, last_mtime = b.stop(row)
+    last, last_mtime = b.stop_precopying(row) if kind == "safe" else b.stop(row)
     old = committed_offsets(b.ck)
     aside = f"{b.ck}.bare-{n}"
     if kind == "safe":
