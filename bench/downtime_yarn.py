@@ -47,9 +47,27 @@ def pad_on_hdfs(ck: str, total: int, files: int, local: Path, hadoop) -> float:
     t = time.monotonic()
     pad(local, total, files)
     cp = os.pathsep.join([str(hadoop.conf_dir), str(local_spark_home() / "jars" / "*")])
-    subprocess.run(["java", "-cp", cp, "org.apache.hadoop.fs.FsShell", "-put", "-f", str(local / "state" / "9"),
+    # -Ddfs.checksum.type=NULL: as Spark writes its checkpoint files (checksums off), so the cluster has no
+    # checksum of the padding either and a snapshot backup reads it as it reads Spark's own state files
+    subprocess.run(["java", "-cp", cp, "org.apache.hadoop.fs.FsShell", "-Ddfs.checksum.type=NULL", "-put", "-f",
+                    str(local / "state" / "9"),
                     f"{ck}/state/"], check=True, capture_output=True, timeout=1800)
-    return round(time.monotonic() - t, 1)
+    seconds = round(time.monotonic() - t, 1)
+    log.info("padded %s/state/9 in %.1fs; the cluster keeps a checksum of its files: %s", ck, seconds,
+             cluster_checksum_of(f"{ck}/state/9/0/SSTs/000000-pad.sst") is not None)
+    return seconds
+
+
+def cluster_checksum_of(url: str) -> str | None:
+    """The NameNode's checksum of a file, or None where it keeps none (Spark's files, the padding)."""
+    from airflow_kafka_spark._util.fs import open_location
+    from airflow_kafka_spark._util.stores import webhdfs_file_checksum
+
+    loc = open_location(url)
+    try:
+        return webhdfs_file_checksum(loc.fs, loc.path)
+    except RuntimeError:
+        return None
 
 
 def allow_snapshots(hadoop, folder: str) -> None:
