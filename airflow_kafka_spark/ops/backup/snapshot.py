@@ -21,9 +21,10 @@ What such a backup is (:class:`SnapshotWriter`, behind the blob writer's interfa
   path, size and mtime equal an ``hdfs-snapshot`` entry of the previous manifest or the pre-copy
   keeps that checksum (the pre-copy computes them while the query runs): only the files written
   since are asked for one in the downtime window.
-* **Files the cluster keeps no checksum for**: Spark's own. Spark creates every checkpoint file with
-  HDFS checksums turned off (its file-context checkpoint file manager passes a disabled
-  ``ChecksumOpt``), so the DataNodes keep no CRCs for them and the NameNode answers their
+* **Files the cluster keeps no checksum for**: most of Spark's own. Spark creates the files it writes
+  through its checkpoint file manager (the logs, the state's deltas and changelogs) with HDFS
+  checksums turned off (its file-context manager passes a disabled ``ChecksumOpt``; on the YARN
+  bench a few RocksDB files had one), so the DataNodes keep no CRCs for them and the NameNode answers their
   ``GETFILECHECKSUM`` with a server error (Hadoop 3.4.1: a ``NullPointerException``;
   ``tests/cluster/test_scenarios_cluster.py``, the snapshot test, shows it on a checkpoint Spark
   wrote). Such a file is read here once and named by the SHA-256 of its bytes
