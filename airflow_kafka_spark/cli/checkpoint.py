@@ -181,6 +181,9 @@ def _reset_arguments(p: argparse.ArgumentParser) -> None:
         help="what to do with a file sink's _spark_metadata (default: refuse)",
     )
     s.add_argument("--accept-data-loss", action="store_true", help="allow a plan that skips records (audited)")
+    s.add_argument("--fresh-backup", action="store_true",
+                   help="always take a new verified backup (default: adopt the job's newest backup when it holds "
+                        "exactly the checkpoint's files as they are now)")
     s.add_argument(
         "--write-starting-offsets",
         metavar="FILE",
@@ -213,6 +216,7 @@ def _reset(args: argparse.Namespace) -> int:
         sink_log=args.sink_log,
         accept_data_loss=args.accept_data_loss,
         batch_keyed_sink=bool(spec and spec.sink.keyed_by_batch_id),
+        fresh_backup=args.fresh_backup,
     )
     try:
         with progress_lines("reset", args) as progress:
@@ -238,7 +242,7 @@ def _reset(args: argparse.Namespace) -> int:
             resumed = " — resumed an interrupted reset" if result.resumed else ""
             lines += [
                 f"reset done ({result.operation_id}){resumed}",
-                f"  backup: {result.backup_id}",
+                f"  backup: {result.backup_id}" + (f" — {result.backup_note}" if result.backup_note else ""),
                 f"  old checkpoint moved to {result.aside_location}",
                 *([f"  sink log moved to {result.sink_aside_location}"] if result.sink_aside_location else []),
                 f"  next run starts at (lifecycle record next_starting_offsets): {result.starting_offsets}",

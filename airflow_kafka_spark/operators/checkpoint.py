@@ -159,17 +159,22 @@ class ResetCheckpointOperator(StreamingJobOperator):
     :param seal_key_conn_id: Generic connection whose password keys the seal of the backup the reset
         takes before anything moves (as for :class:`BackupCheckpointOperator`; without it, the
         ``seal_key_file`` setting's key).
+    :param fresh_backup: always take a new verified backup. Default False: the reset adopts the job's
+        newest backup (the safe restart's ``backup`` task) when it provably holds the checkpoint as it is
+        now, which keeps a second backup out of the downtime (``ops.backup.adopt``); recorded in the result
+        (templated; bool or "true"/"false").
     """
 
     template_fields = ("job", "reason", "mode", "to_datetime", "shift_by", "to_offsets", "dry_run",
-                       "accept_data_loss", "max_records_skipped")
+                       "accept_data_loss", "max_records_skipped", "fresh_backup")
 
     def __init__(self, *, job: str, mode: str | None, to_datetime: str | None = None, shift_by: int | str | None = None,
                  to_offsets: str | None = None, dry_run: bool | str = False, accept_data_loss: bool | str = False,
                  sink_log: str = "refuse", max_records_skipped: int | str | None = None,
-                 seal_key_conn_id: str | None = None, **kwargs: Any) -> None:
+                 seal_key_conn_id: str | None = None, fresh_backup: bool | str = False, **kwargs: Any) -> None:
         super().__init__(job=job, **kwargs)
         self.seal_key_conn_id = seal_key_conn_id
+        self.fresh_backup = fresh_backup
         self.max_records_skipped = max_records_skipped
         self.mode = mode
         self.to_datetime = to_datetime
@@ -186,7 +191,8 @@ class ResetCheckpointOperator(StreamingJobOperator):
                          to_offsets=optional_text(self.to_offsets),
                          accept_data_loss=flag(self.accept_data_loss, name="accept_data_loss"),
                          sink_log=self.sink_log, max_records_skipped=optional_text(self.max_records_skipped),
-                         seal_key=seal_key_from_connection(self.seal_key_conn_id))
+                         seal_key=seal_key_from_connection(self.seal_key_conn_id),
+                         fresh_backup=flag(self.fresh_backup, name="fresh_backup"))
         return steps_for(spec).reset(spec, context, step, self.log)
 
 

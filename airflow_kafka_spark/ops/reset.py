@@ -2,15 +2,17 @@
 
 The plan and the modes are ``ops.reset_plan``. Every reset: plans (``dry_run`` stops there and
 changes nothing), refuses a plan that skips records unless ``accept_data_loss`` (recorded in the
-lifecycle history), takes a verified backup, writes the journal (commit point), records the
-``startingOffsets`` JSON as the lifecycle record's ``next_starting_offsets`` (written *before* the
-checkpoint moves: if the process dies in between, the old checkpoint is still in place and Spark
-ignores startingOffsets), moves a file sink's ``_spark_metadata`` aside if asked (S20), and moves
-the old checkpoint aside — never deletes it — and leaves in the fresh location one ``sources/<id>/0``
-per Kafka source at the planned offsets (``ops.reset_start``: Spark reads it before any
-``startingOffsets``, so a user's own job starts there too). :func:`roll_forward`
-finishes a journaled reset (also after a crash). The entry point is ``ops.commands.reset_checkpoint``
-(operation lock, then an interrupted operation is finished, then :func:`run_reset`).
+lifecycle history), takes a verified backup — or adopts the job's newest one when it provably holds
+the checkpoint as it is now (``ops.backup.adopt``; never with ``fresh_backup``) —, writes the
+journal (commit point), records the ``startingOffsets`` JSON as the lifecycle record's
+``next_starting_offsets`` (written *before* the checkpoint moves: if the process dies in between,
+the old checkpoint is still in place and Spark ignores startingOffsets), moves a file sink's
+``_spark_metadata`` aside if asked (S20), and moves the old checkpoint aside — never deletes it —
+and leaves in the fresh location one ``sources/<id>/0`` per Kafka source at the planned offsets
+(``ops.reset_start``: Spark reads it before any ``startingOffsets``, so a user's own job starts
+there too). :func:`roll_forward` finishes a journaled reset (also after a crash). The entry point is
+``ops.commands.reset_checkpoint`` (operation lock, then an interrupted operation is finished, then
+:func:`run_reset`).
 
 File sinks (S20): a fresh checkpoint restarts at batch 0 and Spark's file sink silently skips
 every batch id its ``_spark_metadata`` already holds. The default is to refuse with the fix; with
@@ -22,6 +24,7 @@ log does not list them: readers that go through the log see only the new run. Th
 from __future__ import annotations
 
 import contextlib
+import logging
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,7 +41,9 @@ from airflow_kafka_spark.lifecycle.events import LifecycleEvent
 from airflow_kafka_spark.lifecycle.journal import Journal, Operation, new_operation_id
 from airflow_kafka_spark.lifecycle.record import LifecycleRecord
 from airflow_kafka_spark.names import default_job_name, validate_job_name
-from airflow_kafka_spark.ops.backup.catalog import open_backup_root
+from airflow_kafka_spark.ops import seal
+from airflow_kafka_spark.ops.backup.adopt import Adoption, adopt_backup
+from airflow_kafka_spark.ops.backup.catalog import job_location, open_backup_root
 from airflow_kafka_spark.ops.backup.take import BackupRequest, take_backup
 from airflow_kafka_spark.ops.guards import check_locations, journal_path, running_reason
 from airflow_kafka_spark.ops.modes import SinkLogPolicy
@@ -48,6 +53,10 @@ from airflow_kafka_spark.ops.reset_plan import SINK_LOG_DIR, ResetRequest, SinkI
 from airflow_kafka_spark.ops.reset_start import SOURCE_FILES, files_from_payload
 from airflow_kafka_spark.verdict.findings import Finding, Severity
 from airflow_kafka_spark.verdict.interrupted import interrupted_finding
+
+_log = logging.getLogger(__name__)
+#: The reset's note when asked never to adopt (``aks reset --fresh-backup``, the operator's ``fresh_backup``).
+FRESH_NOTE = "took its own backup: a fresh backup was asked for (fresh_backup)"
 
 
 def plan_with_state(ck: Location, kafka_config: dict, request: ResetRequest, record: LifecycleRecord | None, *,
@@ -95,9 +104,14 @@ class ResetResult:
     starting_offsets: str | None = None
     resumed: bool = False
     notes: list[str] = field(default_factory=list)
+    backup_adopted: bool = False     # backup_id is the newest backup, adopted (ops.backup.adopt), not a new one
+    fresh_backup: bool = False       # asked never to adopt one
+    backup_note: str | None = None   # how the backup came about, one line (adopted, or why a new one was taken)
 
     def to_dict(self) -> dict[str, Any]:
         return {"dry_run": self.dry_run, "operation_id": self.operation_id, "backup_id": self.backup_id,
+                "backup_adopted": self.backup_adopted, "fresh_backup": self.fresh_backup,
+                "backup_note": self.backup_note,
                 "aside_location": self.aside_location, "sink_aside_location": self.sink_aside_location,
                 "starting_offsets": self.starting_offsets, "resumed": self.resumed, "notes": self.notes,
                 "plan": self.plan.to_dict()}
@@ -142,7 +156,8 @@ def run_reset(ck: Location, backup_root: str | None, kafka_config: dict, request
     source_files = plan.details.get(SOURCE_FILES) or {}
     plan.actions = _actions(plan, checkpoint_location, backup_root, request, aside, sink_aside, source_files)
     result = ResetResult(plan=plan, dry_run=dry_run, starting_offsets=plan.starting_offsets_json,
-                         aside_location=aside.url, sink_aside_location=sink_aside.url if sink_aside else None)
+                         aside_location=aside.url, sink_aside_location=sink_aside.url if sink_aside else None,
+                         fresh_backup=request.fresh_backup)
     if dry_run:
         interrupted = interrupted_finding(ck)
         if interrupted is not None:   # the real run would finish (or refuse) that operation first
@@ -153,24 +168,19 @@ def run_reset(ck: Location, backup_root: str | None, kafka_config: dict, request
         raise OperationBlocked(f"reset refused: {worst.code} — {worst.message}; fix: {worst.fix}",
                                reason=BlockReason.PLAN_BLOCKED, code=worst.code, details=result.to_dict())
 
-    step("backing up the checkpoint (verified before anything moves)")
     if root is None:   # an empty backup root: opening it is the one-line error
         root = open_backup_root(str(backup_root), backup_storage_options)
-    bk = take_backup(ck, root, BackupRequest(job=job, reason=f"before reset --mode {request.mode} ({op_id})"),
-                     run=run)
-    faults.crash_point("reset.backed_up")
-    again = read_checkpoint(ck)
-    if (again.offset_batch_ids, again.commit_batch_ids) != (state.offset_batch_ids, state.commit_batch_ids):
-        raise OperationBlocked(f"checkpoint {checkpoint_location} changed while the reset was planned: is the job "
-                               "running? Stop it and re-run the reset", reason=BlockReason.QUERY_RUNNING)
-    result.backup_id = bk.backup_id
+    result.backup_id, adoption = _backup(ck, root, job, state, request, op_id, run)
+    result.backup_adopted = adoption is not None and adoption.manifest is not None
+    result.backup_note = adoption.note if adoption is not None else FRESH_NOTE
     result.operation_id = op_id
     payload = {
         "job": job, "actor": actor, "request": request.to_dict(), "backup_root": backup_root,
-        "backup_id": bk.backup_id, "aside": aside.url, "sink_output": request.sink_output,
+        "backup_id": result.backup_id, "aside": aside.url, "sink_output": request.sink_output,
         "sink_aside": sink_aside.url if sink_aside else None, "starting_offsets": plan.starting_offsets_json,
         "old_query_id": state.query_id, "skipped": plan.skipped, "replayed": plan.replayed,
         "pending_replay": plan.pending_replay, "plan": plan.to_dict(), "source_files": source_files,
+        **({"backup_adopted": True} if result.backup_adopted else {}),
     }
     step("moving the old checkpoint aside and recording the new position")
     journal = Journal.begin(ck, Operation.RESET, op_id, payload)
@@ -179,10 +189,41 @@ def run_reset(ck: Location, backup_root: str | None, kafka_config: dict, request
     return result
 
 
+def _backup(ck: Location, root: Location, job: str, state: CheckpointState, request: ResetRequest, op_id: str,
+            run: RunOptions) -> tuple[str, Adoption | None]:
+    """The reset's verified backup: the newest one adopted when it holds the checkpoint as it is now
+    (``ops.backup.adopt``; not with ``request.fresh_backup``), else a new one; then the checkpoint must
+    still be as planned. Returns the backup id and the adoption tried (None: not tried)."""
+    step = run.progress or (lambda _text: None)
+    adoption = None
+    planned = (frozenset(state.offset_batch_ids), frozenset(state.commit_batch_ids))
+    if not request.fresh_backup:
+        adoption = adopt_backup(ck, job_location(root, job), job, state, seal_key=seal.resolve_key(run.seal_key))
+        if adoption.manifest is not None and adoption.ids != planned:   # changed since planned: refused below
+            adoption = Adoption(None, "the checkpoint changed since the reset was planned", ids=adoption.ids)
+    _log.info("reset of job %s: %s", job, adoption.note if adoption is not None else FRESH_NOTE)
+    if adoption is not None and adoption.manifest is not None:
+        step(adoption.note)
+        backup_id, ids = adoption.manifest.backup_id, adoption.ids   # the listing the match was proven on
+    else:
+        step("backing up the checkpoint (verified before anything moves)")
+        bk = take_backup(ck, root, BackupRequest(job=job, reason=f"before reset --mode {request.mode} ({op_id})"),
+                         run=run)
+        again = read_checkpoint(ck)
+        backup_id, ids = bk.backup_id, (frozenset(again.offset_batch_ids), frozenset(again.commit_batch_ids))
+    faults.crash_point("reset.backed_up")
+    if ids != planned:
+        raise OperationBlocked(f"checkpoint {ck.url} changed while the reset was planned: is the job "
+                               "running? Stop it and re-run the reset", reason=BlockReason.QUERY_RUNNING)
+    return backup_id, adoption
+
+
 def _actions(plan: Plan, checkpoint_location: str, backup_root: str | None, request: ResetRequest,
              aside: Location, sink_aside: Location | None, source_files: dict) -> list[str]:
     """What the reset will do, in order, as the plan shows it."""
-    actions = [f"back up {checkpoint_location} to {backup_root} (verified before anything moves)",
+    how = "" if request.fresh_backup else ("; the job's newest backup is adopted instead when it holds exactly "
+                                           "these files")
+    actions = [f"back up {checkpoint_location} to {backup_root} (verified before anything moves{how})",
                f"record startingOffsets in the lifecycle record ({_short(plan.starting_offsets_json)})"]
     if sink_aside is not None:
         actions.append(f"move {request.sink_output}/{SINK_LOG_DIR} to {sink_aside.url}")
@@ -238,6 +279,7 @@ def roll_forward(journal: Journal, ck: Location, *, storage_options: dict | None
                              old_query_id=pl.get("old_query_id"), records_skipped=pl.get("skipped"),
                              records_replayed=pl.get("replayed"), pending_replay=pl.get("pending_replay"),
                              accept_data_loss=bool(req.get("accept_data_loss")),
+                             **({"backup_adopted": True} if pl.get("backup_adopted") else {}),
                              findings=(pl.get("plan") or {}).get("findings") or [])
             record.save()
         journal.mark("record")
@@ -287,7 +329,9 @@ def resumed_result(done: dict[str, Any], request: ResetRequest) -> ResetResult:
     plan.details = dict(doc.get("details") or {})
     result = ResetResult(plan=plan, dry_run=False, operation_id=done["operation_id"], backup_id=pl.get("backup_id"),
                          aside_location=pl.get("aside"), sink_aside_location=pl.get("sink_aside"),
-                         starting_offsets=pl.get("starting_offsets"), resumed=True)
+                         starting_offsets=pl.get("starting_offsets"), resumed=True,
+                         backup_adopted=bool(pl.get("backup_adopted")),
+                         fresh_backup=bool((pl.get("request") or {}).get("fresh_backup")))
     if done["op"] != "reset" or (pl.get("request") or {}).get("mode") != request.mode:
         raise OperationBlocked(
             f"finished an interrupted {done['op']} ({done['operation_id']}) of this checkpoint first; the "
@@ -325,6 +369,7 @@ def finished_by(checkpoint_location: str, actor: str, request: ResetRequest, *,
     done = {"op": "reset", "operation_id": details.get("operation_id"),
             "payload": {"aside": details.get("moved_to"), "sink_aside": details.get("sink_log_moved_to"),
                         "backup_id": details.get("backup_id"), "starting_offsets": details.get("starting_offsets"),
+                        "backup_adopted": bool(details.get("backup_adopted")),
                         "request": {"mode": details.get("mode")},
                         "plan": {"findings": details.get("findings") or [], "details": {"mode": details.get("mode")}}}}
     result = resumed_result(done, request)

@@ -69,6 +69,7 @@ class ResetRequest:
     sink_log: SinkLogPolicy = SinkLogPolicy.REFUSE
     accept_data_loss: bool = False
     batch_keyed_sink: bool = False                # the job's output is keyed by batch id alone (Sink.BATCH_KEYED)
+    fresh_backup: bool = False                    # never adopt the newest backup (ops.backup.adopt): take one
 
     def __post_init__(self) -> None:
         try:
@@ -97,7 +98,8 @@ class ResetRequest:
                 "to_offsets": None if self.to_offsets is None else {str(k): v for k, v in self.to_offsets.items()},
                 "topics": list(self.topics) if self.topics else None, "sink_output": self.sink_output,
                 "sink_log": self.sink_log, "accept_data_loss": self.accept_data_loss,
-                **({"batch_keyed_sink": True} if self.batch_keyed_sink else {})}
+                **({"batch_keyed_sink": True} if self.batch_keyed_sink else {}),
+                **({"fresh_backup": True} if self.fresh_backup else {})}
 
 
 def parse_datetime(text: str) -> int:

@@ -62,6 +62,7 @@ class ResetStep:
     sink_log: str = "refuse"
     max_records_skipped: str | None = None
     seal_key: bytes | None = None   # keys the seal of the backup the reset takes first
+    fresh_backup: bool = False      # never adopt the newest backup (ops.backup.adopt): take one
 
 
 @dataclass(frozen=True)

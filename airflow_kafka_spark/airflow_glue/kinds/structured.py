@@ -109,6 +109,8 @@ class StructuredSteps:
                                     sink=SinkFacts(idempotent=spec.replay_is_idempotent, output=spec.sink_output),
                                     run=RunOptions(seal_key=step.seal_key))
         log.info("job %s: %s", spec.name, result.plan.headline)
+        if result.backup_note:
+            log.info("job %s: backup %s: %s", spec.name, result.backup_id, result.backup_note)
         log.info("%s", result.plan.render())
         return {"job": spec.name, **result.to_dict()}
 
@@ -131,7 +133,8 @@ class StructuredSteps:
             shift_by=shift_by,
             to_offsets=parse_offsets_json(step.to_offsets, what="to_offsets") if step.to_offsets else None,
             topics=spec.topics, sink_output=spec.sink_output, sink_log=step.sink_log,
-            accept_data_loss=step.accept_data_loss, batch_keyed_sink=spec.sink.keyed_by_batch_id)
+            accept_data_loss=step.accept_data_loss, batch_keyed_sink=spec.sink.keyed_by_batch_id,
+            fresh_backup=step.fresh_backup)
         if not step.dry_run and int(getattr(context["ti"], "try_number", 1) or 1) > 1:
             # a retry of a reset that finished before its task reported it
             from airflow_kafka_spark.ops.reset import finished_by
@@ -151,6 +154,8 @@ class StructuredSteps:
         result = reset_checkpoint(spec.checkpoint, spec.backup_root, kafka_config(spec), request, job=spec.name,
                                   dry_run=step.dry_run, actor=actor(context), run=RunOptions(seal_key=step.seal_key))
         log.info("job %s: %s", spec.name, result.plan.headline)
+        if result.backup_note:
+            log.info("job %s: backup %s: %s", spec.name, result.backup_id, result.backup_note)
         log.info("%s", result.plan.render())
         return {"job": spec.name, **result.to_dict()}
 

@@ -14,7 +14,7 @@ which is never published. The backup after the stop reads it exactly like the pr
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 
 from airflow_kafka_spark._util.fs import Location, comparable, list_files, mtime_of, open_location
 from airflow_kafka_spark.errors import UserError
@@ -29,20 +29,30 @@ def previous_manifest(job_loc: Location, job: str, ck: Location, query_id: str |
                       seal_key: bytes | None) -> Manifest | None:
     """The newest backup of the same checkpoint and query: its entries are the stat cache of unchanged files."""
     target = comparable(ck)
-    # Newest first (backup ids start with their UTC time), parsing one manifest at a time: a job
-    # with 50 backups of 40,000 files each must not parse all of them to find the newest.
+    for m in published_newest_first(job_loc, job, seal_key):
+        if m.query_id == query_id and comparable(open_location(m.checkpoint_location, None)) == target:
+            return m
+    return None
+
+
+def published_newest_first(job_loc: Location, job: str, seal_key: bytes | None) -> Iterator[Manifest]:
+    """The job's published manifests whose seals hold, newest first, parsed one at a time when asked for.
+
+    Newest first because backup ids start with their UTC time; one at a time because a job with 50
+    backups of 40,000 files each must not parse all of them to find the newest. A manifest that does
+    not parse or seal, or is filed under another name or job, is skipped (``catalog.read_catalog``
+    lists it as invalid; restore never uses it).
+    """
     names = sorted((rel for rel in list_files(store_path(job_loc, BACKUPS_DIR))
                     if "/" not in rel and rel.endswith(".json") and not rel.startswith(".")), reverse=True)
     for rel in names:
+        m = None
         with contextlib.suppress(UserError):
             raw = read_manifest(job_loc.child(BACKUPS_DIR, rel))
-            if raw is None:
-                continue
-            m = Manifest.from_json(raw, where=f"{job_loc.url}/{BACKUPS_DIR}/{rel}", seal_key=seal_key)
-            if m.job == job and f"{m.backup_id}.json" == rel and m.query_id == query_id and comparable(
-                    open_location(m.checkpoint_location, None)) == target:
-                return m
-    return None
+            if raw is not None:
+                m = Manifest.from_json(raw, where=f"{job_loc.url}/{BACKUPS_DIR}/{rel}", seal_key=seal_key)
+        if m is not None and m.job == job and f"{m.backup_id}.json" == rel:
+            yield m
 
 
 def precopied(job_loc: Location, job: str, ck: Location, query_id: str | None,
