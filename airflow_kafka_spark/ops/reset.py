@@ -185,7 +185,7 @@ def run_reset(ck: Location, backup_root: str | None, kafka_config: dict, request
     step("moving the old checkpoint aside and recording the new position")
     journal = Journal.begin(ck, Operation.RESET, op_id, payload)
     faults.crash_point("reset.journaled")
-    roll_forward(journal, ck, storage_options=storage_options)
+    roll_forward(journal, ck, storage_options=storage_options, record=record)
     return result
 
 
@@ -198,6 +198,7 @@ def _backup(ck: Location, root: Location, job: str, state: CheckpointState, requ
     adoption = None
     planned = (frozenset(state.offset_batch_ids), frozenset(state.commit_batch_ids))
     if not request.fresh_backup:
+        step("checking whether the job's newest backup holds the checkpoint as it is now")
         adoption = adopt_backup(ck, job_location(root, job), job, state, seal_key=seal.resolve_key(run.seal_key))
         if adoption.manifest is not None and adoption.ids != planned:   # changed since planned: refused below
             adoption = Adoption(None, "the checkpoint changed since the reset was planned", ids=adoption.ids)
@@ -236,8 +237,14 @@ def _actions(plan: Plan, checkpoint_location: str, backup_root: str | None, requ
     return actions
 
 
-def roll_forward(journal: Journal, ck: Location, *, storage_options: dict | None = None) -> dict[str, Any]:
-    """Finish a journaled reset; every step is idempotent, so this is also the crash recovery."""
+def roll_forward(journal: Journal, ck: Location, *, storage_options: dict | None = None,
+                 record: LifecycleRecord | None = None) -> dict[str, Any]:
+    """Finish a journaled reset; every step is idempotent, so this is also the crash recovery.
+
+    ``record``: the lifecycle record :func:`run_reset` loaded under the operation lock (None: read it
+    here, as a recovery does). Reading it again was a round trip for nothing: ``save`` reads the stored
+    record under its lock anyway and keeps its lease and its history.
+    """
     pl = journal.payload
     op_id = journal.operation_id
     # The journal is input too: the folders it moves things to must be exactly the ones run_reset
@@ -262,7 +269,7 @@ def roll_forward(journal: Journal, ck: Location, *, storage_options: dict | None
         raise UserError(f"operation journal {journal.location.url} has unreadable source_files ({exc}): it was "
                         "edited; nothing was moved — inspect it, then move it away") from None
     if not journal.is_done("record"):
-        record = LifecycleRecord.load(ck.url, storage_options=storage_options)
+        record = record or LifecycleRecord.load(ck.url, storage_options=storage_options)
         if record is None:
             record = LifecycleRecord.create(pl["job"], ck.url, storage_options=storage_options)
         if not any((e.get("details") or {}).get("operation_id") == op_id for e in record.history
@@ -282,7 +289,8 @@ def roll_forward(journal: Journal, ck: Location, *, storage_options: dict | None
                              **({"backup_adopted": True} if pl.get("backup_adopted") else {}),
                              findings=(pl.get("plan") or {}).get("findings") or [])
             record.save()
-        journal.mark("record")
+        # Not marked done in the journal (a journal write is 3-4 round trips on HDFS): a resumed run
+        # finds this operation's event in the history just above and skips the step.
         faults.crash_point("reset.recorded")
     if sink_aside is not None and not journal.is_done("sink"):
         out = open_location(pl["sink_output"], storage_options)
@@ -296,9 +304,10 @@ def roll_forward(journal: Journal, ck: Location, *, storage_options: dict | None
     if source_files and not journal.is_done("sources"):
         # After the move: the fresh location gets Spark's own start files (idempotent, so a resumed
         # reset writes them again; other offsets already there are refused, never overwritten).
+        # Not marked done: the journal is deleted next, and a run resumed before that writes the same
+        # files again, which changes nothing (a journal write on HDFS is 3-4 round trips).
         for sid, offsets in sorted(source_files.items()):
             write_initial_offsets(ck, sid, offsets)
-        journal.mark("sources")
         faults.crash_point("reset.sources_written")
     journal.finish()
     return {"op": "reset", "operation_id": op_id, "payload": pl}

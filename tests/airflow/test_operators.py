@@ -212,6 +212,33 @@ def test_backup_reset_dry_run_restore_and_stop_without_driver(env):
     assert r.rendered["restore"]["backup_id"] == backup_id
 
 
+def test_the_reset_after_the_backup_task_adopts_its_backup_unless_fresh_backup(env):
+    """The safe restart's ``backup`` then ``reset``: the reset adopts the task's verified backup of the
+    unchanged checkpoint (ops/backup/adopt.py); ``fresh_backup`` makes it take its own."""
+    from airflow_kafka_spark.checkpoint.reader import read_checkpoint
+    from airflow_kafka_spark.operators.checkpoint import BackupCheckpointOperator, ResetCheckpointOperator
+    from airflow_kafka_spark.ops.commands import restore_checkpoint
+    from airflow_kafka_spark.ops.options import SinkFacts
+
+    ck = fake_checkpoint(env, "delta", batches=3, rpb=20)
+    LifecycleRecord.create("delta", str(ck)).save()
+    positions = read_checkpoint(str(ck)).latest_committed.kafka_offsets
+    for fresh in (False, True):
+        with new_dag() as dag:
+            BackupCheckpointOperator(task_id="backup", job="delta") >> ResetCheckpointOperator(
+                task_id="reset", job="delta", mode="preserve", fresh_backup=str(fresh).lower())
+        r = run_inline(dag)
+        assert r.states == {"backup": "success", "reset": "success"}, r.xcom("reset", "failure")
+        taken, reset = r.xcom("backup")["backup_id"], r.xcom("reset")
+        assert reset["fresh_backup"] is fresh and reset["backup_adopted"] is (not fresh)
+        assert (reset["backup_id"] == taken) is (not fresh), reset["backup_note"]
+        # the reset's backup, adopted or not, gives the position back (and the next round a checkpoint)
+        restored = restore_checkpoint(str(ck), str(env.data / "backups"), reset["backup_id"],
+                                      {"bootstrap.servers": env.bootstrap}, job="delta",
+                                      sink=SinkFacts(idempotent=True))
+        assert restored.restored and read_checkpoint(str(ck)).latest_committed.kafka_offsets == positions
+
+
 # --------------------------------------------------------------------------------------------------
 # submit: the guards that keep a second driver off a checkpoint, and the command line
 # --------------------------------------------------------------------------------------------------
