@@ -82,6 +82,7 @@ def test_an_old_forced_or_foreign_backup_is_not_adopted(backed_up):
     assert "is of query other" in why_not(replace(m, query_id="other"), now, now_ms=t)
     assert "another location" in why_not(replace(m, checkpoint_location=str(ck.root.parent / "elsewhere")), now,
                                          now_ms=t)
+    assert "another location" in why_not(replace(m, checkpoint_location="nosuchscheme://x/ck"), now, now_ms=t)
     assert "differ" in why_not(replace(m, files=m.files[1:]), now, now_ms=t)
     assert "differ" in why_not(replace(m, files=tuple(f._replace(ctime=None) for f in m.files)), now, now_ms=t)
 

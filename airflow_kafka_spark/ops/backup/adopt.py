@@ -21,11 +21,13 @@ The proof, all of it (else the reset takes its own backup and says which part fa
 
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import dataclass, field
 
 from airflow_kafka_spark._util.fs import Location, comparable, list_files, open_location
 from airflow_kafka_spark.checkpoint.model import CheckpointState
+from airflow_kafka_spark.errors import UserError
 from airflow_kafka_spark.ops.backup.manifest import Manifest
 from airflow_kafka_spark.ops.backup.reuse import published_newest_first, stat_of
 from airflow_kafka_spark.ops.backup.selection import layout_misfit, log_ids, select_files
@@ -89,7 +91,7 @@ def checkpoint_now(ck: Location, state: CheckpointState) -> tuple[CheckpointNow,
 def why_not(m: Manifest, now: CheckpointNow, *, now_ms: int, max_age_s: float = ADOPT_MAX_AGE_S) -> str:
     """Why backup ``m`` does not capture the checkpoint ``now`` (one line), or "" when it does."""
     age_s = (now_ms - m.created_at_ms) / 1000
-    if comparable(open_location(m.checkpoint_location, None)) != now.location:
+    if not _same(m.checkpoint_location, now.location):
         return f"the newest backup {m.backup_id} is of another location ({m.checkpoint_location})"
     if m.query_id != now.query_id:
         return f"the newest backup {m.backup_id} is of query {m.query_id}, the checkpoint's is {now.query_id}"
@@ -112,6 +114,13 @@ def why_not(m: Manifest, now: CheckpointNow, *, now_ms: int, max_age_s: float = 
         return (f"{len(changed)} file(s) differ from the newest backup {m.backup_id} in presence, size or times "
                 f"(first: {sorted(changed)[0]}): written since")
     return ""
+
+
+def _same(location: str, target: tuple[str, str]) -> bool:
+    """``location`` (a manifest's, untrusted) is the checkpoint ``target``; one that does not open is not."""
+    with contextlib.suppress(UserError):
+        return comparable(open_location(location, None)) == target
+    return False
 
 
 def adopt_backup(ck: Location, job_loc: Location, job: str, state: CheckpointState, *, seal_key: bytes | None,

@@ -28,11 +28,18 @@ PRECOPY_NAME = "precopy.json"
 def previous_manifest(job_loc: Location, job: str, ck: Location, query_id: str | None,
                       seal_key: bytes | None) -> Manifest | None:
     """The newest backup of the same checkpoint and query: its entries are the stat cache of unchanged files."""
-    target = comparable(ck)
     for m in published_newest_first(job_loc, job, seal_key):
-        if m.query_id == query_id and comparable(open_location(m.checkpoint_location, None)) == target:
+        if m.query_id == query_id and same_location(m, ck):
             return m
     return None
+
+
+def same_location(m: Manifest, ck: Location) -> bool:
+    """Whether backup ``m`` is of the checkpoint at ``ck`` (any spelling of it); a location that does not
+    open (an unknown scheme in an old manifest) is another one."""
+    with contextlib.suppress(UserError):
+        return comparable(open_location(m.checkpoint_location, None)) == comparable(ck)
+    return False
 
 
 def published_newest_first(job_loc: Location, job: str, seal_key: bytes | None) -> Iterator[Manifest]:
