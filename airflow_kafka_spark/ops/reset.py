@@ -289,7 +289,7 @@ def roll_forward(journal: Journal, ck: Location, *, storage_options: dict | None
                              **({"backup_adopted": True} if pl.get("backup_adopted") else {}),
                              findings=(pl.get("plan") or {}).get("findings") or [])
             record.save()
-        # Not marked done in the journal (a journal write is 3-4 round trips on HDFS): a resumed run
+        # Not marked done in the journal (a journal write is 5 WebHDFS calls): a resumed run
         # finds this operation's event in the history just above and skips the step.
         faults.crash_point("reset.recorded")
     if sink_aside is not None and not journal.is_done("sink"):
@@ -305,7 +305,7 @@ def roll_forward(journal: Journal, ck: Location, *, storage_options: dict | None
         # After the move: the fresh location gets Spark's own start files (idempotent, so a resumed
         # reset writes them again; other offsets already there are refused, never overwritten).
         # Not marked done: the journal is deleted next, and a run resumed before that writes the same
-        # files again, which changes nothing (a journal write on HDFS is 3-4 round trips).
+        # files again, which changes nothing (a journal write is 5 WebHDFS calls).
         for sid, offsets in sorted(source_files.items()):
             write_initial_offsets(ck, sid, offsets)
         faults.crash_point("reset.sources_written")

@@ -109,8 +109,6 @@ class StructuredSteps:
                                     sink=SinkFacts(idempotent=spec.replay_is_idempotent, output=spec.sink_output),
                                     run=RunOptions(seal_key=step.seal_key))
         log.info("job %s: %s", spec.name, result.plan.headline)
-        if result.backup_note:
-            log.info("job %s: backup %s: %s", spec.name, result.backup_id, result.backup_note)
         log.info("%s", result.plan.render())
         return {"job": spec.name, **result.to_dict()}
 
