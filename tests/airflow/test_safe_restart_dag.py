@@ -338,6 +338,9 @@ def test_auto_with_a_checkpoint_breaking_change_resets_preserve_and_the_sink_sta
     assert json.loads(reset["starting_offsets"]) == {
         stack.topic: {str(tp.partition): o for tp, o in old.latest_committed.kafka_offsets.items()}}
     assert reset["plan"]["totals"]["skipped"] == 0 and reset["plan"]["totals"]["replayed"] == 0
+    # the reset adopted the backup task's verified backup of the stopped checkpoint (ops/backup/adopt.py)
+    assert reset["backup_adopted"] is True and reset["backup_id"] == r.xcom("backup")["backup_id"], \
+        reset["backup_note"]
     after = read_checkpoint(str(stack.checkpoint))
     assert after.query_id != before.query_id
     gate = r.xcom("health_gate")
