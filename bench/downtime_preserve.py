@@ -10,12 +10,12 @@ safe-restart DAG's ``auto`` decides a reset with ``preserve``.
   stop, outside the window: the plan (``runtime.safe_restart.decide`` on the lifecycle record's last
   good application, as ``SafeRestartPlanOperator`` does), ``validate_before`` (``aks validate --job``),
   the approval's plan (``aks reset --job --mode preserve``, plans only: 0 records skipped, so no pause)
-  and the stop task's pre-copy passes (``runtime.stop_precopy``, more passes beside the stop's wait). In the window: the stop
-  (``start_stop.stop_job``), the verified backup (``aks backup --job``), the reset (``aks reset --job
-  --mode preserve --execute``: plan again against Kafka, the reset's own verified backup, journal,
-  move the checkpoint aside, ``sources/0/0`` at the committed offsets), ``validate_after``
-  (``aks validate --job``) and the submit (``start_stop.submit_job``, which hands the recorded
-  starting offsets to the job).
+  and the stop task's pre-copy passes (``runtime.stop_precopy``, more passes beside the stop's wait).
+  In the window: the stop (``start_stop.stop_job``), the verified backup (``aks backup --job``), the
+  reset (``aks reset --job --mode preserve --execute``: plan again against Kafka, adopt that backup
+  when the checkpoint is unchanged since (``ops/backup/adopt.py``), journal, move the checkpoint
+  aside, ``sources/0/0`` at the committed offsets), ``validate_after`` (``aks validate --job``) and
+  the submit (``start_stop.submit_job``, which hands the recorded starting offsets to the job).
 * **bare**: what a team does without the product: the same stop, the checkpoint folder renamed away
   (a fresh checkpoint), the new build submitted the same way with Spark's own default for a new
   streaming query, ``startingOffsets=latest``.
