@@ -16,9 +16,17 @@ Two parts, each as installed (``.venv/bin/python``, child processes for the time
   ``fs.s3a.create.checksum.algorithm`` asks for where Hadoop has it; written here by PutObject); for
   each: the pre-copy of state never backed up, the backup after the stop, the restore copy to the
   same store, each with the bytes its process read and wrote (``_util.fs.TRAFFIC``).
+* ``hdfs-small`` (``--only hdfs-small``; issue 28, after round 9): what the backup after a stop puts
+  into the window on HDFS. The minicluster, a checkpoint pre-copied once, then per round
+  ``--small-files`` new state files of 4-64 KiB (what Spark wrote since the pre-copy: RocksDB SSTs) and the backup
+  after the stop; then the restore copy of that backup to the same cluster. Each row: seconds,
+  ``verify_s`` (the backup's own), and every WebHDFS request this process sent, by operation
+  (``NN:OPEN``; ``DN:*`` the DataNode leg of a redirect) and new TCP connections (keep-alive).
+  ``--hdfs-threads 4,8`` alternates ``WebHdfs.parallel_puts`` (and the restore's threads) per round.
 
 Every figure is printed with the 1-minute load average at its start. Run:
-``.venv/bin/python bench/store_bench.py --size 2G --files 20000 --json .cache/store-bench.json``
+``.venv/bin/python bench/store_bench.py --size 2G --files 20000 --json .cache/store-bench.json``;
+the small-files part: ``.venv/bin/python bench/store_bench.py --only hdfs-small --rounds 4``
 """
 
 from __future__ import annotations
@@ -203,6 +211,98 @@ def remote_part(args: argparse.Namespace, work: Path) -> dict:
     return out
 
 
+class Requests:
+    """Every HTTP request a ``requests`` session sends (a response hook: redirects' second legs too), by
+    operation, and the TCP connections urllib3 opens (``Starting new HTTP connection``)."""
+
+    def __init__(self, session, namenode_port: int) -> None:
+        import collections
+        import logging
+        import threading
+
+        self.ops: collections.Counter = collections.Counter()
+        self.connections = 0
+        self._lock, self._port = threading.Lock(), namenode_port
+        session.hooks["response"].append(self._hook)
+        outer = self
+
+        class Count(logging.Handler):
+            def emit(self, record: logging.LogRecord) -> None:
+                if "Starting new HTTP" in record.getMessage():
+                    with outer._lock:
+                        outer.connections += 1
+
+        log = logging.getLogger("urllib3.connectionpool")
+        log.setLevel(logging.DEBUG)
+        log.addHandler(Count())
+
+    def _hook(self, response, *args, **kwargs) -> None:
+        from urllib.parse import parse_qs, urlsplit
+
+        url = urlsplit(response.request.url)
+        op = (parse_qs(url.query).get("op") or ["?"])[0]
+        with self._lock:
+            self.ops[f"{'NN' if url.port == self._port else 'DN'}:{op}"] += 1
+
+    def take(self) -> tuple[dict, int]:
+        with self._lock:
+            out, conns = dict(sorted(self.ops.items())), self.connections
+            self.ops.clear()
+            self.connections = 0
+        return out, conns
+
+
+def hdfs_small_part(args: argparse.Namespace, work: Path) -> dict:
+    import random
+
+    from airflow_kafka_spark._util.fs import open_location
+    from airflow_kafka_spark.lifecycle.record import LifecycleRecord
+    from airflow_kafka_spark.ops.backup import kinds, restore_copy
+    from airflow_kafka_spark.ops.backup.precopy import precopy_checkpoint
+    from airflow_kafka_spark.ops.backup.store import materialize
+    from airflow_kafka_spark.ops.commands import backup_checkpoint
+    from devstack.hadoop import HadoopCluster
+    from tests.support.checkpoint_factory import write_checkpoint
+
+    tree = write_checkpoint(work / "small-ck", batches=4, sources=({"t": 2},), state=True).root
+    rng = random.Random(28)
+    rows: list[dict] = []
+    with HadoopCluster(data_dir=work / "hadoop") as hadoop:
+        os.environ["HADOOP_CONF_DIR"] = str(hadoop.conf_dir)
+        base = f"{hadoop.default_fs}/b/{uuid.uuid4().hex[:6]}"
+        ck, root = f"{base}/{JOB}/ck", f"{base}/backups"
+        upload(tree, ck, sha256=False)
+        LifecycleRecord.create(JOB, ck).save()
+        loc = open_location(ck)
+        counter = Requests(loc.fs.session, int(loc.fs.url.rsplit(":", 1)[1].split("/")[0]))
+        precopy_checkpoint(ck, root, job=JOB)
+        print(f"[hdfs-small] set-up: {json.dumps(counter.take())}", flush=True)
+        threads = [int(t) for t in args.hdfs_threads.split(",")]
+        for i in range(args.rounds):
+            n = threads[i % len(threads)]
+            kinds.WebHdfs.parallel_puts = n
+            restore_copy._THREADS["webhdfs"] = n
+            for j in range(args.small_files):   # what Spark wrote since the pre-copy: new SST files
+                loc.fs.pipe_file(f"{loc.path}/state/0/{j % 4}/SSTs/{i:02d}-{j:04d}.sst",
+                                 os.urandom(rng.randint(4 << 10, 64 << 10)))
+            counter.take()
+            la, t = load(), time.monotonic()
+            r = backup_checkpoint(ck, root, job=JOB, settle_s=0)
+            backup_s = time.monotonic() - t
+            ops, conns = counter.take()
+            row = {"round": i, "threads": n, "load": la, "new_files": r.files_hashed, "backup_s": round(backup_s, 2),
+                   "verify_s": round(r.verify_seconds, 2), "requests": sum(ops.values()), "connections": conns,
+                   "ops": ops}
+            la, t = load(), time.monotonic()
+            materialize(r.manifest, root, open_location(f"{base}/restored-{i}"))
+            ops, conns = counter.take()
+            row["restore"] = {"files": r.files, "s": round(time.monotonic() - t, 2), "load": la,
+                              "requests": sum(ops.values()), "connections": conns, "ops": ops}
+            rows.append(row)
+            print(f"[hdfs-small] {json.dumps(row)}", flush=True)
+    return {"rounds": rows}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--size", default="2G")
@@ -211,12 +311,16 @@ def main() -> int:
     ap.add_argument("--old", default="6698750", help="a commit whose restore copy is measured once beside")
     ap.add_argument("--remote-files", type=int, default=200)
     ap.add_argument("--remote-file-size", type=int, default=128 << 10)
-    ap.add_argument("--only", choices=("local", "remote"))
+    ap.add_argument("--small-files", type=int, default=80, help="hdfs-small: new state files per round")
+    ap.add_argument("--hdfs-threads", default="4", help="hdfs-small: WebHdfs.parallel_puts per round, e.g. 4,8")
+    ap.add_argument("--only", choices=("local", "remote", "hdfs-small"))
     ap.add_argument("--json")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="store-bench-", dir=str(REPO / ".cache")))
     results: dict = {"started_load": load()}
     try:
+        if args.only == "hdfs-small":
+            results["hdfs-small"] = hdfs_small_part(args, work)
         if args.only in (None, "remote"):
             results["remote"] = remote_part(args, work)
         if args.only in (None, "local"):

@@ -105,15 +105,26 @@ def is_webhdfs(fs: Any) -> bool:
 
 
 def webhdfs_rename(fs: Any, src: str, dst: str, *, overwrite: bool) -> None:
-    """Atomic rename (``rename2``); without ``overwrite`` an existing ``dst`` is ``FileExistsError``."""
-    fs.makedirs(posixpath.dirname(dst), exist_ok=True)
+    """Atomic rename (``rename2``); without ``overwrite`` an existing ``dst`` is ``FileExistsError``.
+
+    The RENAME is sent first: ``rename2`` refuses a missing parent folder of ``dst`` with
+    ``FileNotFoundException``, and only then is the folder made (``MKDIRS``) and the RENAME sent
+    again, so a folder that exists costs no request per file (a missing ``src`` fails both times)."""
+    try:
+        _rename2(fs, src, dst, overwrite=overwrite)
+    except FileNotFoundError:
+        fs.makedirs(posixpath.dirname(dst), exist_ok=True)
+        _rename2(fs, src, dst, overwrite=overwrite)
+    fs.invalidate_cache(posixpath.dirname(dst))
+
+
+def _rename2(fs: Any, src: str, dst: str, *, overwrite: bool) -> None:
     try:
         fs._call("RENAME", "put", src, destination=dst, renameoptions="OVERWRITE" if overwrite else "NONE")
     except RuntimeError as exc:
         if "already exists" in str(exc):
             raise FileExistsError(f"{dst} already exists") from None
         raise OSError(str(exc).splitlines()[0]) from None
-    fs.invalidate_cache(posixpath.dirname(dst))
 
 
 def webhdfs_create_exclusive(fs: Any, path: str, data: bytes) -> bool:

@@ -17,6 +17,9 @@ this process) around each operation:
   and the backup after the stop move no state byte (checksums by the cluster, one CREATESNAPSHOT);
   the backup survives the live checkpoint's damage, the restore brings back its bytes, validate
   accepts them, and pruning the backup deletes its snapshot.
+* **HDFS, small files** (the backup after a stop copies what Spark wrote since the pre-copy inside the
+  downtime): each costs an ``OPEN`` and a ``CREATE`` (NameNode + DataNode each) and a ``RENAME``, counted
+  request by request; the proofs, asked after all puts, still catch a blob rewritten or deleted since.
 """
 
 from __future__ import annotations
@@ -27,7 +30,9 @@ import os
 import posixpath
 import time
 import uuid
+from collections import Counter
 from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
@@ -39,7 +44,8 @@ from airflow_kafka_spark.names import new_backup_id
 from airflow_kafka_spark.ops.backup.catalog import blob_rel
 from airflow_kafka_spark.ops.backup.kinds import WebHdfs
 from airflow_kafka_spark.ops.backup.precopy import precopy_checkpoint
-from airflow_kafka_spark.ops.backup.store import verify_backup
+from airflow_kafka_spark.ops.backup.store import mismatched_blobs, verify_backup
+from airflow_kafka_spark.ops.backup.writer import BlobWriter
 from airflow_kafka_spark.ops.commands import backup_checkpoint, prune_backups, restore_checkpoint
 from airflow_kafka_spark.verdict.validate import validate
 from devstack import topics
@@ -232,3 +238,70 @@ def test_hdfs_snapshot_backup_moves_no_state_byte_and_restores_the_snapshot(hado
     with pytest.raises(UserError, match="incomplete"):
         restore_checkpoint(ck_url, root_url, pre_restore, kafka, backup_settle_s=0)
     assert remote_tree(ck_url) == before
+
+
+class WebHdfsRequests:
+    """Every request a WebHDFS session sends, by ``NN:<op>`` / ``DN:<op>`` (a redirect's DataNode leg too)."""
+
+    def __init__(self, fs) -> None:
+        self.session, self.namenode = fs.session, urlsplit(fs.url).port
+        self.ops: Counter = Counter()
+
+    def _hook(self, response, *args, **kwargs) -> None:
+        url = urlsplit(response.request.url)
+        self.ops[f"{'NN' if url.port == self.namenode else 'DN'}:{parse_qs(url.query)['op'][0]}"] += 1
+
+    def take(self) -> dict[str, int]:
+        out = dict(self.ops)
+        self.ops.clear()
+        return out
+
+    def __enter__(self) -> WebHdfsRequests:
+        self.session.hooks["response"].append(self._hook)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.session.hooks["response"].remove(self._hook)
+
+
+@pytest.mark.usefixtures("stores")
+def test_hdfs_small_blobs_cost_two_requests_a_leg_and_are_proven_after_every_put(hadoop, s3):
+    base = base_url("hdfs", hadoop, s3, uuid.uuid4().hex[:8])
+    src, job_loc = open_location(f"{base}/src"), open_location(f"{base}/store/{JOB}")
+    bodies: dict[str, bytes] = {}
+    while len(bodies) < 12:   # each in its own blobs/<aa>/ folder: one MKDIRS each, none raced
+        body = os.urandom(4096 + 1000 * len(bodies))
+        if hashlib.sha256(body).hexdigest()[:2] not in {hashlib.sha256(b).hexdigest()[:2] for b in bodies.values()}:
+            bodies[f"state/0/{len(bodies) % 4}/SSTs/{len(bodies)}.sst"] = body
+    for rel, body in bodies.items():
+        src.fs.pipe_file(src.child(rel).path, body)
+    writer, n, payload = BlobWriter(job_loc, {}, WebHdfs()), len(bodies), list(bodies.values())
+    with WebHdfsRequests(job_loc.fs) as sent:
+        puts = list(writer.put_many([(src.child(rel), len(body)) for rel, body in bodies.items()]))
+        assert [p[:2] for p in puts] == [(hashlib.sha256(b).hexdigest(), len(b)) for b in payload]
+        # per file: OPEN and CREATE (NameNode + DataNode each), one RENAME; the first blob of a folder
+        # finds no folder, makes it and renames again. No GETFILESTATUS, no empty CREATE + APPEND.
+        assert sent.take() == {"NN:OPEN": n, "DN:OPEN": n, "NN:CREATE": n, "DN:CREATE": n,
+                               "NN:RENAME": 2 * n, "NN:MKDIRS": n}
+        blobs = [job_loc.child(blob_rel(sha)) for sha, _, _ in puts]
+        assert [job_loc.fs.cat_file(b.path) for b in blobs] == payload
+        sent.take()
+
+        # after the puts, before the proofs: one blob rewritten with other bytes of its size, one deleted
+        job_loc.fs.pipe_file(blobs[3].path, os.urandom(len(payload[3])))
+        job_loc.fs.rm(blobs[7].path)
+        sent.take()
+        rehash = writer.to_rehash()
+        assert rehash == {puts[3][0], puts[7][0]}
+        # two GETFILECHECKSUMs a blob (its and its source's), the deleted one's answered by the NameNode
+        assert sent.take() == {"NN:GETFILECHECKSUM": 2 * n - 1, "DN:GETFILECHECKSUM": 2 * n - 1}
+        assert sorted(mismatched_blobs(job_loc, {sha: writer.index[sha] for sha in rehash})) == sorted(rehash)
+
+        # the restore's copy of a small blob HDFS -> HDFS: one OPEN, one CREATE, the bytes hashed on the way
+        target = open_location(f"{base}/restored/one.sst")
+        h, left = WebHdfs().copy_through(blobs[0], target, puts[0][1], body=True)
+        assert sent.take() == {"NN:OPEN": 1, "DN:OPEN": 1, "NN:CREATE": 1, "DN:CREATE": 1}
+        assert (h.hexdigest(), left) == (puts[0][0], 1)
+        assert target.fs.cat_file(target.path) == payload[0]
+        # a blob shorter than its manifest says shows as more bytes left to read
+        assert WebHdfs().copy_through(blobs[1], target, puts[1][1] + 5, body=True)[1] == 6

@@ -17,6 +17,8 @@ so (``None`` / ``False``), which sends the body through this process as before.
   written once; a new blob is then proven by the NameNode's checksum (``GETFILECHECKSUM``, computed
   by the DataNodes from the CRCs they keep) being its source file's, instead of reading it back.
   When the two checksums cannot be compared (other block size), the blob is read back and re-hashed.
+  A small file is read in one ``OPEN`` and written in one ``CREATE`` (each a NameNode request and
+  its DataNode leg: ``_util.stores_webhdfs``), not through fsspec's file objects (seven requests).
   A checkpoint in a snapshottable folder on the backup root's cluster gets no blobs at all: an HDFS
   snapshot (``ops.backup.snapshot``).
 * **Local disks** and every other store (:class:`Streamed`): bodies through this process, proven by
@@ -28,7 +30,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any, NamedTuple
 
-from airflow_kafka_spark._util.fs import Location, open_new, open_regular
+from airflow_kafka_spark._util.fs import TRAFFIC, Location, open_new, open_regular
 from airflow_kafka_spark._util.stores import (
     is_s3,
     is_webhdfs,
@@ -38,8 +40,11 @@ from airflow_kafka_spark._util.stores import (
     s3_put_sha256,
     webhdfs_file_checksum,
 )
+from airflow_kafka_spark._util.stores_webhdfs import webhdfs_read, webhdfs_write
 
 _CHUNK = 1 << 20
+#: Bodies up to this size are read and written whole where the store has a cheaper way for them (WebHDFS).
+_WHOLE = 4 << 20
 
 
 class Vouched(NamedTuple):
@@ -77,6 +82,18 @@ class Streamed:
     def proves(self, blob: Location, sha256: str, size: int, source: Location | None) -> bool:
         """Does the store itself show that ``blob`` holds ``size`` bytes hashing to ``sha256``? (No read.)"""
         return False
+
+    def read_whole(self, src: Location, limit: int) -> bytes | None:
+        """At most ``limit`` bytes of ``src`` in the store's cheapest way; None: read it with ``open_regular``."""
+        return None
+
+    def write_whole(self, target: Location, data: bytes, *, overwrite: bool) -> bool:
+        """``target`` written with ``data`` in the store's cheapest way; False: write it with ``open_new``."""
+        return False
+
+    def copy_through(self, src: Location, target: Location, size: int, *, body: bool) -> tuple[Any, int]:
+        """:func:`stream_copy` of ``src`` to ``target`` (a restore's file through this process)."""
+        return stream_copy(src, target, size, body=body)
 
     def copy_out(self, blob: Location, target: Location, sha256: str, size: int) -> bool:
         """Restore ``blob`` to ``target`` inside the store, proven; False: stream it instead."""
@@ -147,6 +164,27 @@ class WebHdfs(Streamed):
             return webhdfs_file_checksum(blob.fs, blob.path) == webhdfs_file_checksum(source.fs, source.path)
         except (OSError, RuntimeError, KeyError, ValueError):
             return False   # cannot compare: the caller re-hashes
+
+    def read_whole(self, src: Location, limit: int) -> bytes | None:
+        if not is_webhdfs(src.fs):
+            return None
+        data = webhdfs_read(src.fs, src.path, limit)   # OPEN: no GETFILESTATUS first
+        TRAFFIC.add(read=len(data))
+        return data
+
+    def write_whole(self, target: Location, data: bytes, *, overwrite: bool) -> bool:
+        if not is_webhdfs(target.fs):
+            return False
+        webhdfs_write(target.fs, target.path, data, overwrite=overwrite)   # one CREATE with the body
+        TRAFFIC.add(written=len(data))
+        return True
+
+    def copy_through(self, src: Location, target: Location, size: int, *, body: bool) -> tuple[Any, int]:
+        if size > _WHOLE or not (is_webhdfs(src.fs) and is_webhdfs(target.fs)):
+            return stream_copy(src, target, size, body=body)
+        data = self.read_whole(src, size + 1) or b""
+        self.write_whole(target, data if body else b"", overwrite=True)
+        return hashlib.sha256(data), size + 1 - len(data)
 
 
 def kind_for(source: Location, store: Location) -> Streamed:

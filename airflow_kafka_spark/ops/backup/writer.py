@@ -167,8 +167,10 @@ class BlobWriter:
 
     def _put_small(self, src: Location, listed_size: int) -> tuple[str, int]:
         try:
-            with open_regular(src, follow_links=False) as fin:
-                data = fin.read(listed_size + 1)
+            data = self.kind.read_whole(src, listed_size + 1)   # HDFS: one OPEN, no GETFILESTATUS first
+            if data is None:
+                with open_regular(src, follow_links=False) as fin:
+                    data = fin.read(listed_size + 1)
         except FileNotFoundError:
             raise
         except OSError as exc:
@@ -190,8 +192,9 @@ class BlobWriter:
         tmp = self._new_tmp()
         self._make_tmp_dir(tmp)
         try:
-            with open_new(tmp) as fout:
-                fout.write(data)
+            if not self.kind.write_whole(tmp, data, overwrite=False):   # HDFS: one CREATE with the body
+                with open_new(tmp) as fout:
+                    fout.write(data)
         except OSError as exc:
             _discard(tmp)
             raise UserError(f"cannot store a blob in {self.job_loc.url}: {os_reason(exc)}") from None
@@ -201,11 +204,25 @@ class BlobWriter:
         """The blobs this run wrote that must be read back and re-hashed: those the store does not prove itself.
 
         S3: the blob's kept SHA-256 (``HeadObject``) is its name; HDFS: the NameNode's checksum of the
-        blob is its source file's. A blob the store cannot vouch for is re-hashed as before.
+        blob is its source file's. A blob the store cannot vouch for is re-hashed as before. The
+        proofs are asked ``kind.parallel_puts`` at a time: each is a round trip or two (HDFS: two
+        ``GETFILECHECKSUM``, each a NameNode request and its DataNode leg), asked one after the other
+        they were most of the verify step inside a restart's downtime (docs/benchmarks.md, round 9).
+        Asked after every put, not inside it: a blob damaged after its put is still caught here.
         """
-        proven = {sha for sha, source in self._store_proves.items()
-                  if self.kind.proves(self._blob_location(sha), sha, self.index[sha], source)}
-        return self.written - proven
+        asked = [(sha, self._blob_location(sha), self.index[sha], source)
+                 for sha, source in self._store_proves.items()]
+
+        def proven(item: tuple[str, Location, int, Location | None]) -> bool:
+            return self.kind.proves(item[1], item[0], item[2], item[3])
+
+        threads = min(max(1, self.kind.parallel_puts), len(asked))
+        if threads <= 1:
+            results = [proven(item) for item in asked]
+        else:
+            with ThreadPoolExecutor(max_workers=threads) as pool:
+                results = list(pool.map(proven, asked))
+        return self.written - {item[0] for item, ok in zip(asked, results, strict=True) if ok}
 
     def _new_tmp(self) -> Location:
         """A fresh temp file name in the store's ``.tmp/`` (one random prefix per run, then a counter);
