@@ -293,8 +293,9 @@ def test_hdfs_small_blobs_cost_two_requests_a_leg_and_are_proven_after_every_put
         sent.take()
         rehash = writer.to_rehash()
         assert rehash == {puts[3][0], puts[7][0]}
-        # two GETFILECHECKSUMs a blob (its and its source's), the deleted one's answered by the NameNode
-        assert sent.take() == {"NN:GETFILECHECKSUM": 2 * n - 1, "DN:GETFILECHECKSUM": 2 * n - 1}
+        # two GETFILECHECKSUMs a blob (its and its source's), each computed by a DataNode; the deleted
+        # blob's answered by the NameNode alone (no file), its source's then not asked
+        assert sent.take() == {"NN:GETFILECHECKSUM": 2 * n - 1, "DN:GETFILECHECKSUM": 2 * n - 2}
         assert sorted(mismatched_blobs(job_loc, {sha: writer.index[sha] for sha in rehash})) == sorted(rehash)
 
         # the restore's copy of a small blob HDFS -> HDFS: one OPEN, one CREATE, the bytes hashed on the way
