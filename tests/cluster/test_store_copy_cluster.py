@@ -279,11 +279,19 @@ def test_hdfs_small_blobs_cost_two_requests_a_leg_and_are_proven_after_every_put
     with WebHdfsRequests(job_loc.fs) as sent:
         puts = list(writer.put_many([(src.child(rel), len(body)) for rel, body in bodies.items()]))
         assert [p[:2] for p in puts] == [(hashlib.sha256(b).hexdigest(), len(b)) for b in payload]
-        # per file: OPEN and CREATE (NameNode + DataNode each), one RENAME; the first blob of a folder
-        # finds no folder, makes it and renames again. No GETFILESTATUS, no empty CREATE + APPEND.
+        # per file: OPEN and CREATE (NameNode + DataNode each), one RENAME; one MKDIRS per new blobs/<aa>
+        # folder. No GETFILESTATUS, no empty CREATE + APPEND.
         assert sent.take() == {"NN:OPEN": n, "DN:OPEN": n, "NN:CREATE": n, "DN:CREATE": n,
-                               "NN:RENAME": 2 * n, "NN:MKDIRS": n}
+                               "NN:RENAME": n, "NN:MKDIRS": n}
         blobs = [job_loc.child(blob_rel(sha)) for sha, _, _ in puts]
+        # a later run, a new body into a folder the store has: no MKDIRS
+        later = BlobWriter(job_loc, dict(writer.index), WebHdfs())
+        body = next(b for b in iter(lambda: os.urandom(5000), b"") if hashlib.sha256(b).hexdigest()[:2] in
+                    {sha[:2] for sha, _, _ in puts})
+        src.fs.pipe_file(src.child("later.sst").path, body)
+        sent.take()
+        assert later.put(src.child("later.sst"), len(body))[0] == hashlib.sha256(body).hexdigest()
+        assert sent.take() == {"NN:OPEN": 1, "DN:OPEN": 1, "NN:CREATE": 1, "DN:CREATE": 1, "NN:RENAME": 1}
         assert [job_loc.fs.cat_file(b.path) for b in blobs] == payload
         sent.take()
 

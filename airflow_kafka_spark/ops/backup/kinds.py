@@ -62,6 +62,8 @@ class Streamed:
     copies = False
     #: Puts at once into this store (``BlobWriter.put_many``): each waits on the network, not the CPU.
     parallel_puts = 1
+    #: Must a folder exist before a file is renamed into it (``BlobWriter`` makes each once per run)?
+    folder_before_rename = False
 
     def vouched_sha256(self, src: Location, size: int) -> Vouched | None:
         """The SHA-256 the store keeps for ``src`` (listed with ``size``), or None.
@@ -156,6 +158,7 @@ class WebHdfs(Streamed):
 
     name = "webhdfs"
     parallel_puts = 4
+    folder_before_rename = True
 
     def proves(self, blob: Location, sha256: str, size: int, source: Location | None) -> bool:
         if source is None or not is_webhdfs(source.fs):

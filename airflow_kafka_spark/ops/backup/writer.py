@@ -76,6 +76,9 @@ class BlobWriter:
         self._tmp_count = itertools.count(1)   # next() is atomic: parallel puts never share a temp name
         self._lock = threading.Lock()           # the counters below, updated by parallel puts
         self._blob_dirs: dict[str, Location] = {}
+        #: ``blobs/<aa>`` folders there are (a blob was listed in it) or this run made: a rename into one
+        #: needs no ``MKDIRS`` first (HDFS; should one have gone, the rename makes it: ``webhdfs_rename``)
+        self._folders_there = {sha[:2] for sha in index} if self.kind.folder_before_rename else set()
         self._asked: dict[str, Vouched | None] = {}   # src path -> what the store said (prefetch)
         self._copied_ahead: set[str] = set()           # blobs the store copied during the prefetch
 
@@ -268,6 +271,7 @@ class BlobWriter:
         else:
             try:
                 faults.crash_point("backup.blob")
+                self._make_folder(sha, final)
                 if not rename_file(tmp, final):   # HDFS: a racing backup stored the same blob first
                     remove_file(tmp)
             except BaseException:
@@ -278,6 +282,15 @@ class BlobWriter:
                 raise
             self._store_proves[sha] = src
         return self._account(sha, size)
+
+    def _make_folder(self, sha: str, final: Location) -> None:
+        """HDFS: make the blob's ``blobs/<aa>`` folder before the first rename into it this run (one
+        ``MKDIRS`` per new folder, none per blob)."""
+        if not self.kind.folder_before_rename or sha[:2] in self._folders_there:
+            return
+        final.fs.makedirs(final.path.rsplit("/", 1)[0], exist_ok=True)
+        with self._lock:
+            self._folders_there.add(sha[:2])
 
     def _account(self, sha: str, size: int) -> tuple[str, int]:
         with self._lock:
