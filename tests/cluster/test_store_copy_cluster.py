@@ -308,6 +308,7 @@ def test_hdfs_small_blobs_cost_two_requests_a_leg_and_are_proven_after_every_put
 
         # the restore's copy of a small blob HDFS -> HDFS: one OPEN, one CREATE, the bytes hashed on the way
         target = open_location(f"{base}/restored/one.sst")
+        sent.take()
         h, left = WebHdfs().copy_through(blobs[0], target, puts[0][1], body=True)
         assert sent.take() == {"NN:OPEN": 1, "DN:OPEN": 1, "NN:CREATE": 1, "DN:CREATE": 1}
         assert (h.hexdigest(), left) == (puts[0][0], 1)
