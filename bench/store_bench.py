@@ -22,7 +22,9 @@ Two parts, each as installed (``.venv/bin/python``, child processes for the time
   after the stop; then the restore copy of that backup to the same cluster. Each row: seconds,
   ``verify_s`` (the backup's own), and every WebHDFS request this process sent, by operation
   (``NN:OPEN``; ``DN:*`` the DataNode leg of a redirect) and new TCP connections (keep-alive).
-  ``--hdfs-threads 4,8`` alternates ``WebHdfs.parallel_puts`` (and the restore's threads) per round.
+  ``--hdfs-threads 4,8`` alternates ``WebHdfs.parallel_puts`` (and the restore's threads) per round;
+  ``--spark-files`` writes the new files with HDFS checksums off (Hadoop's FsShell,
+  ``dfs.checksum.type=NULL``), as Spark writes its own: the NameNode has no checksum to prove a blob by.
 
 Every figure is printed with the 1-minute load average at its start. Run:
 ``.venv/bin/python bench/store_bench.py --size 2G --files 20000 --json .cache/store-bench.json``;
@@ -252,6 +254,27 @@ class Requests:
         return out, conns
 
 
+def put_new_files(bodies: dict[str, bytes], url: str, local: Path, hadoop, *, spark: bool) -> None:
+    """``bodies`` below ``url``: through WebHDFS, or (``spark``) by Hadoop's FsShell with checksums off,
+    as Spark writes its checkpoint files (the NameNode then has no checksum for them)."""
+    from airflow_kafka_spark._util.fs import open_location
+
+    loc = open_location(url)
+    if not spark:
+        for name, body in bodies.items():
+            loc.fs.pipe_file(f"{loc.path}/{name}", body)
+        return
+    from devstack.spark_yarn import local_spark_home
+
+    local.mkdir(parents=True)
+    for name, body in bodies.items():
+        (local / name).write_bytes(body)
+    loc.fs.makedirs(loc.path, exist_ok=True)
+    cp = os.pathsep.join([str(hadoop.conf_dir), str(local_spark_home() / "jars" / "*")])
+    subprocess.run(["java", "-cp", cp, "org.apache.hadoop.fs.FsShell", "-Ddfs.checksum.type=NULL", "-put", "-f",
+                    *sorted(str(p) for p in local.iterdir()), url], check=True, capture_output=True, timeout=600)
+
+
 def hdfs_small_part(args: argparse.Namespace, work: Path) -> dict:
     import random
 
@@ -282,9 +305,9 @@ def hdfs_small_part(args: argparse.Namespace, work: Path) -> dict:
             n = threads[i % len(threads)]
             kinds.WebHdfs.parallel_puts = n
             restore_copy._THREADS["webhdfs"] = n
-            for j in range(args.small_files):   # what Spark wrote since the pre-copy: new SST files
-                loc.fs.pipe_file(f"{loc.path}/state/0/{j % 4}/SSTs/{i:02d}-{j:04d}.sst",
-                                 os.urandom(rng.randint(4 << 10, 64 << 10)))
+            bodies = {f"{i:02d}-{j:04d}.sst": os.urandom(rng.randint(4 << 10, 64 << 10))
+                      for j in range(args.small_files)}   # what Spark wrote since the pre-copy: new SSTs
+            put_new_files(bodies, f"{ck}/state/0/0/SSTs", work / f"new-{i}", hadoop, spark=args.spark_files)
             counter.take()
             la, t = load(), time.monotonic()
             r = backup_checkpoint(ck, root, job=JOB, settle_s=0)
@@ -312,6 +335,8 @@ def main() -> int:
     ap.add_argument("--remote-files", type=int, default=200)
     ap.add_argument("--remote-file-size", type=int, default=128 << 10)
     ap.add_argument("--small-files", type=int, default=80, help="hdfs-small: new state files per round")
+    ap.add_argument("--spark-files", action="store_true",
+                    help="hdfs-small: new files written with HDFS checksums off, as Spark writes them")
     ap.add_argument("--hdfs-threads", default="4", help="hdfs-small: WebHdfs.parallel_puts per round, e.g. 4,8")
     ap.add_argument("--only", choices=("local", "remote", "hdfs-small"))
     ap.add_argument("--json")

@@ -161,10 +161,13 @@ class WebHdfs(Streamed):
     folder_before_rename = True
 
     def proves(self, blob: Location, sha256: str, size: int, source: Location | None) -> bool:
+        """The source's checksum is asked first: Spark writes its checkpoint files with HDFS checksums
+        off, so the NameNode has none for them (a server error; ``ops.backup.snapshot``) and the blob's
+        is then not asked at all: the caller re-hashes the blob."""
         if source is None or not is_webhdfs(source.fs):
             return False
         try:
-            return webhdfs_file_checksum(blob.fs, blob.path) == webhdfs_file_checksum(source.fs, source.path)
+            return webhdfs_file_checksum(source.fs, source.path) == webhdfs_file_checksum(blob.fs, blob.path)
         except (OSError, RuntimeError, KeyError, ValueError):
             return False   # cannot compare: the caller re-hashes
 

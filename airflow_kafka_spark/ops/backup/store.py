@@ -23,6 +23,7 @@ from airflow_kafka_spark._util.fs import (
 )
 from airflow_kafka_spark.errors import UserError
 from airflow_kafka_spark.ops.backup.catalog import blob_rel, job_location, load_backup, open_backup_root
+from airflow_kafka_spark.ops.backup.kinds import Streamed, kind_for
 from airflow_kafka_spark.ops.backup.manifest import BLOBS_DIR, Manifest
 from airflow_kafka_spark.ops.backup.restore_copy import copy_files
 from airflow_kafka_spark.ops.backup.snapshot import check_snapshot
@@ -67,8 +68,10 @@ def mismatched_blobs(job_loc: Location, sizes: Mapping[str, int]) -> list[str]:
     if not shas:
         return []
 
+    kind = kind_for(job_loc, job_loc)   # HDFS: a small blob in one OPEN (no GETFILESTATUS first)
+
     def rehash(sha: str) -> str:
-        return _hash_file(job_loc.child(blob_rel(sha)), sizes[sha])
+        return _hash_file(job_loc.child(blob_rel(sha)), sizes[sha], kind)
 
     # Reading and hashing release the GIL: a few threads keep both cores busy on 40,000 small blobs.
     with ThreadPoolExecutor(max_workers=_HASH_THREADS) as pool:
@@ -129,10 +132,12 @@ def blob_index(job_loc: Location, trusted: Mapping[str, int] | None = None) -> d
     return out
 
 
-def _hash_file(loc: Location, size: int) -> str:
+def _hash_file(loc: Location, size: int, kind: Streamed) -> str:
     """sha256 of a blob (a regular file, never a link), reading at most ``size + 1`` bytes."""
     h = hashlib.sha256()
     try:
+        if size <= _CHUNK and (whole := kind.read_whole(loc, size + 1)) is not None:
+            return hashlib.sha256(whole).hexdigest()
         with open_regular(loc, follow_links=False) as fh:
             left = size + 1
             while left > 0 and (chunk := fh.read(min(_CHUNK, left))):
