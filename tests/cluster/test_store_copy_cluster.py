@@ -44,7 +44,7 @@ from airflow_kafka_spark.names import new_backup_id
 from airflow_kafka_spark.ops.backup.catalog import blob_rel
 from airflow_kafka_spark.ops.backup.kinds import WebHdfs
 from airflow_kafka_spark.ops.backup.precopy import precopy_checkpoint
-from airflow_kafka_spark.ops.backup.store import mismatched_blobs, verify_backup
+from airflow_kafka_spark.ops.backup.store import blob_index, mismatched_blobs, verify_backup
 from airflow_kafka_spark.ops.backup.writer import BlobWriter
 from airflow_kafka_spark.ops.commands import backup_checkpoint, prune_backups, restore_checkpoint
 from airflow_kafka_spark.verdict.validate import validate
@@ -292,6 +292,9 @@ def test_hdfs_small_blobs_cost_two_requests_a_leg_and_are_proven_after_every_put
         sent.take()
         assert later.put(src.child("later.sst"), len(body))[0] == hashlib.sha256(body).hexdigest()
         assert sent.take() == {"NN:OPEN": 1, "DN:OPEN": 1, "NN:CREATE": 1, "DN:CREATE": 1, "NN:RENAME": 1}
+        # the store's index, its blobs/<aa> folders listed in parallel: every blob, nothing from .tmp/
+        assert blob_index(job_loc) == later.index and len(later.index) == n + 1
+        assert sent.take() == {"NN:LISTSTATUS": n + 1}
         assert [job_loc.fs.cat_file(b.path) for b in blobs] == payload
         sent.take()
 
