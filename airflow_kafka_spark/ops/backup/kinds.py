@@ -157,7 +157,9 @@ class WebHdfs(Streamed):
     """HDFS through WebHDFS: no copy operation; the NameNode's file checksum proves a copy without reading it."""
 
     name = "webhdfs"
-    parallel_puts = 4
+    #: 8, not 4: 80 small files, 4 and 8 alternated on the minicluster (2 cores), 8 was faster in every
+    #: pair, by 0.5-5 s (docs/benchmarks.md, "After round 9"); within ``requests``' 10 kept connections
+    parallel_puts = 8
     folder_before_rename = True
 
     def proves(self, blob: Location, sha256: str, size: int, source: Location | None) -> bool:
