@@ -158,7 +158,7 @@ class WebHdfs(Streamed):
 
     name = "webhdfs"
     #: 8, not 4: 80 small files, 4 and 8 alternated on the minicluster (2 cores), 8 was faster in every
-    #: pair, by 0.5-5 s (docs/benchmarks.md, "After round 9"); within ``requests``' 10 kept connections
+    #: pair, by 0.4-8.8 s (docs/benchmarks.md, "After round 9"); within ``requests``' 10 kept connections
     parallel_puts = 8
     folder_before_rename = True
 
