@@ -149,6 +149,43 @@ def webhdfs_create_exclusive(fs: Any, path: str, data: bytes) -> bool:
     return True
 
 
+# --------------------------------------------------------------------------- HDFS: a small file in two requests
+#
+# fsspec's ``webhdfs`` file objects cost a small file seven requests where two and two do: a read asks
+# ``GETFILESTATUS`` (the size) before ``OPEN`` (NameNode, then the DataNode it redirects to); a write
+# sends ``CREATE`` with an empty body, then ``APPEND`` with the data (NameNode and DataNode each). The
+# backup after a stop copies the files Spark wrote since the pre-copy inside the downtime window
+# (docs/benchmarks.md, "After round 9"), so each request there is paid per file. Both go through the
+# file system's own ``requests`` session: connections to the NameNode and the DataNode are kept alive.
+
+
+def webhdfs_read(fs: Any, path: str, limit: int) -> bytes:
+    """At most ``limit`` bytes of the file at ``path`` in one ``OPEN`` with ``length`` (the NameNode
+    redirects, the DataNode sends at most ``length`` bytes); ``FileNotFoundError`` when there is none."""
+    if limit <= 0:
+        return b""
+    return fs._call("OPEN", "get", path, offset=0, length=limit).content
+
+
+def webhdfs_write(fs: Any, path: str, data: bytes, *, overwrite: bool) -> None:
+    """A file at ``path`` holding ``data``: ``CREATE`` without following its redirect, then the body to the
+    DataNode it names. ``CREATE`` makes missing parent folders (WebHDFS's ``createParent``): no ``MKDIRS``.
+    Without ``overwrite`` an existing file is ``FileExistsError``."""
+    try:
+        out = fs._call("CREATE", "put", path, redirect=False, overwrite="true" if overwrite else "false")
+    except RuntimeError as exc:
+        if "already exists" in str(exc):
+            raise FileExistsError(f"{path} already exists") from None
+        raise OSError(str(exc).splitlines()[0]) from None
+    if "Location" not in out.headers:
+        raise OSError(f"WebHDFS CREATE {path} answered HTTP {out.status_code} without a DataNode to write to")
+    put = fs.session.put(fs._apply_proxy(out.headers["Location"]), data=data,
+                         headers={"content-type": "application/octet-stream"})
+    if put.status_code >= 400:
+        first = (put.text.splitlines() or [""])[0][:200]
+        raise OSError(f"WebHDFS CREATE {path} answered HTTP {put.status_code}: {first}")
+
+
 # --------------------------------------------------------------------------- S3: conditional PutObject
 
 

@@ -18,7 +18,8 @@ so (``None`` / ``False``), which sends the body through this process as before.
   by the DataNodes from the CRCs they keep) being its source file's, instead of reading it back.
   When the two checksums cannot be compared (other block size), the blob is read back and re-hashed.
   A small file is read in one ``OPEN`` and written in one ``CREATE`` (each a NameNode request and
-  its DataNode leg: ``_util.stores_webhdfs``), not through fsspec's file objects (seven requests).
+  its DataNode leg: ``_util.stores.webhdfs_read`` / ``webhdfs_write``), not through fsspec's file
+  objects (seven requests).
   A checkpoint in a snapshottable folder on the backup root's cluster gets no blobs at all: an HDFS
   snapshot (``ops.backup.snapshot``).
 * **Local disks** and every other store (:class:`Streamed`): bodies through this process, proven by
@@ -39,8 +40,9 @@ from airflow_kafka_spark._util.stores import (
     s3_head,
     s3_put_sha256,
     webhdfs_file_checksum,
+    webhdfs_read,
+    webhdfs_write,
 )
-from airflow_kafka_spark._util.stores_webhdfs import webhdfs_read, webhdfs_write
 
 _CHUNK = 1 << 20
 #: Bodies up to this size are read and written whole where the store has a cheaper way for them (WebHDFS).

@@ -14,7 +14,7 @@ bytes whose sha256 is the manifest's (the manifest's seals were checked when it 
   (written by older versions, or larger than 4 MiB) is read and hashed here as below.
 * **Anything else** (HDFS, across stores, a dry run into ``memory://``): read, hashed and written
   here, chunk by chunk, as before; HDFS -> HDFS, a blob of up to 4 MiB in one ``OPEN`` and one
-  ``CREATE`` (two requests each, not seven in all: ``_util.stores_webhdfs``).
+  ``CREATE`` (two requests each, not seven in all: ``_util.stores.webhdfs_read`` / ``webhdfs_write``).
 """
 
 from __future__ import annotations
