@@ -75,7 +75,7 @@ from airflow_kafka_spark._util.stores import (
 from airflow_kafka_spark.errors import UserError
 from airflow_kafka_spark.names import is_backup_id
 from airflow_kafka_spark.ops.backup.catalog import store_path
-from airflow_kafka_spark.ops.backup.kinds import stream_copy
+from airflow_kafka_spark.ops.backup.kinds import WebHdfs
 from airflow_kafka_spark.ops.backup.manifest import BACKUPS_DIR, SNAPSHOT_PROOF, STAGING_DIR, FileEntry, Manifest
 
 #: GETFILECHECKSUM requests at once (each a NameNode and a DataNode round trip, no body).
@@ -299,7 +299,7 @@ def copy_out(m: Manifest, job_loc: Location, dest: Location,
 
 def _copy(f: FileEntry, src: Location, target: Location, backup_id: str, *, body: bool) -> str:
     """One snapshot file to ``target`` through this process (at most its size + 1 bytes); sha256 of what was read."""
-    h, left = stream_copy(src, target, f.size, body=body)
+    h, left = WebHdfs().copy_through(src, target, f.size, body=body)   # small files: one OPEN, one CREATE
     if left != 1:
         raise UserError(f"backup {backup_id} is damaged: {f.path} in its snapshot has {f.size + 1 - left:,} bytes, "
                         f"the manifest says {f.size:,}; restore from another backup")
