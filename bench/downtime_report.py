@@ -4,7 +4,8 @@ Run: ``.venv/bin/python bench/downtime_report.py --keep docs/img/downtime-round7
 --keep docs/img/downtime-round9-keep.json
 --preserve docs/img/downtime-round9-preserve.json
 --preserve docs/img/downtime-round9-preserve-b.json --yarn docs/img/downtime-round9-yarn.json
---plot docs/img/downtime-vs-state.png`` (prints the Markdown tables of round 9).
+--plot docs/img/downtime-vs-state.png`` (prints the Markdown tables of round 9; docs/benchmarks.md gives
+each round's command).
 """
 
 from __future__ import annotations
@@ -173,7 +174,8 @@ def main() -> int:
                     help="downtime_bench.py's JSON (local keep; repeatable: one line each, named by the file)")
     ap.add_argument("--preserve", type=Path, action="append", default=[],
                     help="downtime_preserve.py's JSON (local preserve; repeatable: one line each)")
-    ap.add_argument("--yarn", type=Path, help="downtime_yarn.py's JSON")
+    ap.add_argument("--yarn", type=Path, action="append", default=[],
+                    help="downtime_yarn.py's JSON (repeatable: one line per mode and store set-up)")
     ap.add_argument("--plot", type=Path)
     args = ap.parse_args()
     groups = []
@@ -182,11 +184,12 @@ def main() -> int:
     for n, path in enumerate(args.preserve):
         groups.append((f"local preserve{f' (run {n + 1})' if len(args.preserve) > 1 else ''}",
                        json.loads(path.read_text())))
-    if args.yarn:
-        for mode in ("keep", "preserve"):
-            got = [r for r in json.loads(args.yarn.read_text()) if r.get("mode") == mode]
-            if got:
-                groups.append((f"YARN + HDFS {mode}", got))
+    yarn: dict[str, list[dict]] = {}
+    for path in args.yarn:   # one line per mode and set-up ("snapshottable": the backups are HDFS snapshots)
+        for r in json.loads(path.read_text()):
+            setup = r.get("where", "yarn+hdfs").replace("yarn+hdfs", "YARN + HDFS")
+            yarn.setdefault(f"{setup} {r.get('mode', 'keep')}", []).append(r)
+    groups += list(yarn.items())
     for label, results in groups:
         print(f"\n### {label}\n\n{summary_table(results, label)}\n\n{restart_table(results, label)}")
     print("\n" + rss_table([g for g in groups if "round7" not in g[0]]))
