@@ -183,6 +183,7 @@ def restart_preserve(b: Bench, kind: str, n: int, pad_to: tuple[int, int], hdfs_
                                                     "--execute", "--json", "--progress"]))
         aside = reset["aside_location"]
         row["reset_backup_id"] = reset["backup_id"]
+        row["reset_backup_adopted"] = reset.get("backup_adopted")   # the backup task's, unchanged since
         verdict = json.loads(b.command(row, "validate", [AKS, "validate", "--job", JOB, *kafka, "--json"], ok=(0, 3)))
         row["validate_verdict"] = verdict.get("verdict") or verdict.get("severity")
         spec = None
