@@ -51,7 +51,7 @@ from airflow_kafka_spark.ops.backup.catalog import job_location, store_path
 from airflow_kafka_spark.ops.backup.kinds import kind_for
 from airflow_kafka_spark.ops.backup.manifest import BACKUPS_DIR, LOCK_NAME, STAGING_DIR, FileEntry, Manifest
 from airflow_kafka_spark.ops.backup.prune import check_retention, prune_job
-from airflow_kafka_spark.ops.backup.quiet import ids_after, newest_log_files, span
+from airflow_kafka_spark.ops.backup.quiet import ids_after, newest_log_files, span, stop_witness
 from airflow_kafka_spark.ops.backup.reuse import (
     PRECOPY_NAME,
     known_entries,
@@ -317,7 +317,7 @@ def _running_after_copy(cap: _Capture, listed: _Listed) -> str | None:
     # Only offsets/ and commits/ are listed again: a running query shows there first.
     before = listed.before
     after = ids_after(cap.ck, before, listed.newest, cap.run.backup_settle_s, listed.wall,
-                      time.monotonic() - listed.at)
+                      time.monotonic() - listed.at, quiet_since=stop_witness(cap.record, before))
     if after != before and not cap.request.force:
         raise OperationBlocked(
             f"checkpoint {cap.ck.url} changed during the backup (offsets/commits {span(before)} -> {span(after)}): "

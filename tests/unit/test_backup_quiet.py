@@ -1,0 +1,81 @@
+"""The backup's running-query check after a stop: the stop's own record starts the quiet period (ops/backup/quiet.py).
+
+On HDFS and S3 the store's mtimes count only with a 60 s clock-skew margin, so the backup after a
+stop used to wait its whole settle period inside the downtime window. A graceful ``driver_stopped``
+event at exactly the listed batch vouches the checkpoint quiet since the event instead; anything
+that may have written since (a submit, a lease, a move) or a stop that did not end on that batch
+vouches nothing.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from airflow_kafka_spark.lifecycle.events import LifecycleEvent
+from airflow_kafka_spark.lifecycle.record import LifecycleRecord
+from airflow_kafka_spark.ops.backup import quiet
+from airflow_kafka_spark.ops.backup.quiet import settle_wait, stop_witness
+from airflow_kafka_spark.ops.commands import backup_checkpoint
+from tests.support.checkpoint_factory import write_checkpoint
+
+IDS = (frozenset({0, 1, 2}), frozenset({0, 1, 2}))
+
+
+def stopped(at_s: float, *, last: int = 2, graceful: bool = True, killed: bool = False,
+            replay: int | None = None, job: str = "orders", ck: str = "/nowhere") -> LifecycleRecord:
+    record = LifecycleRecord.create(job, ck)
+    record.add_event(LifecycleEvent.DRIVER_SUBMITTED, actor="t")
+    event = record.add_event(LifecycleEvent.DRIVER_STOPPED, actor="t", outcome="STOPPED", graceful=graceful,
+                             killed=killed, last_committed=last, replay_batch=replay)
+    event["at_ms"] = int(at_s * 1000)
+    return record
+
+
+def test_a_graceful_stop_at_the_listed_batch_vouches_from_its_time():
+    assert stop_witness(stopped(1000.0), IDS) == 1000.0
+
+
+@pytest.mark.parametrize("record, ids", [
+    (stopped(1000.0, last=1), IDS),                                        # the checkpoint moved on since
+    (stopped(1000.0), (frozenset({0, 1, 2, 3}), IDS[1])),                  # a batch planned since
+    (stopped(1000.0, graceful=False, killed=True), IDS),                   # killed: no boundary vouched
+    (stopped(1000.0, replay=2), IDS),
+    (None, IDS),
+    (LifecycleRecord.create("orders", "/nowhere"), IDS),                   # never stopped
+], ids=["other-batch", "pending-batch", "killed", "replay", "no-record", "no-stop"])
+def test_a_stop_that_does_not_match_the_listing_vouches_nothing(record, ids):
+    assert stop_witness(record, ids) is None
+
+
+def test_a_submit_or_a_lease_after_the_stop_voids_it():
+    for later in (LifecycleEvent.DRIVER_SUBMITTED, LifecycleEvent.LEASE_ACQUIRED):
+        record = stopped(1000.0)
+        record.add_event(later, actor="t")
+        assert stop_witness(record, IDS) is None, later
+
+
+def test_on_a_remote_store_the_stop_spares_the_settle_wait_the_mtimes_cannot():
+    now = 5000.0
+    newest = (("offsets/2", now - 30.0, 100), ("commits/2", now - 30.0, 30))   # 30 s ago, by the store's clock
+    assert settle_wait(2.0, newest, now, 0.1, local=False) == pytest.approx(1.9)   # the skew margin: full wait
+    assert settle_wait(2.0, newest, now, 0.1, local=False, quiet_since=now - 3.0) == 0.0
+    assert settle_wait(2.0, newest, now, 0.1, local=False, quiet_since=now - 1.5) == pytest.approx(0.4)
+    assert settle_wait(2.0, newest, now, 0.1, local=False, quiet_since=now + 5.0) == pytest.approx(1.9)  # skewed
+
+
+def test_a_backup_after_a_recorded_stop_does_not_sleep_the_settle_period(tmp_path, monkeypatch):
+    """A real backup of a checkpoint written a moment ago (its mtimes alone would make it wait 30 s)."""
+    ck = write_checkpoint(tmp_path / "ck", batches=3).root
+    naps: list[float] = []
+    monkeypatch.setattr(quiet.time, "sleep", naps.append)
+    record = stopped(time.time() - 40.0, ck=str(ck))
+    record.save()
+    done = backup_checkpoint(str(ck), str(tmp_path / "backups"), job="orders", settle_s=30.0)
+    assert done.manifest.last_committed_batch == 2 and not naps
+
+    (ck.parent / f"{ck.name}.lifecycle.json").unlink()   # (a saved record merges its history with the stored)
+    stopped(time.time() - 40.0, last=1, ck=str(ck)).save()   # a stop at another batch: the mtimes decide
+    backup_checkpoint(str(ck), str(tmp_path / "backups"), job="orders", settle_s=30.0)
+    assert len(naps) == 1 and naps[0] > 25.0
