@@ -11,6 +11,7 @@ each round's command).
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 from pathlib import Path
 
@@ -145,7 +146,7 @@ def combined_plot(groups: list[tuple[str, list[dict]]], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(9.5, 4.8))
-    markers = iter("osD^v<>")
+    markers = itertools.cycle("osD^v<>P*X")
     for label, results in groups:
         marker = next(markers)
         pts = []
@@ -188,7 +189,8 @@ def main() -> int:
     for path in args.yarn:   # one line per mode and set-up ("snapshottable": the backups are HDFS snapshots)
         for r in json.loads(path.read_text()):
             setup = r.get("where", "yarn+hdfs").replace("yarn+hdfs", "YARN + HDFS")
-            yarn.setdefault(f"{setup} {r.get('mode', 'keep')}", []).append(r)
+            rnd = next((part for part in path.stem.split("-") if part.startswith("round")), "")
+            yarn.setdefault(f"{setup} {r.get('mode', 'keep')}{f' ({rnd})' if rnd else ''}", []).append(r)
     groups += list(yarn.items())
     for label, results in groups:
         print(f"\n### {label}\n\n{summary_table(results, label)}\n\n{restart_table(results, label)}")
