@@ -73,13 +73,26 @@ def _status(**fields) -> None:
     print("REFERENCE_JOB_STATUS " + json.dumps(fields, sort_keys=True), flush=True)
 
 
+def _read_small_file(spark, path: str) -> str:
+    """A small text file read by the driver through Hadoop's FileSystem (in cluster mode the file sits
+    beside an HDFS/S3 checkpoint). Not ``spark.read.text(...).collect()``: that is a Spark job, which
+    waits for an executor before the streaming query can even start; a restart with recorded
+    starting offsets paid it inside its downtime (docs/benchmarks.md, round 10)."""
+    jvm = spark.sparkContext._jvm
+    hpath = jvm.org.apache.hadoop.fs.Path(path)
+    stream = hpath.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()).open(hpath)
+    try:
+        return jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8")
+    finally:
+        stream.close()
+
+
 def build_query(spark, args: argparse.Namespace, *, trigger: str | None = None):
     from pyspark.sql import functions as F
 
     starting = args.starting_offsets
     if args.starting_offsets_file:
-        # Through Hadoop's FileSystem: in cluster mode the file sits beside an HDFS/S3 checkpoint.
-        starting = "".join(r.value for r in spark.read.text(args.starting_offsets_file).collect()).strip()
+        starting = _read_small_file(spark, args.starting_offsets_file).strip()
     reader = (spark.readStream.format("kafka")
               .option("kafka.bootstrap.servers", args.bootstrap_servers)
               .option("subscribe", args.topics)

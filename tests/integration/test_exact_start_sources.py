@@ -110,3 +110,17 @@ def test_named_kafka_source(broker, tmp_path, topic_name):
     # Named: the source's log is sources/<name>/0 (the offsets log stays v1, positional), and our file there wins.
     assert on["error"] is None and on["sources"] == ["orders_src"], on   # type: ignore[index]
     assert on["ours_rows"] == 4 and on["ours_error"] is None, on   # type: ignore[index]
+
+
+def test_the_reference_job_reads_its_starting_offsets_file_without_a_spark_job(tmp_path):
+    """The recorded starting offsets reach the bundled job as a file; reading it must not run a Spark job
+    (that waited for an executor inside a restart's downtime: docs/benchmarks.md, round 10)."""
+    from airflow_kafka_spark.jobs import reference_job
+
+    spark = spark_session.session()
+    path = tmp_path / "starting.json"
+    path.write_text('{"orders":{"0":42,"1":7}}\n')
+    tracker = spark.sparkContext.statusTracker()
+    jobs_before = set(tracker.getJobIdsForGroup(None))
+    assert json.loads(reference_job._read_small_file(spark, str(path))) == {"orders": {"0": 42, "1": 7}}
+    assert set(tracker.getJobIdsForGroup(None)) == jobs_before
