@@ -82,14 +82,25 @@ class Producer(threading.Thread):
         with self.lock:
             self.records.append(ProducedRecord(msg.topic(), msg.partition(), msg.offset(), rid, msg.timestamp()[1]))
 
+    def _produce_one(self) -> None:
+        i = self.next_id
+        self.next_id += 1
+        value = json.dumps({"id": i, "p": i % PARTS, "ts": int(time.time() * 1000)}).encode()
+        self.client.produce(self.topic, value=value, key=str(i % 10).encode(), partition=i % PARTS,
+                            on_delivery=self._acked)
+
+    def burst(self, n: int) -> None:
+        """Produce ``n`` records and wait for their acks, before the thread starts (no race on ``next_id``)."""
+        assert not self.is_alive()
+        for _ in range(n):
+            self._produce_one()
+        assert self.client.flush(30) == 0
+        assert len(self.records) == n, self.errors[:3]
+
     def run(self) -> None:
         while not self.stopped.is_set():
             for _ in range(self.per_tick):
-                i = self.next_id
-                self.next_id += 1
-                value = json.dumps({"id": i, "p": i % PARTS, "ts": int(time.time() * 1000)}).encode()
-                self.client.produce(self.topic, value=value, key=str(i % 10).encode(), partition=i % PARTS,
-                                    on_delivery=self._acked)
+                self._produce_one()
             self.client.poll(0)
             time.sleep(self.tick_s)
         self.client.flush(30)
@@ -169,12 +180,14 @@ def test_reset_preserve_keeps_every_record_exactly_once_across_an_incompatible_c
         d.mkdir()
         LifecycleRecord.create(d.name, str(d / "ck")).save()
     producer = Producer(bootstrap, topic)
+    # Records before the first start, acknowledged: the append copy's availableNow run (400 a trigger) then
+    # commits at least 3 batches whatever the driver's start time (a timed head start left 1 batch in CI).
+    producer.burst(1000)
     producer.start()
     runs: list[Run] = []
     timings: dict[str, float] = {}
     try:
         # ---- 1. the old version runs, records arrive continuously, graceful stop
-        time.sleep(2)   # some records before the first start
         v1_idem = Run("v1-idem", tmp_path, job_args(bootstrap, topic, ours_idem / "ck", ours_idem / "out",
                                                     "idempotent"), available_now=True)
         v1_append = Run("v1-append", tmp_path, job_args(bootstrap, topic, ours_append / "ck", ours_append / "out",
