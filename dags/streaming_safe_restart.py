@@ -33,7 +33,8 @@ Procedure::
 * ``reset`` runs for the reset modes and for ``auto`` when the registry's ``compatibility_version``
   differs from the one of the application that last passed a health gate (checkpoint-breaking
   change: reset with ``preserve``, the new query starts exactly where the old one committed).
-  ``restore`` runs for ``restore`` with the given backup id. Otherwise both skip.
+  ``restore`` runs for ``restore`` with the given backup id. The ``plan`` task skips the ones the
+  run does not take, so the scheduler never starts them inside the downtime window.
 * ``validate_after`` judges what the new driver will start from; ``submit`` starts it detached;
   ``health_gate`` waits (in the triggerer) for committed batches and a lag that is not growing. It
   is the only step with a retry (it only reads): a retry after a failure that gave no verdict looks
@@ -188,6 +189,7 @@ with DAG(
     finish = SafeRestartFinishOperator(task_id=FINISH, job=JOB, reason=REASON, trigger_rule=TriggerRule.ALL_DONE)
 
     chain(plan, validate_before, approve, stop, backup, [reset, restore], validate_after, submit, health_gate)
+    backup >> validate_after   # the plan skips reset and restore when it takes neither: wait for the backup anyway
     steps = {STOP: stop, BACKUP: backup, RESET: reset, RESTORE: restore, VALIDATE_AFTER: validate_after,
              SUBMIT: submit, HEALTH_GATE: health_gate}
     [steps[t] for t in CHANGE_STEPS] >> rollback

@@ -26,9 +26,9 @@ import pytest
 
 from airflow_kafka_spark.lifecycle.record import LifecycleRecord
 from devstack import topics
+from devstack.airflow_services import AirflowServices, sync_dags_folder
 from devstack.produce import produce
 from tests.airflow.conftest import TIMINGS
-from tests.airflow.services import AirflowServices, sync_dags_folder
 from tests.support.airflow_env import SPARK_LOCAL_CONN, kafka_conn, write_registry
 from tests.support.checkpoint_factory import write_checkpoint
 from tests.support.dag_runs import RunResult, collect

@@ -14,8 +14,8 @@ from __future__ import annotations
 import httpx
 import pytest
 
+from devstack.airflow_services import AirflowServices, sync_dags_folder
 from tests.airflow.conftest import TIMINGS
-from tests.airflow.services import AirflowServices, sync_dags_folder
 from tests.support.airflow_env import write_registry
 
 pytestmark = pytest.mark.airflow

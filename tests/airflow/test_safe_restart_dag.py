@@ -212,8 +212,9 @@ def test_block_verdict_stops_the_run_before_anything_changes(stack, capfd):
     r = stack.run(stack.conf("auto", job=BLOCKED_JOB), "BLOCK verdict")
     assert r.state == "failed"
     assert r.states["plan"] == "success" and r.states["validate_before"] == "failed"
-    for step in ("stop", "backup", "reset", "restore", "validate_after", "submit", "health_gate"):
+    for step in ("stop", "backup", "validate_after", "submit", "health_gate"):
         assert r.states[step] == "upstream_failed", (step, r.states)
+    assert r.states["reset"] == r.states["restore"] == "skipped"   # auto → keep: the plan skipped both at once
     assert r.states["rollback"] == "skipped" and r.states["finish"] == "failed"
     assert "OFFSET_BELOW_LOG_START" in r.xcom("validate_before", "failure")
     assert r.xcom("finish", "failure").startswith(f"safe restart of job {BLOCKED_JOB} BLOCKED: validate_before: ")

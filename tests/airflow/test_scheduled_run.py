@@ -27,8 +27,8 @@ from airflow_kafka_spark.checkpoint.reader import read_checkpoint
 from airflow_kafka_spark.lifecycle.record import LifecycleRecord
 from airflow_kafka_spark.runtime import drivers
 from devstack import oracle, topics
+from devstack.airflow_services import AirflowServices, sync_dags_folder
 from tests.airflow.conftest import TIMINGS
-from tests.airflow.services import AirflowServices, sync_dags_folder
 from tests.airflow.test_safe_restart_dag import PARTITIONS, Feed
 from tests.support.airflow_env import SPARK_LOCAL_CONN, kafka_conn, write_registry
 from tests.support.kafka import end_offsets

@@ -33,8 +33,8 @@ import pytest
 
 from airflow_kafka_spark.lifecycle.record import LifecycleRecord
 from devstack import oracle, topics
+from devstack.airflow_services import AirflowServices, sync_dags_folder
 from tests.airflow.conftest import TIMINGS, airflow_home  # noqa: F401  (the session's Airflow home fixture)
-from tests.airflow.services import AirflowServices, sync_dags_folder
 from tests.airflow.test_safe_restart_dag import PARTITIONS, Feed
 from tests.support.airflow_env import kafka_conn, write_registry
 from tests.support.kafka import end_offsets

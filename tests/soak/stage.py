@@ -9,7 +9,7 @@ import os
 import random
 from pathlib import Path
 
-from tests.airflow.services import AirflowServices
+from devstack.airflow_services import AirflowServices
 from tests.support.airflow_env import SPARK_LOCAL_CONN, kafka_conn
 
 REPO = Path(__file__).resolve().parents[2]

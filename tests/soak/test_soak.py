@@ -43,8 +43,8 @@ from airflow_kafka_spark.lifecycle.record import LifecycleRecord
 from airflow_kafka_spark.ops.backup.catalog import list_backups
 from airflow_kafka_spark.runtime import drivers
 from devstack import topics
+from devstack.airflow_services import AirflowServices
 from devstack.broker import LocalBroker
-from tests.airflow.services import AirflowServices
 from tests.soak.feeder import Feeder
 from tests.soak.figures import Figures, announced, finish
 from tests.soak.harness import DriverCounter, TaskKiller

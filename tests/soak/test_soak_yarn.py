@@ -38,10 +38,10 @@ import pytest
 from airflow_kafka_spark.lifecycle.record import LifecycleRecord
 from airflow_kafka_spark.runtime.yarn import ResourceManager, YarnError
 from devstack import topics
+from devstack.airflow_services import AirflowServices
 from devstack.broker import LocalBroker
 from devstack.hadoop import HadoopCluster
 from devstack.spark_yarn import prepare
-from tests.airflow.services import AirflowServices
 from tests.cluster.test_safe_restart_yarn import SPARK_YARN_CONN
 from tests.soak.feeder import Feeder
 from tests.soak.figures import Figures, finish

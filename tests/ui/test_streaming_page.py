@@ -36,9 +36,9 @@ import pytest
 from airflow_kafka_spark.checkpoint.reader import read_checkpoint
 from airflow_kafka_spark.lifecycle.record import LifecycleRecord
 from devstack import topics
+from devstack.airflow_services import AirflowServices, sync_dags_folder
 from devstack.produce import produce
 from tests.airflow.conftest import REPO
-from tests.airflow.services import AirflowServices, sync_dags_folder
 from tests.support.airflow_env import SPARK_LOCAL_CONN, kafka_conn, new_dag, run_inline, write_registry
 from tests.support.browser import Browser
 from tests.support.waiting import wait_until

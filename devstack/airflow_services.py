@@ -1,8 +1,9 @@
-"""Real Airflow server processes for tests: the API server, and the scheduler and triggerer behind it.
+"""Real Airflow server processes for tests and benches: the API server, and the scheduler and triggerer behind it.
 
-Each component is the venv's ``airflow`` CLI in its own process group on this session's SQLite DB
-(the environment tests/airflow/conftest.py set), with its output in a log file that a failing test
-shows. :class:`AirflowServices` starts what a test asks for and always stops all of it.
+Each component is the venv's ``airflow`` CLI in its own process group on the caller's SQLite DB
+(the environment tests/airflow/conftest.py or the bench set), with its output in a log file that a
+failure shows. :class:`AirflowServices` starts what a caller asks for and always stops all of it.
+A component that dies or never answers raises :class:`ServiceError` with the tail of its log.
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ import uuid
 from pathlib import Path
 
 import httpx
-import pytest
 
 from devstack.broker import free_port
 
@@ -37,6 +37,10 @@ def sync_dags_folder(dag_id: str) -> None:
     bag = DagBag()
     assert dag_id in bag.dags, bag.import_errors
     sync_bag_to_db(bag, "dags-folder", None)
+
+
+class ServiceError(RuntimeError):
+    """An Airflow component exited, did not answer, or a run did not end in time (its log's tail included)."""
 
 
 class AirflowServices:
@@ -79,7 +83,7 @@ class AirflowServices:
             except httpx.HTTPError:
                 pass
             if time.monotonic() > deadline:
-                pytest.fail(f"api-server did not answer in {timeout:.0f}s:\n{self.tail('api-server')}")
+                raise ServiceError(f"api-server did not answer in {timeout:.0f}s:\n{self.tail('api-server')}")
             time.sleep(0.5)
 
     def client(self) -> httpx.Client:
@@ -95,7 +99,7 @@ class AirflowServices:
     def check_alive(self) -> None:
         for name, (proc, _) in self.procs.items():
             if proc.poll() is not None:
-                pytest.fail(f"airflow {name} exited {proc.returncode}:\n{self.tail(name)}")
+                raise ServiceError(f"airflow {name} exited {proc.returncode}:\n{self.tail(name)}")
 
     def wait_for_run(self, client, dag_id: str, run_id: str, *, timeout: float, poll: float = 2) -> str:
         """Poll a DAG run through the REST API until it ends; its final state (components checked alive)."""
@@ -106,7 +110,7 @@ class AirflowServices:
             if state in ("success", "failed"):
                 return state
             time.sleep(poll)
-        pytest.fail(f"run {run_id} did not finish in {timeout:.0f}s:\n{self.tail('scheduler')}")
+        raise ServiceError(f"run {run_id} did not finish in {timeout:.0f}s:\n{self.tail('scheduler')}")
 
     def tail(self, component: str, chars: int = 4000) -> str:
         log = self.procs[component][1]

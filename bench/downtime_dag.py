@@ -1,0 +1,225 @@
+"""How long the stream stands still when Airflow runs the safe restart: the DAG against the commands (issue 28).
+
+``downtime_bench.py`` runs the product's steps after the stop as commands, one after another, the
+way the DAG's tasks call them. A user of the ``streaming_safe_restart`` DAG also waits for Airflow:
+after each task the scheduler must see it finish, queue the next one, and the LocalExecutor start a
+task process that parses the DAG file. This bench measures that, with Airflow's own components
+(``airflow api-server``, ``scheduler`` with the LocalExecutor, ``triggerer``; SQLite) and the DAG
+from ``dags/``, triggered through the REST API as the UI does, ``mode=keep``.
+
+Three restarts of the same running job alternate (bare, cli, dag; then rotated), each once the
+job has two new batches:
+
+* **bare**: stop on a batch boundary and ``spark-submit`` the same build (``Bench.restart("bare")``);
+* **cli**: the same stop with the pre-copy, ``aks backup`` and ``aks validate``, then the submit
+  (``Bench.restart("safe")``, as in ``downtime_bench.py``);
+* **dag**: a DAG run. Its phases come from the task instances the REST API reports: each task's
+  run time, and the gap before it (the previous task's end to its start: Airflow's share).
+
+**Downtime** = the old query's last ``commits/N`` mtime to the new query's first new ``commits/``
+file's mtime, as in the other downtime benches. The last batch of the old query is the stop task's
+``last_committed`` (its XCom). The job is the reference job with ``--stateful dedup`` on RocksDB;
+``--pad`` adds padding state files as ``downtime_bench.py`` does.
+
+Run: ``.venv/bin/python bench/downtime_dag.py --rounds 2 --json .cache/downtime-dag.json``
+(starts its own broker and Airflow; nothing of the developer's ``~/airflow`` is read).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime as dt
+import json
+import logging
+import os
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))
+
+DAG_ID = "streaming_safe_restart"
+AFTER_STOP = ("backup", "reset", "restore", "validate_after", "submit")
+log = logging.getLogger("downtime")
+
+
+def airflow_env(home: Path, bootstrap: str) -> dict[str, str]:
+    """Airflow on a fresh SQLite DB in ``home``, the repository's DAGs, and the job's connections."""
+    return {"AIRFLOW_HOME": str(home), "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home}/airflow.db",
+            "AIRFLOW__CORE__LOAD_EXAMPLES": "False", "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "dags"),
+            "AIRFLOW__CORE__MIN_SERIALIZED_DAG_UPDATE_INTERVAL": "0",
+            "AIRFLOW__KAFKA_SPARK__HEALTH_GATE_POLL_S": "2",
+            "AIRFLOW_CONN_KAFKA_DEFAULT": json.dumps({"conn_type": "kafka",
+                                                      "extra": {"bootstrap.servers": bootstrap}})}
+
+
+def epoch(iso: str | None) -> float | None:
+    return None if not iso else dt.datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp()
+
+
+class DagRestarts:
+    """Triggers ``mode=keep`` runs through the REST API and turns their task instances into phases."""
+
+    def __init__(self, services, bench) -> None:
+        self.services, self.b = services, bench
+        self.client = services.client()
+        r = self.client.patch(f"/api/v2/dags/{DAG_ID}", json={"is_paused": False})
+        if r.status_code != 200:
+            raise RuntimeError(f"unpause: {r.status_code} {r.text}")
+
+    def run(self, row: dict) -> str:
+        conf = {"job": "dt", "mode": "keep", "backup_id": None, "datetime": None, "dry_run": False,
+                "accept_data_loss": False, "reason": "downtime bench"}
+        r = self.client.post(f"/api/v2/dags/{DAG_ID}/dagRuns", json={"logical_date": None, "conf": conf})
+        if r.status_code != 200:
+            raise RuntimeError(f"trigger: {r.status_code} {r.text}")
+        run_id = r.json()["dag_run_id"]
+        row["run_state"] = self.services.wait_for_run(self.client, DAG_ID, run_id, timeout=600, poll=1)
+        return run_id
+
+    def task_instances(self, run_id: str) -> dict[str, dict]:
+        got = self.client.get(f"/api/v2/dags/{DAG_ID}/dagRuns/{run_id}/taskInstances", params={"limit": 100})
+        return {t["task_id"]: t for t in got.json()["task_instances"]}
+
+    def xcom(self, run_id: str, task_id: str) -> dict:
+        got = self.client.get(f"/api/v2/dags/{DAG_ID}/dagRuns/{run_id}/taskInstances/{task_id}/xcomEntries/"
+                              "return_value", params={"deserialize": True})
+        if got.status_code != 200:
+            raise RuntimeError(f"xcom {task_id}: {got.status_code} {got.text}")
+        value = got.json()["value"]
+        return json.loads(value) if isinstance(value, str) else value
+
+    def restart(self) -> dict:
+        """One DAG ``keep`` restart of the running job; its downtime and phases in seconds."""
+        from downtime_bench import load_1m, log_files, wait_for
+
+        row: dict = {"kind": "dag", "mode": "keep", "load_1m": load_1m()}
+        run_id = self.run(row)
+        if row["run_state"] != "success":
+            raise RuntimeError(f"run {run_id}: {row['run_state']}\n{self.services.tail('scheduler')}")
+        tis = self.task_instances(run_id)
+        stop = self.xcom(run_id, "stop")
+        last = int(stop["last_committed"])
+        commits, offsets = log_files(self.b.ck), log_files(self.b.ck, "offsets")
+        first = min(b for b in offsets if b > last)
+        committed = wait_for("the new query's first batch committed", lambda: log_files(self.b.ck).get(first))
+        row.update(self.phases(tis, commits[last], offsets[first], committed))
+        row.update(last_batch=last, first_new_batch=first, stop_outcome=stop.get("outcome"),
+                   precopy=stop.get("precopy"), load_1m_end=load_1m())
+        return row
+
+    @staticmethod
+    def phases(tis: dict[str, dict], last_mtime: float, planned_at: float, committed: float) -> dict:
+        """The window split at the task instances' starts and ends: ``<task>_s`` is a task's run,
+        ``<task>_gap_s`` the wait before it since the previous task ended (Airflow's share)."""
+        out: dict = {"downtime_s": round(committed - last_mtime, 3)}
+        stop_end = epoch(tis["stop"]["end_date"])
+        out["stop_after_last_commit_s"] = round(stop_end - last_mtime, 3)
+        out["stop_task_s"] = round(stop_end - epoch(tis["stop"]["start_date"]), 3)
+        prev_end, airflow = stop_end, 0.0
+        for task in ("backup", ("reset", "restore"), "validate_after", "submit"):
+            group = [tis[t] for t in ((task,) if isinstance(task, str) else task)]
+            starts = [epoch(t["start_date"]) for t in group if t.get("start_date")]
+            ends = [epoch(t["end_date"]) for t in group if t.get("end_date")]
+            name = task if isinstance(task, str) else "reset_restore"
+            start, end = min(starts), max(ends)
+            out[f"{name}_gap_s"] = round(start - prev_end, 3)
+            out[f"{name}_s"] = round(end - start, 3)
+            airflow += start - prev_end
+            prev_end = end
+        out["airflow_gaps_s"] = round(airflow, 3)
+        out["driver_start_s"] = round(planned_at - prev_end, 3)
+        out["first_batch_s"] = round(committed - planned_at, 3)
+        return out
+
+
+def summary(rows: list[dict]) -> dict:
+    """Medians per kind, and each safe kind's median over the bare median."""
+    by: dict[str, list[dict]] = {}
+    for r in rows:
+        by.setdefault(r["kind"], []).append(r)
+    med = {k: statistics.median(r["downtime_s"] for r in v) for k, v in by.items()}
+    out = {"median_downtime_s": med}
+    if "bare" in med:
+        out["ratio_to_bare"] = {k: round(v / med["bare"], 3) for k, v in med.items() if k != "bare"}
+    if "dag" in by:
+        keys = [k for k in by["dag"][0] if k.endswith("_s") and k != "downtime_s"]
+        out["dag_median_phases_s"] = {k: statistics.median(r[k] for r in by["dag"]) for k in keys}
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=2, help="bare/cli/dag triples")
+    ap.add_argument("--pad", default="10M", help="padding state (0, 10M, 2G ...)")
+    ap.add_argument("--files-per-gb", type=int, default=10000)
+    ap.add_argument("--burst", type=int, default=50000, help="records produced before the first start")
+    ap.add_argument("--json", type=Path, default=REPO / ".cache" / "downtime-dag.json")
+    args = ap.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    logging.getLogger("airflow_kafka_spark").setLevel(logging.WARNING)
+    from devstack.broker import LocalBroker
+
+    with tempfile.TemporaryDirectory(prefix="downtime-dag-") as tmp, LocalBroker(Path(tmp) / "broker") as broker:
+        work = Path(tmp) / "run"
+        work.mkdir()
+        os.environ.update(airflow_env(work / "airflow", broker.bootstrap_servers))
+        result = one_run(work, broker.bootstrap_servers, args)
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(result, indent=1))
+    print(json.dumps(result["summary"], indent=1))
+    return 0
+
+
+def one_run(work: Path, bootstrap: str, args) -> dict:
+    import subprocess
+
+    from downtime_bench import Bench, du, pad, size_of, started_feed
+
+    from devstack.airflow_services import AirflowServices, sync_dags_folder
+    from devstack.topics import create_topic
+
+    create_topic(bootstrap, "dtdag", partitions=4)
+    b = Bench(work, bootstrap, "dtdag")    # writes the registry the DAG's form is parsed from
+    subprocess.run([str(Path(sys.executable).with_name("airflow")), "db", "migrate"], check=True,
+                   capture_output=True, env=os.environ)
+    sync_dags_folder(DAG_ID)
+    feed = started_feed(bootstrap, "dtdag", args.burst)
+    services = AirflowServices(work / "airflow", work)
+    rows: list[dict] = []
+    try:
+        services.start_api_server()
+        services.start("scheduler")
+        services.start("triggerer")
+        dag = DagRestarts(services, b)
+        b.submit()
+        b.running_with_batches(3)
+        if size_of(args.pad):
+            b.stop()
+            pad(b.ck, size_of(args.pad), max(1, round(args.files_per_gb * size_of(args.pad) / (1 << 30))))
+            b.submit()
+        files, size = du(b.ck)
+        kinds = ("bare", "cli", "dag")
+        for i in range(args.rounds):
+            for kind in kinds[i % 3:] + kinds[:i % 3]:
+                b.running_with_batches(2)
+                row = dag.restart() if kind == "dag" else b.restart("safe" if kind == "cli" else "bare")
+                row["kind"] = kind
+                log.info("%s", json.dumps(row))
+                rows.append(row)
+        b.stop()
+    finally:
+        feed.stop.set()
+        with contextlib.suppress(Exception):
+            b.stop()
+        services.stop()
+    return {"pad": args.pad, "checkpoint_files": files, "checkpoint_bytes": size, "restarts": rows,
+            "summary": summary(rows)}
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
