@@ -236,10 +236,12 @@ class Bench:
 
         t = time.monotonic()
         out = start_stop.stop_job(self.spec, target=lambda: spark_target(self.spec), actor="bench", log=log)
+        returned = time.time()
         row["stop_s"], row["stop_outcome"] = round(time.monotonic() - t, 3), out["outcome"]
         if out["outcome"] not in ("STOPPED", "STOPPED_MID_BATCH"):
             raise RuntimeError(f"stop: {out}")
         commits = log_files(self.ck)
+        row["stop_after_last_commit_s"] = round(returned - commits[max(commits)], 3)
         return max(commits), commits[max(commits)]
 
     def command(self, row: dict, name: str, argv: list[str], ok: tuple[int, ...] = (0,)) -> str:

@@ -10,8 +10,8 @@ do (a dry run of the core's own command, so the numbers are the core's) and deci
   runbook script): no pause, recorded as ``pre-approved`` by the run's triggering user, no bound.
 * Otherwise the task waits in Airflow's ``awaiting_input`` state (Required actions page, or
   ``PATCH .../taskInstances/approve/-1/hitlDetails``). **Approve** passes ``accept_data_loss`` and
-  the bound (``max_records_skipped``) to the reset; **Reject** skips every changing step (stop,
-  backup, reset/restore, validate_after, submit, health_gate), so nothing is changed; ``finish``
+  the bound (``max_records_skipped``) to the reset; **Reject** skips every changing step (stop
+  and its backup, reset/restore, submit with its validation, health_gate), so nothing is changed; ``finish``
   still writes the audit entry (outcome ``REJECTED``, with the approver and the comment).
 
 The decision is pushed as XCom ``approval`` (and ``accept_data_loss`` / ``max_records_skipped``

@@ -1,7 +1,8 @@
 """The three tasks that make the ``streaming_safe_restart`` DAG more than a chain of operators.
 
-The DAG is validate → stop → backup → (reset | restore) → validate → submit → health gate, built
-from the generic operators. What a plain chain cannot do is done here:
+The DAG is validate → stop and backup → (reset | restore) → validate and submit → health gate, built
+from the generic operators (the two tasks inside the downtime window are
+:mod:`airflow_kafka_spark.operators.restart_window`). What a plain chain cannot do is done here:
 
 * :class:`SafeRestartPlanOperator` (first task) turns the trigger form into a plan: which action
   the mode means (``auto`` compares the registry's ``compatibility_version`` with the one recorded
@@ -54,6 +55,7 @@ from airflow_kafka_spark.lifecycle.model import RECORD_SUFFIX
 from airflow_kafka_spark.lifecycle.record import LifecycleRecord
 from airflow_kafka_spark.operators._common import StreamingJobOperator
 from airflow_kafka_spark.operators.approval import APPROVAL_KEY, APPROVAL_TIMEOUT
+from airflow_kafka_spark.operators.restart_window import BACKUP_KEY, VERDICT_KEY
 from airflow_kafka_spark.operators.streaming import driver_alive, stop_job, submit_job
 from airflow_kafka_spark.registry.model import JobSpec
 from airflow_kafka_spark.runtime import probe, safe_restart, submit
@@ -78,11 +80,10 @@ from airflow_kafka_spark.runtime.restart_steps import (
 
 RUN_LEASE_SUFFIX = ".safe-restart" + RECORD_SUFFIX
 # Task ids of the DAG, shared by the DAG file and these operators.
-PLAN, VALIDATE_BEFORE, APPROVE, STOP, BACKUP, RESET, RESTORE, VALIDATE_AFTER, SUBMIT, HEALTH_GATE, ROLLBACK, FINISH = (
-    "plan", "validate_before", "approve", "stop", "backup", "reset", "restore", "validate_after", "submit",
-    "health_gate", "rollback", "finish")
+PLAN, VALIDATE_BEFORE, APPROVE, STOP, RESET, RESTORE, SUBMIT, HEALTH_GATE, ROLLBACK, FINISH = (
+    "plan", "validate_before", "approve", "stop", "reset", "restore", "submit", "health_gate", "rollback", "finish")
 PLAN_KEYS = ("dry_run", "tolerate_block", "reset_mode", "to_datetime", "accept_data_loss", "restore_backup_id")
-CHANGE_STEPS = (STOP, BACKUP, RESET, RESTORE, VALIDATE_AFTER, SUBMIT, HEALTH_GATE)
+CHANGE_STEPS = (STOP, RESET, RESTORE, SUBMIT, HEALTH_GATE)
 
 
 def decide(mode: str, *, registry_compat: str, recorded_compat: str | None, backup_id: str | None = None,
@@ -209,12 +210,12 @@ class SafeRestartRollbackOperator(StreamingJobOperator):
         failed = [t for t in CHANGE_STEPS if states.get(t) == "failed"]
         if not failed:
             raise AirflowSkipException("no step failed")
-        if states.get(STOP) != "success":
+        if _pull(context, STOP) is None:   # the stop task's result is pushed once the driver is gone
             raise AirflowSkipException("the run failed before the job was stopped: nothing to roll back")
         _, spec = self.load()
         sub = from_xcom(SubmittedDriver, _pull(context, SUBMIT))
         stopped = None if sub is None else stop_job(spec, context=context, log=self.log, only_driver_id=sub.id)
-        restored = dict(steps_for(spec).rollback(spec, context, _pull(context, BACKUP) or {}, self.log))
+        restored = dict(steps_for(spec).rollback(spec, context, _pull(context, STOP, BACKUP_KEY) or {}, self.log))
         notes = list(restored.pop("notes"))
         resubmitted = None
         if not plan.was_running:
@@ -282,8 +283,9 @@ class SafeRestartFinishOperator(StreamingJobOperator):
             outcome=outcome, job=str(self.job), who=(plan.asked.who if plan else None) or who(context),
             reason=(plan.asked.reason if plan else None) or optional_text(self.reason), plan=plan,
             dry_run=bool(plan and plan.dry_run), run=run_holder(context),
-            verdicts=(_verdict_of(context, VALIDATE_BEFORE), _verdict_of(context, VALIDATE_AFTER)),
-            backup_id=getattr(from_xcom(BackupTaken, _pull(context, BACKUP)), "backup_id", None),
+            verdicts=(_verdict_of(context, VALIDATE_BEFORE), from_xcom(VerdictSummary, _pull(context, SUBMIT,
+                                                                                               VERDICT_KEY))),
+            backup_id=getattr(from_xcom(BackupTaken, _pull(context, STOP, BACKUP_KEY)), "backup_id", None),
             reset=from_xcom(ChangeSummary, _pull(context, RESET)),
             restore=from_xcom(ChangeSummary, _pull(context, RESTORE)),
             stop=from_xcom(StopSummary, _pull(context, STOP)),

@@ -144,7 +144,7 @@ def test_rejected_changes_nothing_and_the_audit_names_who_rejected(stack):
     assert f"**{skipped:,}**" in responder.asked["body"] and "records skipped" in responder.asked["body"]
     assert r.state == "success", r.states
     assert r.states["approve"] == "success"
-    for step in ("stop", "backup", "reset", "restore", "validate_after", "submit", "health_gate", "rollback"):
+    for step in ("stop", "reset", "restore", "submit", "health_gate", "rollback"):
         assert r.states[step] == "skipped", (step, r.states)
     assert (tree(ck), tree(backups)) == before                   # checkpoint and backups byte for byte
     rec = LifecycleRecord.load(str(ck))

@@ -212,7 +212,7 @@ def test_block_verdict_stops_the_run_before_anything_changes(stack, capfd):
     r = stack.run(stack.conf("auto", job=BLOCKED_JOB), "BLOCK verdict")
     assert r.state == "failed"
     assert r.states["plan"] == "success" and r.states["validate_before"] == "failed"
-    for step in ("stop", "backup", "validate_after", "submit", "health_gate"):
+    for step in ("stop", "submit", "health_gate"):
         assert r.states[step] == "upstream_failed", (step, r.states)
     assert r.states["reset"] == r.states["restore"] == "skipped"   # auto → keep: the plan skipped both at once
     assert r.states["rollback"] == "skipped" and r.states["finish"] == "failed"
@@ -272,10 +272,10 @@ def test_keep_mode_restarts_on_the_same_checkpoint_and_the_sink_is_exact(stack, 
     stop = r.xcom("stop")
     assert stop["outcome"] == "STOPPED" and stop["graceful"] and not stop["killed"]
     assert stop["driver"]["id"] == old_driver.id and not drivers.local_alive(old_driver)
-    assert r.xcom("backup")["backup_id"]
+    assert r.xcom("stop", "backup")["backup_id"]
     # The backup was pre-copied while the old driver ran: the backup after the stop took from the
     # pre-copy every file not already in the previous backup, and read only what came after it.
-    pre, backup = stop["precopy"], r.xcom("backup")
+    pre, backup = stop["precopy"], r.xcom("stop", "backup")
     assert "error" not in pre and pre["files"] > 0
     assert pre["passes"] and "passes_during_stop" in pre and "error_during_stop" not in pre
     assert backup["files_from_precopy"] > 0
@@ -288,7 +288,7 @@ def test_keep_mode_restarts_on_the_same_checkpoint_and_the_sink_is_exact(stack, 
     audit = entry["details"]
     assert entry["actor"]                                    # who triggered it (dag.test: "dag_test")
     assert (audit["outcome"], audit["mode"], audit["action"]) == ("SUCCESS", "keep", "keep")
-    assert audit["backup_id"] == r.xcom("backup")["backup_id"] and audit["reason"] == "test keep"
+    assert audit["backup_id"] == r.xcom("stop", "backup")["backup_id"] and audit["reason"] == "test keep"
     assert audit["offsets_before"] and audit["offsets_after"] != audit["offsets_before"]
     assert audit["verdict_before"]["verdict"] in ("PASS", "WARN") and audit["verdict_after"]["verdict"]
     stack.wait_caught_up()
@@ -340,7 +340,7 @@ def test_auto_with_a_checkpoint_breaking_change_resets_preserve_and_the_sink_sta
         stack.topic: {str(tp.partition): o for tp, o in old.latest_committed.kafka_offsets.items()}}
     assert reset["plan"]["totals"]["skipped"] == 0 and reset["plan"]["totals"]["replayed"] == 0
     # the reset adopted the backup task's verified backup of the stopped checkpoint (ops/backup/adopt.py)
-    assert reset["backup_adopted"] is True and reset["backup_id"] == r.xcom("backup")["backup_id"], \
+    assert reset["backup_adopted"] is True and reset["backup_id"] == r.xcom("stop", "backup")["backup_id"], \
         reset["backup_note"]
     after = read_checkpoint(str(stack.checkpoint))
     assert after.query_id != before.query_id
@@ -366,7 +366,7 @@ def test_a_broken_build_is_rolled_back_to_the_previous_application(stack):
         assert r.states["health_gate"] == "upstream_failed" and r.states["rollback"] == "success"
         assert r.states["finish"] == "failed"
         rollback = r.xcom("rollback")
-        backup_id = r.xcom("backup")["backup_id"]
+        backup_id = r.xcom("stop", "backup")["backup_id"]
         assert rollback["failed_steps"] == ["submit"] and rollback["restored_backup_id"] == backup_id
         resubmitted = rollback["resubmitted"]
         assert resubmitted["previous"] is True and resubmitted["application_args"] == V2_ARGS
@@ -405,7 +405,7 @@ def test_restore_of_a_named_backup(stack):
     assert r.states["reset"] == "skipped" and r.states["restore"] == "success"
     restore = r.xcom("restore")
     assert restore["restored"] is True and restore["backup_id"] == backup_id
-    assert r.rendered["backup"]["keep_backup_id"] == backup_id   # the run's own backup never prunes it first
+    assert r.rendered["stop"]["keep_backup_id"] == backup_id   # the run's own backup never prunes it first
     assert restore["pre_restore_backup_id"]            # the checkpoint it replaced was backed up first
     rec = stack.record()
     (event,) = [e for e in events(rec, "checkpoint_restored") if e["details"]["backup_id"] == backup_id

@@ -164,11 +164,11 @@ def test_safe_restart_dag_through_a_recompile(
         assert stop["outcome"] == "STOPPED" and stop["graceful"] and not stop["killed"]
         v1_batches = [s for s in dstream_job.statuses(v1_log) if s["event"] == "batch"]
         assert any(s["event"] == "stopped" for s in dstream_job.statuses(v1_log)), "v1 ended by its graceful stop"
-        backup = r.xcom("backup")
+        backup = r.xcom("stop", "backup")
         assert backup["checkpoint_copy"] and backup["recorded_build"] == jar_digest(str(v1_jar))
         assert backup["aside_location"] and read_state(backup["aside_location"]).files
         assert r.states["reset"] == r.states["restore"] == "skipped"  # same compatibility_version: no reset
-        after = r.xcom("validate_after")
+        after = r.xcom("submit", "verdict")
         announced, exact = after["records_to_replay"], after["replay_exact"]
         assert exact and after["duplicates_expected"] == announced == backup["records_to_replay"]
 
@@ -202,11 +202,11 @@ def test_safe_restart_dag_through_a_recompile(
         assert "exited before Spark started" in r2.xcom("finish", "failure")
         rollback = r2.xcom("rollback")
         assert rollback["failed_steps"] == ["submit"]
-        assert rollback["restored_dstream_backup"] == r2.xcom("backup")["dstream_backup"]
+        assert rollback["restored_dstream_backup"] == r2.xcom("stop", "backup")["dstream_backup"]
         assert rollback["resubmitted"]["previous"] is True and rollback["resubmitted"]["application_args"] == GOOD_ARGS
         rec = LifecycleRecord.load(spec.checkpoint)
         assert drivers.local_alive(rec.driver) and str(rec.driver.id) == str(rollback["resubmitted"]["driver"]["id"])
-        after2 = r2.xcom("validate_after")
+        after2 = r2.xcom("submit", "verdict")
         announced2, exact2 = after2["duplicates_expected"], after2["replay_exact"]
         write(v2_jar)  # the fix: back to the good arguments
 

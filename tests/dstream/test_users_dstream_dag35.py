@@ -76,7 +76,7 @@ def test_the_safe_restart_dag_restarts_a_users_dstream_jar_on_spark_35(
         assert r.state == "success", (r.states, r.xcom("finish", "failure"))
         stop = r.xcom("stop")
         processed = ud.check_stop_witness(stop)   # the first driver's report, as the stop step kept it
-        after, backup = r.xcom("validate_after"), r.xcom("backup")
+        after, backup = r.xcom("submit", "verdict"), r.xcom("stop", "backup")
         announced = after["records_to_replay"]
         assert after["replay_exact"] and after["duplicates_expected"] == 0 and announced == backup["records_to_replay"]
         committed = {(t, p): o for t, p, o in backup["group_offsets"]}

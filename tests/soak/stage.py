@@ -17,7 +17,7 @@ DAG_ID = "streaming_safe_restart_soak"
 JOB = "soak"
 PARTITIONS = 2
 RATE = 20  # records a second, for the whole soak
-BASE_OPS = ["plan", "validate_before", "approve", "stop", "backup", "validate_after", "submit", "health_gate", "finish"]
+BASE_OPS = ["plan", "validate_before", "approve", "stop", "submit", "health_gate", "finish"]
 MODE_OPS = {"keep": BASE_OPS, "auto": [*BASE_OPS, "reset"], "restore": [*BASE_OPS, "restore"]}
 
 

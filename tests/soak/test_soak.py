@@ -184,7 +184,7 @@ class Soak:
             self.era_backups = []  # the checkpoint is this run's backup again: restore only what a later keep takes
             self.job_down = False
             return
-        backup = self.xcom(run_id, "backup")
+        backup = self.xcom(run_id, "stop", "backup")
         if mode == "auto" and states.get("reset") == "success":
             self.era_backups = []
             self.fig.announced += announced(self.xcom(run_id, "reset"))
@@ -224,9 +224,9 @@ class Soak:
             time.sleep(2)
         pytest.fail(f"run {run_id} did not end in {timeout:.0f}s:\n{self.services.tail('scheduler')}")
 
-    def xcom(self, run_id: str, task: str) -> dict:
+    def xcom(self, run_id: str, task: str, key: str = "return_value") -> dict:
         r = self.get(
-            f"/api/v2/dags/{DAG_ID}/dagRuns/{run_id}/taskInstances/{task}/xcomEntries/return_value",
+            f"/api/v2/dags/{DAG_ID}/dagRuns/{run_id}/taskInstances/{task}/xcomEntries/{key}",
             deserialize=True,
             stringify=False,
         )

@@ -18,7 +18,7 @@ from airflow_kafka_spark.registry.model import JobSpec
 
 @dataclass(frozen=True)
 class ValidateStep:
-    """``validate_before``/``validate_after``: judge the job's position against Kafka."""
+    """``validate_before``, and the submit's judgement before it starts: the job's position against Kafka."""
 
     override: bool
     dry_run: bool
@@ -30,7 +30,7 @@ class ValidateStep:
 
 @dataclass(frozen=True)
 class BackupStep:
-    """``backup``: a verified copy of what holds the job's position (the job is stopped)."""
+    """The stop task's backup: a verified copy of what holds the job's position (the job is stopped)."""
 
     dry_run: bool
     reason: str | None = None

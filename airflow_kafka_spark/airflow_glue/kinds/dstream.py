@@ -7,10 +7,10 @@ log, Spark's commits) would judge, back up or reset the wrong thing. So each ope
 :mod:`airflow_kafka_spark.airflow_glue.kinds`), which resolves the Airflow things (Kafka connection,
 trigger form, who acts) and calls :mod:`airflow_kafka_spark.runtime.dstream`:
 
-* ``validate_before``/``validate_after`` → :func:`validate_step`: the group against Kafka and the DStream
-  checkpoint against the build being deployed. After the graceful stop the replay it announces is
-  exact when the stopped driver's log names its last ranges (Spark's KafkaRDD lines), an upper bound
-  otherwise; ``duplicates_expected`` is 0 with an idempotent sink.
+* ``validate_before`` and the submit's judgement before it starts → :func:`validate_step`: the group
+  against Kafka and the DStream checkpoint against the build being deployed. After the graceful stop
+  the replay it announces is exact when the stopped driver's log names its last ranges (Spark's
+  KafkaRDD lines), an upper bound otherwise; ``duplicates_expected`` is 0 with an idempotent sink.
 * ``stop``: the generic graceful stop (the job's stop marker), unchanged.
 * ``backup`` → :func:`backup_step`: the group's committed offsets and a copy of the DStream checkpoint;
   then, on a new build (the checkpoint's recorded build is not the registry's jar; ``auto`` and the
