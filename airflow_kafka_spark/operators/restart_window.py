@@ -15,7 +15,8 @@ two tasks, not four:
 * :class:`SafeRestartSubmitOperator`: the **validation** of what the new driver will start from,
   then the submit, in the same task; the verdict is the ``verdict`` XCom key, and a BLOCK fails
   the task before anything starts. A retry of a task whose first try already started its driver
-  adopts that driver without judging again (the first try judged it before starting it).
+  adopts that driver without judging again (the first try judged it before starting it); a first
+  try killed while it held the record's lease left a lease the judgement counts as this task's own.
 
 ``reset`` and ``restore`` stay tasks of their own between the two: they change the checkpoint,
 need the approval before them, and the plan skips them when the run takes neither.
@@ -89,14 +90,15 @@ class SafeRestartSubmitOperator(SubmitStreamingJobOperator):
 
     def run(self, context: Any) -> dict[str, Any]:
         _, spec = self.load()
+        holder = task_holder(context)   # the submit's lease holder: its own killed try's lease is not "another run"
         record = LifecycleRecord.load(spec.checkpoint)
-        if record is not None and own_submission(record, task_holder(context)) is not None:
+        if record is not None and own_submission(record, holder) is not None:
             self.log.info("job %s: this task's earlier try judged and started the recorded driver; adopting it",
                           spec.name)
         else:
             step = ValidateStep(override=flag(self.override, name="override"), dry_run=flag(self.dry_run,
                                 name="dry_run"), reason=optional_text(self.reason),
-                                kafka_timeout_s=self.kafka_timeout_s)
+                                kafka_timeout_s=self.kafka_timeout_s, owner=holder)
             context["ti"].xcom_push(key=VERDICT_KEY, value=steps_for(spec).validate(spec, context, step, self.log))
         return super().run(context)
 

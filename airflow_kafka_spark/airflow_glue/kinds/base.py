@@ -26,6 +26,9 @@ class ValidateStep:
     #: None: a first start (no checkpoint and no application ever passed a gate) expects a new query
     expect_new_checkpoint: bool | None = None
     kafka_timeout_s: float = 10.0
+    #: the lease holder that is not "someone else": the submit task judging before it starts, whose own
+    #: earlier try may have been killed while it held the record's lease
+    owner: str | None = None
 
 
 @dataclass(frozen=True)

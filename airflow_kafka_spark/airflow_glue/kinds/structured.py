@@ -10,6 +10,7 @@ output never holds the Kafka config) and failures into one line.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
@@ -57,7 +58,8 @@ class StructuredSteps:
         expect_new = step.expect_new_checkpoint
         if expect_new is None:
             expect_new = not state.exists and last_good_app(record) is None
-        options = DeployOptions.for_job(spec, new_query=not state.exists, expect_new_checkpoint=expect_new)
+        options = dataclasses.replace(DeployOptions.for_job(spec, new_query=not state.exists,
+                                                            expect_new_checkpoint=expect_new), owner=step.owner)
         verdict = validate(checkpoint_location=spec.checkpoint, kafka_config=kafka_config(spec), options=options,
                            timeout=step.kafka_timeout_s, record_identity=not step.dry_run, job_name=spec.name)
         result = {"job": spec.name, **verdict.to_dict(), "position": position(spec),
