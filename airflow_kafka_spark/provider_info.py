@@ -60,6 +60,7 @@ def get_provider_info() -> dict[str, Any]:
                     "airflow_kafka_spark.operators.checkpoint",
                     "airflow_kafka_spark.operators.probe",
                     "airflow_kafka_spark.operators.links",
+                    "airflow_kafka_spark.operators.restart_window",
                     "airflow_kafka_spark.operators.safe_restart",
                     "airflow_kafka_spark.operators.streaming",
                 ],

@@ -21,6 +21,11 @@ file's mtime, as in the other downtime benches. The last batch of the old query 
 ``last_committed`` (its XCom). The job is the reference job with ``--stateful dedup`` on RocksDB;
 ``--pad`` adds padding state files as ``downtime_bench.py`` does.
 
+``--mode preserve``: each restart deploys the other build of ``downtime_preserve.py`` with the next
+``compatibility_version`` (a checkpoint-breaking change), as that bench does for ``bare`` and ``cli``;
+the DAG run is ``mode=auto``, which resets ``preserve`` (stop and backup, reset, submit), and the
+window ends at the new query's first batch (batch 0 of the fresh checkpoint).
+
 With ``--yarn`` the job runs in YARN cluster mode on the devstack's minicluster, its checkpoint,
 backups and sink on HDFS, as in ``downtime_yarn.py`` (no padding there).
 
@@ -76,8 +81,8 @@ class DagRestarts:
         if r.status_code != 200:
             raise RuntimeError(f"unpause: {r.status_code} {r.text}")
 
-    def run(self, row: dict) -> str:
-        conf = {"job": "dt", "mode": "keep", "backup_id": None, "datetime": None, "dry_run": False,
+    def run(self, row: dict, mode: str) -> str:
+        conf = {"job": "dt", "mode": mode, "backup_id": None, "datetime": None, "dry_run": False,
                 "accept_data_loss": False, "reason": "downtime bench"}
         r = self.client.post(f"/api/v2/dags/{DAG_ID}/dagRuns", json={"logical_date": None, "conf": conf})
         if r.status_code != 200:
@@ -98,23 +103,32 @@ class DagRestarts:
         value = got.json()["value"]
         return json.loads(value) if isinstance(value, str) else value
 
-    def restart(self) -> dict:
-        """One DAG ``keep`` restart of the running job; its downtime and phases in seconds."""
+    def restart(self, mode: str = "keep") -> dict:
+        """One DAG restart of the running job, ``keep``, or ``preserve`` (``mode=auto`` after the registry's
+        build and ``compatibility_version`` changed); its downtime and phases in seconds."""
         from downtime_bench import load_1m, log_files, wait_for
+        from downtime_preserve import remove
 
-        row: dict = {"kind": "dag", "mode": "keep", "load_1m": load_1m()}
-        run_id = self.run(row)
+        row: dict = {"kind": "dag", "mode": mode, "load_1m": load_1m()}
+        run_id = self.run(row, "keep" if mode == "keep" else "auto")
         if row["run_state"] != "success":
             raise RuntimeError(f"run {run_id}: {row['run_state']}\n{self.services.tail('scheduler')}")
         tis = self.task_instances(run_id)
         stop = self.xcom(run_id, "stop")
-        last = int(stop["last_committed"])
-        commits, offsets = log_files(self.b.ck), log_files(self.b.ck, "offsets")
-        first = min(b for b in offsets if b > last)
+        last, old, after = int(stop["last_committed"]), self.b.ck, int(stop["last_committed"])
+        if mode != "keep":   # the old query's files are where the reset moved them; the new query starts at 0
+            reset = self.xcom(run_id, "reset")
+            old, after = reset["aside_location"], -1
+            row["reset_backup_adopted"] = reset.get("backup_adopted")
+        last_mtime = log_files(old)[last]
+        offsets = log_files(self.b.ck, "offsets")
+        first = min(b for b in offsets if b > after)
         committed = wait_for("the new query's first batch committed", lambda: log_files(self.b.ck).get(first))
-        row.update(self.phases(tis, commits[last], offsets[first], committed))
+        row.update(self.phases(tis, last_mtime, offsets[first], committed))
         row.update(last_batch=last, first_new_batch=first, stop_outcome=stop.get("outcome"),
                    precopy=stop.get("precopy"), load_1m_end=load_1m())
+        if old != self.b.ck:
+            remove(old)
         return row
 
     @staticmethod
@@ -173,6 +187,7 @@ def main() -> int:
     ap.add_argument("--pad", default="10M", help="padding state (0, 10M, 2G ...)")
     ap.add_argument("--files-per-gb", type=int, default=10000)
     ap.add_argument("--burst", type=int, default=50000, help="records produced before the first start")
+    ap.add_argument("--mode", choices=("keep", "preserve"), default="keep")
     ap.add_argument("--yarn", action="store_true", help="the job on the devstack's YARN, its checkpoint on HDFS")
     ap.add_argument("--json", type=Path, default=REPO / ".cache" / "downtime-dag.json")
     args = ap.parse_args()
@@ -234,16 +249,19 @@ def one_run(work: Path, bootstrap: str, args, bench_kw: dict) -> dict:
         dag = DagRestarts(services, b)
         b.submit()
         b.running_with_batches(3)
-        if size_of(args.pad) and not bench_kw:   # local padding only (downtime_yarn.py pads on HDFS)
+        pad_to = (size_of(args.pad), max(1, round(args.files_per_gb * size_of(args.pad) / (1 << 30)))) \
+            if size_of(args.pad) and not bench_kw else (0, 0)   # local padding only (downtime_yarn.py pads HDFS)
+        if args.mode == "keep" and pad_to[0]:
             b.stop()
-            pad(b.ck, size_of(args.pad), max(1, round(args.files_per_gb * size_of(args.pad) / (1 << 30))))
+            pad(b.ck, *pad_to)
             b.submit()
         files, size = du(b.ck)
+        restart = keep_restart(b, dag) if args.mode == "keep" else preserve_restart(b, dag, pad_to)
         kinds = ("bare", "cli", "dag")
         for i in range(args.rounds):
             for kind in kinds[i % 3:] + kinds[:i % 3]:
                 b.running_with_batches(2)
-                row = dag.restart() if kind == "dag" else b.restart("safe" if kind == "cli" else "bare")
+                row = restart(kind)
                 row["kind"] = kind
                 log.info("%s", json.dumps(row))
                 rows.append(row)
@@ -253,8 +271,34 @@ def one_run(work: Path, bootstrap: str, args, bench_kw: dict) -> dict:
         with contextlib.suppress(Exception):
             b.stop()
         services.stop()
-    return {"pad": args.pad, "checkpoint_files": files, "checkpoint_bytes": size, "restarts": rows,
-            "summary": summary(rows)}
+    return {"mode": args.mode, "pad": args.pad, "checkpoint_files": files, "checkpoint_bytes": size,
+            "restarts": rows, "summary": summary(rows)}
+
+
+def keep_restart(b, dag: DagRestarts):
+    return lambda kind: dag.restart() if kind == "dag" else b.restart("safe" if kind == "cli" else "bare")
+
+
+def preserve_restart(b, dag: DagRestarts, pad_to: tuple[int, int]):
+    """Each restart deploys the other build with the next ``compatibility_version`` (``downtime_preserve.py``'s
+    builds): ``bare`` and ``cli`` as that bench makes them, ``dag`` as a ``mode=auto`` run (reset ``preserve``)."""
+    from downtime_bench import pad
+    from downtime_preserve import BUILDS, promote, restart_preserve
+
+    b.write_registry(BUILDS[0], compat="1")
+    promote(b)   # the running build passed its gate: auto compares the registry with it
+    count = iter(range(10**6))
+
+    def restart(kind: str) -> dict:
+        n = next(count)
+        if kind != "dag":
+            return restart_preserve(b, "safe" if kind == "cli" else "bare", n, pad_to)
+        if pad_to[0]:
+            pad(b.ck, *pad_to)
+        b.write_registry(BUILDS[(n + 1) % 2], compat=str(n + 2))
+        return dag.restart("preserve")
+
+    return restart
 
 
 if __name__ == "__main__":
