@@ -107,7 +107,7 @@ class DagRestarts:
         """One DAG restart of the running job, ``keep``, or ``preserve`` (``mode=auto`` after the registry's
         build and ``compatibility_version`` changed); its downtime and phases in seconds."""
         from downtime_bench import load_1m, log_files, wait_for
-        from downtime_preserve import remove
+        from downtime_preserve import account, committed_offsets, end_offsets, remove, start_offsets
 
         row: dict = {"kind": "dag", "mode": mode, "load_1m": load_1m()}
         run_id = self.run(row, "keep" if mode == "keep" else "auto")
@@ -128,6 +128,9 @@ class DagRestarts:
         row.update(last_batch=last, first_new_batch=first, stop_outcome=stop.get("outcome"),
                    precopy=stop.get("precopy"), load_1m_end=load_1m())
         if old != self.b.ck:
+            # Records lost or read twice across the reset: the old query's committed end against the new start.
+            row.update(account(committed_offsets(old), start_offsets(self.b.ck), end_offsets(self.b.bootstrap,
+                                                                                            self.b.topic)))
             remove(old)
         return row
 
@@ -204,6 +207,8 @@ def main() -> int:
         os.environ.update(airflow_env(work / "airflow", broker.bootstrap_servers))
         result = one_run(work, broker.bootstrap_servers, args, bench_kw)
         result["where"] = "yarn+hdfs" if args.yarn else "local"
+        # A deployment's scheduler setting (Airflow's default 1 s), when the caller's environment sets it.
+        result["scheduler_idle_sleep_time"] = os.environ.get("AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME", "1")
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(result, indent=1))
     print(json.dumps(result["summary"], indent=1))
