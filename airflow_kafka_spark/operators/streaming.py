@@ -19,7 +19,8 @@ boundary (last ``offsets/`` == last ``commits/``); only after the registry's ``s
 it kill the driver through its cluster manager, and then it reports ``STOPPED_MID_BATCH`` and the
 batch Spark will replay.
 
-With ``precopy_backup`` (the safe-restart DAG, whose next step is a verified backup) the stop first
+With ``precopy_backup`` (a verified backup follows the stop; the safe-restart DAG's stop task takes
+it itself, :mod:`airflow_kafka_spark.operators.restart_window`) the stop first
 takes the backup's *pre-copy* while the driver still runs (``ops.backup.precopy``), in passes until
 one is quick, and more passes beside the stop's wait for a batch boundary while the driver runs
 (``runtime.stop_precopy``): the state files are copied and hashed before the stream stands still,
