@@ -5,7 +5,7 @@ way the DAG's tasks call them. A user of the ``streaming_safe_restart`` DAG also
 after each task the scheduler must see it finish, queue the next one, and the LocalExecutor start a
 task process that parses the DAG file. This bench measures that, with Airflow's own components
 (``airflow api-server``, ``scheduler`` with the LocalExecutor, ``triggerer``; SQLite) and the DAG
-from ``dags/``, triggered through the REST API as the UI does, ``mode=keep``.
+from ``dags/``, triggered through the REST API as the UI does (``mode=keep``; ``auto`` for ``--mode preserve``).
 
 Three restarts of the same running job alternate (bare, cli, dag; then rotated), each once the
 job has two new batches:
@@ -14,7 +14,8 @@ job has two new batches:
 * **cli**: the same stop with the pre-copy, ``aks backup`` and ``aks validate``, then the submit
   (``Bench.restart("safe")``, as in ``downtime_bench.py``);
 * **dag**: a DAG run. Its phases come from the task instances the REST API reports: each task's
-  run time, and the gap before it (the previous task's end to its start: Airflow's share).
+  run time and start, and ``airflow_idle_s``, the time after the stop task during which no task of
+  the run was running (Airflow's share).
 
 **Downtime** = the old query's last ``commits/N`` mtime to the new query's first new ``commits/``
 file's mtime, as in the other downtime benches. The last batch of the old query is the stop task's
@@ -72,7 +73,7 @@ def epoch(iso: str | None) -> float | None:
 
 
 class DagRestarts:
-    """Triggers ``mode=keep`` runs through the REST API and turns their task instances into phases."""
+    """Triggers runs through the REST API and turns their task instances into phases."""
 
     def __init__(self, services, bench) -> None:
         self.services, self.b = services, bench

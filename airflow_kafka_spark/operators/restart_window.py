@@ -58,10 +58,10 @@ class SafeRestartStopOperator(StopStreamingJobOperator):
         self.seal_key_conn_id = seal_key_conn_id
 
     def run(self, context: Any) -> dict[str, Any]:
-        stopped = super().run(context)
+        _, spec = self.load()
+        stopped = self.stop_spec(spec, context)
         ti = context["ti"]
         ti.xcom_push(key="return_value", value=stopped)   # the stop happened, whatever the backup does next
-        _, spec = self.load()
         step = BackupStep(dry_run=flag(self.dry_run, name="dry_run"), reason=optional_text(self.backup_reason),
                           missing_ok=True, seal_key=seal_key_from_connection(self.seal_key_conn_id),
                           keep_backup_id=optional_text(self.keep_backup_id))
@@ -100,7 +100,7 @@ class SafeRestartSubmitOperator(SubmitStreamingJobOperator):
                                 name="dry_run"), reason=optional_text(self.reason),
                                 kafka_timeout_s=self.kafka_timeout_s, owner=holder)
             context["ti"].xcom_push(key=VERDICT_KEY, value=steps_for(spec).validate(spec, context, step, self.log))
-        return super().run(context)
+        return self.submit_spec(spec, context)
 
 
 __all__ = ["BACKUP_KEY", "VERDICT_KEY", "SafeRestartStopOperator", "SafeRestartSubmitOperator"]

@@ -173,7 +173,7 @@ class SafeRestartPlanOperator(StreamingJobOperator):
 
         Why: a task started after the stop only to skip itself costs a scheduler round trip and a task
         process inside the downtime window (about 1.5 s a run, bench/downtime_dag.py). Skipped here, the
-        scheduler never starts them; ``validate_after`` waits for ``backup`` through its own edge.
+        scheduler never starts them; ``submit`` waits for ``stop`` through its own edge.
         """
         doc = super().execute(context)
         untaken = [task for task, key in ((RESET, "reset_mode"), (RESTORE, "restore_backup_id")) if not doc[key]]

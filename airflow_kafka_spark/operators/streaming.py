@@ -83,7 +83,10 @@ class SubmitStreamingJobOperator(StreamingJobOperator):
         self.lease_ttl_s = lease_ttl_s
 
     def run(self, context: Any) -> dict[str, Any]:
-        _, spec = self.load()
+        return self.submit_spec(self.load()[1], context)
+
+    def submit_spec(self, spec: JobSpec, context: Any) -> dict[str, Any]:
+        """The submit of ``spec`` (already read from the registry: a subclass that judges first reads it once)."""
         return submit_job(spec, context=context, log=self.log, previous=flag(self.previous, name="previous"),
                           dry_run=flag(self.dry_run, name="dry_run"), lease_ttl_s=self.lease_ttl_s)
 
@@ -117,7 +120,10 @@ class StopStreamingJobOperator(StreamingJobOperator):
         self.precopy_backup = precopy_backup
 
     def run(self, context: Any) -> dict[str, Any]:
-        _, spec = self.load()
+        return self.stop_spec(self.load()[1], context)
+
+    def stop_spec(self, spec: JobSpec, context: Any) -> dict[str, Any]:
+        """The stop of ``spec`` (already read from the registry: a subclass that backs up after reads it once)."""
         if flag(self.dry_run, name="dry_run"):
             record = LifecycleRecord.load(spec.checkpoint)
             alive = driver_alive(spec, record)
