@@ -24,7 +24,7 @@ file's mtime, as in the other downtime benches. The last batch of the old query 
 
 ``--mode preserve``: each restart deploys the other build of ``downtime_preserve.py`` with the next
 ``compatibility_version`` (a checkpoint-breaking change), as that bench does for ``bare`` and ``cli``;
-the DAG run is ``mode=auto``, which resets ``preserve`` (stop and backup, reset, submit), and the
+the DAG run is ``mode=auto``, which resets ``preserve`` (stop and backup; reset and submit), and the
 window ends at the new query's first batch (batch 0 of the fresh checkpoint).
 
 With ``--yarn`` the job runs in YARN cluster mode on the devstack's minicluster, its checkpoint,
@@ -52,7 +52,6 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
 DAG_ID = "streaming_safe_restart"
-AFTER_STOP = ("reset", "restore", "submit")   # the stop task takes the backup; submit validates first
 log = logging.getLogger("downtime")
 
 
@@ -96,9 +95,9 @@ class DagRestarts:
         got = self.client.get(f"/api/v2/dags/{DAG_ID}/dagRuns/{run_id}/taskInstances", params={"limit": 100})
         return {t["task_id"]: t for t in got.json()["task_instances"]}
 
-    def xcom(self, run_id: str, task_id: str) -> dict:
-        got = self.client.get(f"/api/v2/dags/{DAG_ID}/dagRuns/{run_id}/taskInstances/{task_id}/xcomEntries/"
-                              "return_value", params={"deserialize": True})
+    def xcom(self, run_id: str, task_id: str, key: str = "return_value") -> dict:
+        got = self.client.get(f"/api/v2/dags/{DAG_ID}/dagRuns/{run_id}/taskInstances/{task_id}/xcomEntries/{key}",
+                              params={"deserialize": True})
         if got.status_code != 200:
             raise RuntimeError(f"xcom {task_id}: {got.status_code} {got.text}")
         value = got.json()["value"]
@@ -118,7 +117,7 @@ class DagRestarts:
         stop = self.xcom(run_id, "stop")
         last, old, after = int(stop["last_committed"]), self.b.ck, int(stop["last_committed"])
         if mode != "keep":   # the old query's files are where the reset moved them; the new query starts at 0
-            reset = self.xcom(run_id, "reset")
+            reset = self.xcom(run_id, "submit", "reset")
             old, after = reset["aside_location"], -1
             row["reset_backup_adopted"] = reset.get("backup_adopted")
         last_mtime = log_files(old)[last]
@@ -139,32 +138,22 @@ class DagRestarts:
     def phases(tis: dict[str, dict], last_mtime: float, planned_at: float, committed: float) -> dict:
         """The window split at the task instances' starts and ends.
 
-        ``<task>_s`` is a task's run and ``<task>_at_s`` its start after the stop task's end, for each
-        task that ran after the stop (the plan skips the ones it does not take: they never start).
-        ``airflow_idle_s``: from the stop task's end to the submit task's start, the time no task of
-        the run was running (Airflow's share: the scheduler seeing a task end, queueing the next, the
-        executor starting its process).
+        ``stop_task_s`` and ``submit_s`` are the two tasks' runs (the submit task resets first in
+        ``preserve``); ``airflow_idle_s`` is from the stop task's end to the submit task's start, when
+        no task of the run was running (Airflow's share: the scheduler seeing a task end, queueing the
+        next, the executor starting its process). ``health_gate_at_s``: the gate task's start after the
+        submit task's end, inside the window when it comes before the first batch's commit.
         """
         out: dict = {"downtime_s": round(committed - last_mtime, 3)}
         stop_end = epoch(tis["stop"]["end_date"])
         out["stop_after_last_commit_s"] = round(stop_end - last_mtime, 3)
         out["stop_task_s"] = round(stop_end - epoch(tis["stop"]["start_date"]), 3)
-        spans = []
-        for task in AFTER_STOP:
-            ti = tis.get(task) or {}
-            if ti.get("state") == "skipped" or not ti.get("start_date"):
-                continue
-            start, end = epoch(ti["start_date"]), epoch(ti["end_date"])
-            out[f"{task}_at_s"], out[f"{task}_s"] = round(start - stop_end, 3), round(end - start, 3)
-            if task != "submit":
-                spans.append((start, end))
         submit_start, submit_end = epoch(tis["submit"]["start_date"]), epoch(tis["submit"]["end_date"])
-        busy, reach = 0.0, stop_end
-        for start, end in sorted(spans):
-            start, end = max(start, reach), min(end, submit_start)
-            if end > start:
-                busy, reach = busy + end - start, end
-        out["airflow_idle_s"] = round(submit_start - stop_end - busy, 3)
+        out["submit_s"] = round(submit_end - submit_start, 3)
+        out["airflow_idle_s"] = round(submit_start - stop_end, 3)
+        gate = tis.get("health_gate") or {}
+        if gate.get("start_date"):
+            out["health_gate_at_s"] = round(epoch(gate["start_date"]) - submit_end, 3)
         out["driver_start_s"] = round(planned_at - submit_end, 3)
         out["first_batch_s"] = round(committed - planned_at, 3)
         return out

@@ -6,9 +6,9 @@ registry (``streaming_jobs.yaml`` beside this file, or ``[kafka_spark] job_regis
 
 Procedure::
 
-    plan ─ validate_before ─ approve ─ stop ─┬ reset ──┬─ submit ─ health_gate ─┐
-                                             └ restore ┘                       ├ finish
-                    (any step from stop on fails) ─────────────── rollback ──┘
+    plan ─ validate_before ─ approve ─ stop ─ submit ─ health_gate ─┐
+                                                                    ├ finish
+           (any step from stop on fails) ─────────────── rollback ──┘
 
 * ``plan`` decides what the mode means and takes the job's run lease (one run per job at a time).
 * ``validate_before`` judges the checkpoint against Kafka. A BLOCK (e.g. retention deleted records
@@ -30,16 +30,16 @@ Procedure::
 * ``stop`` ends the running driver on a batch boundary, then takes a verified backup of the
   checkpoint it left (its ``backup`` XCom). While the driver still runs, it first *pre-copies* that
   backup (copies and hashes the state files, publishes nothing), so the backup in the downtime window
-  reads only the files of the last batches. Stop and backup are one task, and validate and submit
-  another, because each task boundary inside the downtime window is a scheduler round trip
-  (``airflow_kafka_spark.operators.restart_window``).
-* ``reset`` runs for the reset modes and for ``auto`` when the registry's ``compatibility_version``
-  differs from the one of the application that last passed a health gate (checkpoint-breaking
-  change: reset with ``preserve``, the new query starts exactly where the old one committed).
-  ``restore`` runs for ``restore`` with the given backup id. The ``plan`` task skips the ones the
-  run does not take, so the scheduler never starts them inside the downtime window.
-* ``submit`` first judges what the new driver will start from (its ``verdict`` XCom; a BLOCK fails
-  it before anything starts), then starts it detached;
+  reads only the files of the last batches. Stop and backup are one task, and the change, the
+  validation and the submit another, because each task boundary inside the downtime window is a
+  scheduler round trip (``airflow_kafka_spark.operators.restart_window``).
+* ``submit`` first changes the checkpoint when the plan says so: a **reset** for the reset modes
+  and for ``auto`` when the registry's ``compatibility_version`` differs from the one of the
+  application that last passed a health gate (checkpoint-breaking change: reset with ``preserve``,
+  the new query starts exactly where the old one committed), a **restore** for ``restore`` with
+  the given backup id (its ``reset``/``restore`` XCom key). Then it judges what the new driver
+  will start from (its ``verdict`` XCom; a BLOCK fails it before anything starts), then starts it
+  detached. The change runs in this task, not in one of its own, for the same reason as above.
   ``health_gate`` waits (in the triggerer) for committed batches and a lag that is not growing. It
   is the only step with a retry (it only reads): a retry after a failure that gave no verdict looks
   again, after one that did it repeats the verdict.
@@ -61,11 +61,7 @@ from airflow.sdk import DAG, Param, TriggerRule, chain
 from airflow_kafka_spark import settings
 from airflow_kafka_spark.names import BACKUP_ID_PATTERN
 from airflow_kafka_spark.operators.approval import SafeRestartApprovalOperator
-from airflow_kafka_spark.operators.checkpoint import (
-    ResetCheckpointOperator,
-    RestoreCheckpointOperator,
-    ValidateCheckpointOperator,
-)
+from airflow_kafka_spark.operators.checkpoint import ValidateCheckpointOperator
 from airflow_kafka_spark.operators.links import SparkApplicationLink
 from airflow_kafka_spark.operators.restart_window import SafeRestartStopOperator, SafeRestartSubmitOperator
 from airflow_kafka_spark.operators.safe_restart import (
@@ -74,8 +70,6 @@ from airflow_kafka_spark.operators.safe_restart import (
     FINISH,
     HEALTH_GATE,
     PLAN,
-    RESET,
-    RESTORE,
     ROLLBACK,
     STOP,
     SUBMIT,
@@ -169,15 +163,11 @@ with DAG(
                                    backup_reason="before safe restart {{ run_id }}",
                                    keep_backup_id=plan.output["restore_backup_id"],  # not pruned before it is read
                                    trigger_rule=TriggerRule.NONE_FAILED)   # runs when no approval was needed
-    reset = ResetCheckpointOperator(
-        task_id=RESET, job=JOB, mode=plan.output["reset_mode"], to_datetime=plan.output["to_datetime"],
-        accept_data_loss=approve.output["accept_data_loss"],
-        max_records_skipped=approve.output["max_records_skipped"], dry_run=dry, reason=REASON,
+    submit = SafeRestartSubmitOperator(
+        task_id=SUBMIT, job=JOB, mode=plan.output["reset_mode"], to_datetime=plan.output["to_datetime"],
+        accept_data_loss=approve.output["accept_data_loss"], max_records_skipped=approve.output["max_records_skipped"],
+        backup_id=plan.output["restore_backup_id"], override=dry, dry_run=dry, reason=REASON,
         trigger_rule=TriggerRule.NONE_FAILED)   # approve is an upstream (its XCom) and skips when nothing is lost
-    restore = RestoreCheckpointOperator(task_id=RESTORE, job=JOB, backup_id=plan.output["restore_backup_id"],
-                                        dry_run=dry, reason=REASON)
-    submit = SafeRestartSubmitOperator(task_id=SUBMIT, job=JOB, override=dry, dry_run=dry, reason=REASON,
-                                       trigger_rule=TriggerRule.NONE_FAILED)
     health_gate = StreamingHealthSensor(task_id=HEALTH_GATE, job=JOB, dry_run=dry, deferrable=True,
                                         poke_interval=HEALTH_POLL_S, retries=GATE_RETRIES,
                                         retry_delay=timedelta(seconds=5))
@@ -186,8 +176,7 @@ with DAG(
                                            trigger_rule=TriggerRule.ONE_FAILED)
     finish = SafeRestartFinishOperator(task_id=FINISH, job=JOB, reason=REASON, trigger_rule=TriggerRule.ALL_DONE)
 
-    chain(plan, validate_before, approve, stop, [reset, restore], submit, health_gate)
-    stop >> submit   # the plan skips reset and restore when it takes neither: submit still follows the stop
-    steps = {STOP: stop, RESET: reset, RESTORE: restore, SUBMIT: submit, HEALTH_GATE: health_gate}
+    chain(plan, validate_before, approve, stop, submit, health_gate)
+    steps = {STOP: stop, SUBMIT: submit, HEALTH_GATE: health_gate}
     [steps[t] for t in CHANGE_STEPS] >> rollback
     [plan, validate_before, approve, *steps.values(), rollback] >> finish

@@ -47,6 +47,30 @@ def seal_key_from_connection(conn_id: str | None) -> bytes | None:
     return check_key(conn.password, source=f"connection {conn_id}")
 
 
+def reset_step(op: Any) -> ResetStep:
+    """The reset ``op`` asks for, from its rendered templated fields (``mode``, ``to_datetime``, ...).
+
+    One parse for :class:`ResetCheckpointOperator` and the safe restart's submit task, which resets in
+    the same task as the submit (``operators.restart_window``); fields an operator does not have take
+    the reset operator's defaults.
+    """
+    return ResetStep(mode=optional_text(op.mode), dry_run=flag(op.dry_run, name="dry_run"),
+                     to_datetime=optional_text(getattr(op, "to_datetime", None)),
+                     shift_by=optional_text(getattr(op, "shift_by", None)),
+                     to_offsets=optional_text(getattr(op, "to_offsets", None)),
+                     accept_data_loss=flag(getattr(op, "accept_data_loss", False), name="accept_data_loss"),
+                     sink_log=getattr(op, "sink_log", "refuse"),
+                     max_records_skipped=optional_text(getattr(op, "max_records_skipped", None)),
+                     seal_key=seal_key_from_connection(getattr(op, "seal_key_conn_id", None)),
+                     fresh_backup=flag(getattr(op, "fresh_backup", False), name="fresh_backup"))
+
+
+def restore_step(backup_id: str, *, dry_run: bool | str, seal_key_conn_id: str | None = None) -> RestoreStep:
+    """The restore asked for, from rendered templates (the restore operator and the safe restart's submit)."""
+    return RestoreStep(backup_id=backup_id, dry_run=flag(dry_run, name="dry_run"),
+                       seal_key=seal_key_from_connection(seal_key_conn_id))
+
+
 class ValidateCheckpointOperator(StreamingJobOperator):
     """Judge the job's checkpoint against Kafka before a (re)start; push the verdict to XCom.
 
@@ -137,8 +161,7 @@ class RestoreCheckpointOperator(StreamingJobOperator):
         if backup_id is None:
             raise AirflowSkipException("no backup to restore in this run")
         _, spec = self.load()
-        step = RestoreStep(backup_id=backup_id, dry_run=flag(self.dry_run, name="dry_run"),
-                           seal_key=seal_key_from_connection(self.seal_key_conn_id))
+        step = restore_step(backup_id, dry_run=self.dry_run, seal_key_conn_id=self.seal_key_conn_id)
         return steps_for(spec).restore(spec, context, step, self.log)
 
 
@@ -186,15 +209,8 @@ class ResetCheckpointOperator(StreamingJobOperator):
 
     def run(self, context: Any) -> dict[str, Any]:
         _, spec = self.load()
-        step = ResetStep(mode=optional_text(self.mode), dry_run=flag(self.dry_run, name="dry_run"),
-                         to_datetime=optional_text(self.to_datetime), shift_by=optional_text(self.shift_by),
-                         to_offsets=optional_text(self.to_offsets),
-                         accept_data_loss=flag(self.accept_data_loss, name="accept_data_loss"),
-                         sink_log=self.sink_log, max_records_skipped=optional_text(self.max_records_skipped),
-                         seal_key=seal_key_from_connection(self.seal_key_conn_id),
-                         fresh_backup=flag(self.fresh_backup, name="fresh_backup"))
-        return steps_for(spec).reset(spec, context, step, self.log)
+        return steps_for(spec).reset(spec, context, reset_step(self), self.log)
 
 
 __all__ = ["BackupCheckpointOperator", "ResetCheckpointOperator", "RestoreCheckpointOperator",
-           "ValidateCheckpointOperator", "position", "seal_key_from_connection"]
+           "ValidateCheckpointOperator", "position", "reset_step", "restore_step", "seal_key_from_connection"]

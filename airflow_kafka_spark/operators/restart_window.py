@@ -4,7 +4,7 @@ From the old query's last committed batch to the new query's first, every task b
 scheduler round trip (the scheduler sees the task end, queues the next one, the executor starts a
 process for it): about half a second each under the LocalExecutor, plus the task process's own
 start (bench/downtime_dag.py, docs/benchmarks.md). So the steps that must run in the window are
-two tasks, not four:
+two tasks, whatever the mode:
 
 * :class:`SafeRestartStopOperator`: the stop on a batch boundary (with the backup's pre-copy while
   the driver runs, :class:`~airflow_kafka_spark.operators.streaming.StopStreamingJobOperator`),
@@ -12,14 +12,15 @@ two tasks, not four:
   the task's XCom from the moment the driver is gone, so a backup that fails after a stop still
   leaves the rollback its proof that the job was stopped; the backup's document is the ``backup``
   XCom key.
-* :class:`SafeRestartSubmitOperator`: the **validation** of what the new driver will start from,
-  then the submit, in the same task; the verdict is the ``verdict`` XCom key, and a BLOCK fails
-  the task before anything starts. A retry of a task whose first try already started its driver
-  adopts that driver without judging again (the first try judged it before starting it); a first
-  try killed while it held the record's lease left a lease the judgement counts as this task's own.
-
-``reset`` and ``restore`` stay tasks of their own between the two: they change the checkpoint,
-need the approval before them, and the plan skips them when the run takes neither.
+* :class:`SafeRestartSubmitOperator`: the **reset or restore** the plan takes (XCom key ``reset``
+  or ``restore``; the approval came before the stop), then the **validation** of what the new
+  driver will start from, then the submit; the verdict is the ``verdict`` XCom key, and a BLOCK
+  fails the task before anything starts. The change sits here, not in the stop task, because a
+  retry of the stop task would take its backup again, of the changed checkpoint. A retry of this
+  task finds its earlier try's work: a reset finished by the same task is reported, not run again
+  (``ops.reset.finished_by``); a driver it started is adopted without changing or judging again,
+  and what that try reset or restored is reported from the lifecycle record; a first try killed
+  while it held the record's lease left a lease the judgement counts as this task's own.
 """
 
 from __future__ import annotations
@@ -29,14 +30,18 @@ from typing import Any
 from airflow_kafka_spark.airflow_glue.jobs import flag, optional_text, task_holder
 from airflow_kafka_spark.airflow_glue.kinds import BackupStep, ValidateStep, steps_for
 from airflow_kafka_spark.errors import UserError
+from airflow_kafka_spark.lifecycle.events import LifecycleEvent
 from airflow_kafka_spark.lifecycle.record import LifecycleRecord
-from airflow_kafka_spark.operators.checkpoint import seal_key_from_connection
+from airflow_kafka_spark.operators.checkpoint import reset_step, restore_step, seal_key_from_connection
 from airflow_kafka_spark.operators.streaming import StopStreamingJobOperator, SubmitStreamingJobOperator
+from airflow_kafka_spark.registry.model import JobSpec
 from airflow_kafka_spark.runtime.start_stop import own_submission
 
 #: XCom keys of the two tasks (the rollback and the audit read them).
 BACKUP_KEY = "backup"
 VERDICT_KEY = "verdict"
+RESET_KEY = "reset"
+RESTORE_KEY = "restore"
 
 
 class SafeRestartStopOperator(StopStreamingJobOperator):
@@ -75,32 +80,81 @@ class SafeRestartStopOperator(StopStreamingJobOperator):
 
 
 class SafeRestartSubmitOperator(SubmitStreamingJobOperator):
-    """Judge what the new driver will start from against Kafka, then start it, in one task.
+    """Change the checkpoint as the plan says, judge what the new driver will start from, then start it: one task.
+
+    The reset or restore runs here, after the stop task's verified backup and before the judgement,
+    not in a task of its own: a task boundary inside the downtime window costs a scheduler round trip
+    and a task process (docs/benchmarks.md, round 12). The approval still comes before the stop.
 
     :param override: accept a BLOCK verdict (templated): the DAG sets it in a dry run only, where
         nothing starts.
+    :param mode: the reset the plan takes (templated; ``preserve``, ``earliest``...), or empty.
+    :param to_datetime: for ``mode=to-datetime`` (templated).
+    :param accept_data_loss: a person (or the trigger's pre-approval) approved a reset that skips records.
+    :param max_records_skipped: the most records the approved reset may skip (templated), or empty.
+    :param backup_id: the backup the plan restores (templated), or empty. At most one of ``mode`` and
+        ``backup_id`` is given.
+    :param seal_key_conn_id: Generic connection whose password keys the seal of the reset's backup and
+        of the restored manifest (HMAC).
     """
 
-    template_fields = (*SubmitStreamingJobOperator.template_fields, "override")
+    template_fields = (*SubmitStreamingJobOperator.template_fields, "override", "mode", "to_datetime",
+                       "accept_data_loss", "max_records_skipped", "backup_id")
 
-    def __init__(self, *, override: bool | str = False, kafka_timeout_s: float = 10.0, **kwargs: Any) -> None:
+    def __init__(self, *, override: bool | str = False, kafka_timeout_s: float = 10.0, mode: str | None = None,
+                 to_datetime: str | None = None, accept_data_loss: bool | str = False,
+                 max_records_skipped: int | str | None = None, backup_id: str | None = None,
+                 seal_key_conn_id: str | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.override = override
         self.kafka_timeout_s = kafka_timeout_s
+        self.mode = mode
+        self.to_datetime = to_datetime
+        self.accept_data_loss = accept_data_loss
+        self.max_records_skipped = max_records_skipped
+        self.backup_id = backup_id
+        self.seal_key_conn_id = seal_key_conn_id
 
     def run(self, context: Any) -> dict[str, Any]:
         _, spec = self.load()
         holder = task_holder(context)   # the submit's lease holder: its own killed try's lease is not "another run"
         record = LifecycleRecord.load(spec.checkpoint)
         if record is not None and own_submission(record, holder) is not None:
-            self.log.info("job %s: this task's earlier try judged and started the recorded driver; adopting it",
-                          spec.name)
+            self.log.info("job %s: this task's earlier try changed, judged and started the recorded driver; "
+                          "adopting it", spec.name)
+            self._report_earlier_change(record, context)
         else:
+            self._change(spec, context)
             step = ValidateStep(override=flag(self.override, name="override"), dry_run=flag(self.dry_run,
                                 name="dry_run"), reason=optional_text(self.reason),
                                 kafka_timeout_s=self.kafka_timeout_s, owner=holder)
             context["ti"].xcom_push(key=VERDICT_KEY, value=steps_for(spec).validate(spec, context, step, self.log))
         return self.submit_spec(spec, context)
 
+    def _change(self, spec: JobSpec, context: Any) -> None:
+        """The plan's reset or restore (XCom key ``reset``/``restore``), or nothing (``keep``)."""
+        mode, backup_id = optional_text(self.mode), optional_text(self.backup_id)
+        if mode and backup_id:
+            raise UserError(f"job {spec.name}: a run resets or restores, not both (mode {mode!r}, backup "
+                            f"{backup_id!r}); nothing was changed")
+        if mode:
+            context["ti"].xcom_push(key=RESET_KEY, value=steps_for(spec).reset(spec, context, reset_step(self),
+                                                                                self.log))
+        elif backup_id:
+            step = restore_step(backup_id, dry_run=self.dry_run, seal_key_conn_id=self.seal_key_conn_id)
+            context["ti"].xcom_push(key=RESTORE_KEY, value=steps_for(spec).restore(spec, context, step, self.log))
 
-__all__ = ["BACKUP_KEY", "VERDICT_KEY", "SafeRestartStopOperator", "SafeRestartSubmitOperator"]
+    def _report_earlier_change(self, record: LifecycleRecord, context: Any) -> None:
+        """What an earlier try of this task reset or restored, from the record (its XComs went with it)."""
+        by = f" via {task_holder(context)}"
+        for key, kind in ((RESET_KEY, LifecycleEvent.CHECKPOINT_RESET),
+                          (RESTORE_KEY, LifecycleEvent.CHECKPOINT_RESTORED)):
+            event = next((e for e in reversed(record.history) if e.get("event") == str(kind)
+                          and str(e.get("actor") or "").endswith(by)), None)
+            if event is not None:
+                context["ti"].xcom_push(key=key, value={"job": self.job, "earlier_try": True,
+                                                        **(event.get("details") or {})})
+
+
+__all__ = ["BACKUP_KEY", "RESET_KEY", "RESTORE_KEY", "VERDICT_KEY", "SafeRestartStopOperator",
+           "SafeRestartSubmitOperator"]

@@ -1,6 +1,6 @@
 """The three tasks that make the ``streaming_safe_restart`` DAG more than a chain of operators.
 
-The DAG is validate → stop and backup → (reset | restore) → validate and submit → health gate, built
+The DAG is validate → stop and backup → (reset | restore), validate and submit → health gate, built
 from the generic operators (the two tasks inside the downtime window are
 :mod:`airflow_kafka_spark.operators.restart_window`). What a plain chain cannot do is done here:
 
@@ -32,7 +32,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from airflow.sdk.exceptions import AirflowSkipException, DownstreamTasksSkipped
+from airflow.sdk.exceptions import AirflowSkipException
 
 from airflow_kafka_spark.airflow_glue.jobs import (
     FAILURE_KEY,
@@ -55,7 +55,7 @@ from airflow_kafka_spark.lifecycle.model import RECORD_SUFFIX
 from airflow_kafka_spark.lifecycle.record import LifecycleRecord
 from airflow_kafka_spark.operators._common import StreamingJobOperator
 from airflow_kafka_spark.operators.approval import APPROVAL_KEY, APPROVAL_TIMEOUT
-from airflow_kafka_spark.operators.restart_window import BACKUP_KEY, VERDICT_KEY
+from airflow_kafka_spark.operators.restart_window import BACKUP_KEY, RESET_KEY, RESTORE_KEY, VERDICT_KEY
 from airflow_kafka_spark.operators.streaming import driver_alive, stop_job, submit_job
 from airflow_kafka_spark.registry.model import JobSpec
 from airflow_kafka_spark.runtime import probe, safe_restart, submit
@@ -80,10 +80,10 @@ from airflow_kafka_spark.runtime.restart_steps import (
 
 RUN_LEASE_SUFFIX = ".safe-restart" + RECORD_SUFFIX
 # Task ids of the DAG, shared by the DAG file and these operators.
-PLAN, VALIDATE_BEFORE, APPROVE, STOP, RESET, RESTORE, SUBMIT, HEALTH_GATE, ROLLBACK, FINISH = (
-    "plan", "validate_before", "approve", "stop", "reset", "restore", "submit", "health_gate", "rollback", "finish")
+PLAN, VALIDATE_BEFORE, APPROVE, STOP, SUBMIT, HEALTH_GATE, ROLLBACK, FINISH = (
+    "plan", "validate_before", "approve", "stop", "submit", "health_gate", "rollback", "finish")
 PLAN_KEYS = ("dry_run", "tolerate_block", "reset_mode", "to_datetime", "accept_data_loss", "restore_backup_id")
-CHANGE_STEPS = (STOP, RESET, RESTORE, SUBMIT, HEALTH_GATE)
+CHANGE_STEPS = (STOP, SUBMIT, HEALTH_GATE)
 
 
 def decide(mode: str, *, registry_compat: str, recorded_compat: str | None, backup_id: str | None = None,
@@ -166,21 +166,6 @@ class SafeRestartPlanOperator(StreamingJobOperator):
         # (An XCom holding None reads as "not found" there, hence "" for "nothing".)
         for key in PLAN_KEYS:
             context["ti"].xcom_push(key=key, value="" if doc[key] is None else doc[key])
-        return doc
-
-    def execute(self, context: Any) -> Any:
-        """The plan, and the steps it does not take skipped now (reset, restore), not in tasks of their own.
-
-        Why: a task started after the stop only to skip itself costs a scheduler round trip and a task
-        process inside the downtime window (about 1.5 s a run, bench/downtime_dag.py). Skipped here, the
-        scheduler never starts them; ``submit`` waits for ``stop`` through its own edge.
-        """
-        doc = super().execute(context)
-        untaken = [task for task, key in ((RESET, "reset_mode"), (RESTORE, "restore_backup_id")) if not doc[key]]
-        if untaken:
-            context["ti"].xcom_push(key="return_value", value=doc)   # the skip ends the task before its return
-            self.log.info("not part of this plan, skipped now: %s", ", ".join(untaken))
-            raise DownstreamTasksSkipped(tasks=untaken)
         return doc
 
 
@@ -286,8 +271,8 @@ class SafeRestartFinishOperator(StreamingJobOperator):
             verdicts=(_verdict_of(context, VALIDATE_BEFORE), from_xcom(VerdictSummary, _pull(context, SUBMIT,
                                                                                                VERDICT_KEY))),
             backup_id=getattr(from_xcom(BackupTaken, _pull(context, STOP, BACKUP_KEY)), "backup_id", None),
-            reset=from_xcom(ChangeSummary, _pull(context, RESET)),
-            restore=from_xcom(ChangeSummary, _pull(context, RESTORE)),
+            reset=from_xcom(ChangeSummary, _pull(context, SUBMIT, RESET_KEY)),
+            restore=from_xcom(ChangeSummary, _pull(context, SUBMIT, RESTORE_KEY)),
             stop=from_xcom(StopSummary, _pull(context, STOP)),
             submitted_driver=from_xcom(SubmittedDriver, _pull(context, SUBMIT)),
             health=from_xcom(HealthSummary, _pull(context, HEALTH_GATE)),

@@ -8,8 +8,9 @@ answers: ``GET .../hitlDetails?response_received=false`` then ``PATCH
 .../taskInstances/approve/-1/hitlDetails``, as the "Required actions" page does. The answer comes
 from a thread while ``dag.test()`` runs.
 
-No Spark: no driver runs, and the approved run marks ``submit`` and ``health_gate`` successful
-without running them (``mark_success_pattern``): what is tested is the approval and the reset.
+Spark only where the approved reset is followed by its submit (the reset runs in the ``submit`` task):
+the reference job starts on the reset checkpoint, and the run marks ``health_gate`` successful
+without running it (``mark_success_pattern``): what is tested is the approval and the reset.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from typing import Any
 import pytest
 
 from airflow_kafka_spark.lifecycle.record import LifecycleRecord
+from airflow_kafka_spark.runtime import drivers
 from devstack import topics
 from devstack.airflow_services import AirflowServices, sync_dags_folder
 from devstack.produce import produce
@@ -110,6 +112,9 @@ def stack(broker, airflow_home, tmp_path_factory):
                "topic": topic, "bootstrap": broker.bootstrap_servers}
         client.close()
     finally:
+        rec = LifecycleRecord.load(str(ck))
+        if rec is not None and rec.driver is not None:   # the approved run's driver
+            drivers.kill_local(rec.driver, grace_s=5)
         services.stop()
         mp.undo()
 
@@ -121,7 +126,7 @@ def run_answered(stack: dict[str, Any], option: str, comment: str, what: str,
     responder = Responder(stack["client"], option, {"comment": comment, "max_records_skipped": max_records_skipped})
     responder.start()
     started = time.perf_counter()
-    dr = stack["dag"].test(run_conf=conf, mark_success_pattern="submit|health_gate")
+    dr = stack["dag"].test(run_conf=conf, mark_success_pattern="health_gate")
     result = collect(DAG_ID, dr.run_id, dr.state, time.perf_counter() - started)
     TIMINGS[f"approval: {what}"] = result.seconds
     responder.join(10)
@@ -144,7 +149,7 @@ def test_rejected_changes_nothing_and_the_audit_names_who_rejected(stack):
     assert f"**{skipped:,}**" in responder.asked["body"] and "records skipped" in responder.asked["body"]
     assert r.state == "success", r.states
     assert r.states["approve"] == "success"
-    for step in ("stop", "reset", "restore", "submit", "health_gate", "rollback"):
+    for step in ("stop", "submit", "health_gate", "rollback"):
         assert r.states[step] == "skipped", (step, r.states)
     assert (tree(ck), tree(backups)) == before                   # checkpoint and backups byte for byte
     rec = LifecycleRecord.load(str(ck))
@@ -165,9 +170,10 @@ def test_a_plan_that_grew_past_the_approved_bound_is_refused_after_the_stop(stac
     ck = stack["checkpoint"]
     before = tree(ck)
     r, _ = run_answered(stack, "Approve", "only a few", "approved, bound exceeded", max_records_skipped=10)
-    assert r.state == "failed" and r.states["reset"] == "failed", r.states
-    assert "more than the 10 approved; nothing was changed" in r.xcom("reset", "failure")
-    assert r.states["submit"] == "upstream_failed" and r.states["rollback"] == "success"
+    assert r.state == "failed" and r.states["submit"] == "failed", r.states
+    assert "more than the 10 approved; nothing was changed" in r.xcom("submit", "failure")
+    assert r.xcom("submit", "verdict") is None                    # refused before the judgement and the submit
+    assert r.states["health_gate"] == "upstream_failed" and r.states["rollback"] == "success"
     assert tree(ck) == before
     assert LifecycleRecord.load(str(ck)).next_starting_offsets is None
     audit = audits(ck)[-1]["details"]
@@ -181,14 +187,15 @@ def test_a_dry_run_shows_what_it_would_ask_and_does_not_pause(stack):
     conf = {"job": JOB, "mode": "reset-latest", "backup_id": None, "datetime": None, "dry_run": True,
             "accept_data_loss": False, "reason": "test dry run"}
     started = time.perf_counter()
-    dr = stack["dag"].test(run_conf=conf, mark_success_pattern="submit|health_gate")   # no responder: no pause
+    dr = stack["dag"].test(run_conf=conf, mark_success_pattern="health_gate")   # no responder: no pause
     r = collect(DAG_ID, dr.run_id, dr.state, time.perf_counter() - started)
     TIMINGS["approval: dry run"] = r.seconds
     assert r.state == "success" and r.states["approve"] == "skipped", r.states
     approval = r.xcom("approve", "approval")
     assert approval["decision"] == "dry run" and approval["request"]["needed"] is True
-    assert r.states["reset"] == "success", (r.states, r.xcom("reset", "failure"))
-    assert approval["request"]["skipped"] == r.xcom("reset")["plan"]["totals"]["skipped"] > 0   # the same core plan
+    assert r.states["submit"] == "success", (r.states, r.xcom("submit", "failure"))
+    reset = r.xcom("submit", "reset")
+    assert reset["dry_run"] is True and approval["request"]["skipped"] == reset["plan"]["totals"]["skipped"] > 0
     assert (tree(ck), tree(backups)) == before
 
 
@@ -196,8 +203,8 @@ def test_approved_resets_and_the_audit_names_the_approver(stack):
     ck = stack["checkpoint"]
     r, _ = run_answered(stack, "Approve", "month-end replay not needed", "approved")
     assert r.state == "success", (r.states, r.xcom("finish", "failure"))
-    assert r.states["approve"] == "success" and r.states["stop"] == "success" and r.states["reset"] == "success"
-    reset = r.xcom("reset")
+    assert r.states["approve"] == "success" and r.states["stop"] == "success" and r.states["submit"] == "success"
+    reset = r.xcom("submit", "reset")
     ends = end_offsets(stack["bootstrap"], stack["topic"], PARTITIONS)
     skipped = sum(ends.values()) - 2 * 30
     assert reset["plan"]["totals"]["skipped"] == skipped and reset["backup_id"]

@@ -214,7 +214,6 @@ def test_block_verdict_stops_the_run_before_anything_changes(stack, capfd):
     assert r.states["plan"] == "success" and r.states["validate_before"] == "failed"
     for step in ("stop", "submit", "health_gate"):
         assert r.states[step] == "upstream_failed", (step, r.states)
-    assert r.states["reset"] == r.states["restore"] == "skipped"   # auto → keep: the plan skipped both at once
     assert r.states["rollback"] == "skipped" and r.states["finish"] == "failed"
     assert "OFFSET_BELOW_LOG_START" in r.xcom("validate_before", "failure")
     assert r.xcom("finish", "failure").startswith(f"safe restart of job {BLOCKED_JOB} BLOCKED: validate_before: ")
@@ -268,7 +267,8 @@ def test_keep_mode_restarts_on_the_same_checkpoint_and_the_sink_is_exact(stack, 
     with stack.feed:
         r = stack.run(stack.conf("keep"), "keep")
     assert r.state == "success", r.xcom("finish", "failure")
-    assert r.states["reset"] == "skipped" and r.states["restore"] == "skipped" and r.states["rollback"] == "skipped"
+    assert r.states["rollback"] == "skipped" and "reset" not in r.states and "restore" not in r.states
+    assert r.xcom("submit", "reset") is None and r.xcom("submit", "restore") is None   # keep changes nothing
     stop = r.xcom("stop")
     assert stop["outcome"] == "STOPPED" and stop["graceful"] and not stop["killed"]
     assert stop["driver"]["id"] == old_driver.id and not drivers.local_alive(old_driver)
@@ -313,7 +313,7 @@ def test_dry_run_of_a_reset_changes_nothing(stack):
     assert r.xcom("stop")["outcome"] == "DRY_RUN" and r.xcom("stop")["driver_alive"] is True
     assert r.xcom("stop")["would"].startswith("pre-copy the backup (publishes nothing), then write")
     assert "precopy" not in r.xcom("stop")                # and none was taken (the backup tree is unchanged below)
-    assert r.xcom("reset")["dry_run"] is True and r.xcom("reset")["starting_offsets"]
+    assert r.xcom("submit", "reset")["dry_run"] is True and r.xcom("submit", "reset")["starting_offsets"]
     assert r.xcom("submit")["dry_run"] is True and "--starting-offsets" in r.xcom("submit")["command"]
     assert r.xcom("finish")["outcome"] == "DRY_RUN"
     after = stack.record()
@@ -332,7 +332,7 @@ def test_auto_with_a_checkpoint_breaking_change_resets_preserve_and_the_sink_sta
     plan = r.xcom("plan")
     assert (plan["action"], plan["reset_mode"]) == ("reset", "preserve")
     assert plan["recorded_compatibility_version"] == "1" and plan["registry_compatibility_version"] == "2"
-    reset = r.xcom("reset")
+    reset = r.xcom("submit", "reset")
     # preserve: the new query starts exactly where the old one's last committed batch ended
     old = read_checkpoint(reset["aside_location"])       # the old checkpoint, moved aside, never deleted
     assert old.latest_committed.batch_id == r.xcom("stop")["last_committed"]
@@ -362,7 +362,8 @@ def test_a_broken_build_is_rolled_back_to_the_previous_application(stack):
     with stack.feed:
         r = stack.run(stack.conf("auto", reason="broken build"), "broken build -> rollback")
         assert r.state == "failed"
-        assert r.states["reset"] == "success" and r.states["submit"] == "failed"      # it died before Spark started
+        assert r.states["submit"] == "failed" and r.xcom("submit", "reset")["starting_offsets"]   # reset, then died
+        assert r.xcom("submit", "verdict")["verdict"] != "BLOCK"                       # ... before Spark started
         assert r.states["health_gate"] == "upstream_failed" and r.states["rollback"] == "success"
         assert r.states["finish"] == "failed"
         rollback = r.xcom("rollback")
@@ -402,8 +403,8 @@ def test_restore_of_a_named_backup(stack):
     with stack.feed:
         r = stack.run(stack.conf("restore", backup_id=backup_id, reason="roll back to a named backup"), "restore")
     assert r.state == "success", r.xcom("finish", "failure")
-    assert r.states["reset"] == "skipped" and r.states["restore"] == "success"
-    restore = r.xcom("restore")
+    assert r.states["submit"] == "success" and r.xcom("submit", "reset") is None
+    restore = r.xcom("submit", "restore")
     assert restore["restored"] is True and restore["backup_id"] == backup_id
     assert r.rendered["stop"]["keep_backup_id"] == backup_id   # the run's own backup never prunes it first
     assert restore["pre_restore_backup_id"]            # the checkpoint it replaced was backed up first

@@ -125,7 +125,7 @@ def test_a_run_triggered_through_the_rest_api_runs_to_the_end_in_scheduler_and_t
     states = {k: v["state"] for k, v in tis.items()}
     assert state == "success", (states, services.tail("scheduler"))
     assert states["submit"] == states["health_gate"] == states["finish"] == "success", states
-    assert states["reset"] == states["restore"] == states["rollback"] == "skipped", states
+    assert states["rollback"] == "skipped" and not {"reset", "restore"} & set(states), states
 
     # The health gate went through the triggerer (in some try: a retried gate may pass at its first look).
     gate = tis["health_gate"]

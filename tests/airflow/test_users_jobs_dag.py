@@ -187,7 +187,7 @@ def test_a_checkpoint_breaking_v2_is_reset_preserve_and_starts_exactly_where_v1_
     assert r.state == "success", r.xcom("finish", "failure")
     plan = r.xcom("plan")
     assert (plan["action"], plan["reset_mode"]) == ("reset", "preserve")
-    reset = r.xcom("reset")
+    reset = r.xcom("submit", "reset")
     old = read_checkpoint(reset["aside_location"])
     planned = {str(tp.partition): o for tp, o in old.latest_committed.kafka_offsets.items()}
     assert json.loads(reset["starting_offsets"]) == {users.topic: planned}

@@ -104,7 +104,7 @@ def test_a_users_jar_on_spark_35_is_kept_and_reset_preserve_through_the_dag(brok
             r = run("auto", "v2: reset preserve")
             assert r.state == "success", (r.states, r.xcom("finish", "failure"))
             assert r.xcom("stop")["outcome"] == "STOPPED"
-            reset = r.xcom("reset")
+            reset = r.xcom("submit", "reset")
             old = read_checkpoint(reset["aside_location"])
             planned = {str(tp.partition): o for tp, o in old.latest_committed.kafka_offsets.items()}
             new = read_checkpoint(str(checkpoint))

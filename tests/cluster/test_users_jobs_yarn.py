@@ -107,7 +107,7 @@ def test_a_users_jar_on_yarn_is_started_stopped_between_batches_and_reset_preser
             assert stop["last_planned"] == stop["last_committed"]
             ended = rm.app(first.id)
             assert ended.succeeded, f"the agent should have ended the application by itself: {ended.summary()}"
-            reset = r.xcom("reset")
+            reset = r.xcom("submit", "reset")
             old = read_checkpoint(reset["aside_location"])
             planned = {str(tp.partition): o for tp, o in old.latest_committed.kafka_offsets.items()}
             new = read_checkpoint(checkpoint)

@@ -185,11 +185,12 @@ class Soak:
             self.job_down = False
             return
         backup = self.xcom(run_id, "stop", "backup")
-        if mode == "auto" and states.get("reset") == "success":
+        reset = self.xcom(run_id, "submit", "reset")
+        if mode == "auto" and reset:
             self.era_backups = []
-            self.fig.announced += announced(self.xcom(run_id, "reset"))
+            self.fig.announced += announced(reset)
         if mode == "restore":
-            self.fig.announced += int(self.xcom(run_id, "restore").get("records_to_replay") or 0)
+            self.fig.announced += int(self.xcom(run_id, "submit", "restore").get("records_to_replay") or 0)
         if backup and backup.get("backup_id"):
             self.era_backups.append(backup["backup_id"])
             self.backups_taken += 1
