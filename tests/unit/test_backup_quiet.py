@@ -1,10 +1,11 @@
 """The backup's running-query check after a stop: the stop's own record starts the quiet period (ops/backup/quiet.py).
 
-On HDFS and S3 the store's mtimes count only with a 60 s clock-skew margin, so the backup after a
-stop used to wait its whole settle period inside the downtime window. A graceful ``driver_stopped``
-event at exactly the listed batch vouches the checkpoint quiet since the event instead; anything
-that may have written since (a submit, a lease, a move) or a stop that did not end on that batch
-vouches nothing.
+The settle period guesses whether a query still runs; after the product's own stop saw the driver
+exit, there is nothing to guess about it, so the backup in the downtime window waits no settle
+period (locally it waited up to 1 s, on HDFS and S3 the whole 2 s: their mtimes count only with a 60 s
+clock-skew margin). A graceful ``driver_stopped`` event at exactly the listed batch is that proof;
+anything that may have written since (a submit, a lease, a move) or a stop that did not end on that
+batch vouches nothing, and the mtimes decide.
 """
 
 from __future__ import annotations
@@ -56,21 +57,22 @@ def test_a_submit_or_a_lease_after_the_stop_voids_it():
         assert stop_witness(record, IDS) is None, later
 
 
-def test_on_a_remote_store_the_stop_spares_the_settle_wait_the_mtimes_cannot():
+def test_a_witnessed_stop_spares_the_settle_wait_the_mtimes_cannot():
     now = 5000.0
     newest = (("offsets/2", now - 30.0, 100), ("commits/2", now - 30.0, 30))   # 30 s ago, by the store's clock
     assert settle_wait(2.0, newest, now, 0.1, local=False) == pytest.approx(1.9)   # the skew margin: full wait
-    assert settle_wait(2.0, newest, now, 0.1, local=False, quiet_since=now - 3.0) == 0.0
-    assert settle_wait(2.0, newest, now, 0.1, local=False, quiet_since=now - 1.5) == pytest.approx(0.4)
-    assert settle_wait(2.0, newest, now, 0.1, local=False, quiet_since=now + 5.0) == pytest.approx(1.9)  # skewed
+    assert settle_wait(2.0, newest, now, 0.1, local=False, witnessed=True) == 0.0
+    just = (("offsets/2", now - 0.5, 100), ("commits/2", now - 0.5, 30))       # locally, written 0.5 s ago
+    assert settle_wait(2.0, just, now, 0.1) == pytest.approx(1.4)
+    assert settle_wait(2.0, just, now, 0.1, witnessed=True) == 0.0
 
 
 def test_a_backup_after_a_recorded_stop_does_not_sleep_the_settle_period(tmp_path, monkeypatch):
-    """A real backup of a checkpoint written a moment ago (its mtimes alone would make it wait 30 s)."""
+    """A real backup of a checkpoint written a moment ago (its mtimes alone would make it wait 30 s), stopped now."""
     ck = write_checkpoint(tmp_path / "ck", batches=3).root
     naps: list[float] = []
     monkeypatch.setattr(quiet.time, "sleep", naps.append)
-    record = stopped(time.time() - 40.0, ck=str(ck))
+    record = stopped(time.time(), ck=str(ck))
     record.save()
     done = backup_checkpoint(str(ck), str(tmp_path / "backups"), job="orders", settle_s=30.0)
     assert done.manifest.last_committed_batch == 2 and not naps
@@ -79,3 +81,23 @@ def test_a_backup_after_a_recorded_stop_does_not_sleep_the_settle_period(tmp_pat
     stopped(time.time() - 40.0, last=1, ck=str(ck)).save()   # a stop at another batch: the mtimes decide
     backup_checkpoint(str(ck), str(tmp_path / "backups"), job="orders", settle_s=30.0)
     assert len(naps) == 1 and naps[0] > 25.0
+
+
+def test_after_a_witnessed_stop_a_batch_written_during_the_copy_still_refuses_the_backup(tmp_path, monkeypatch):
+    """No settle wait is not no check: the second listing, after the copy, still sees a writer."""
+    from airflow_kafka_spark.errors import OperationBlocked
+    from airflow_kafka_spark.ops.backup.catalog import list_backups
+
+    written = write_checkpoint(tmp_path / "ck", batches=3)
+    ck = written.root
+    stopped(time.time(), ck=str(ck)).save()
+    real = quiet.log_listing
+
+    def listing_after_another_writer(location):
+        written.write("offsets/3", b"v1\n{}\n{}")   # a driver nobody recorded planned batch 3 during the copy
+        return real(location)
+
+    monkeypatch.setattr(quiet, "log_listing", listing_after_another_writer)
+    with pytest.raises(OperationBlocked, match="changed during the backup"):
+        backup_checkpoint(str(ck), str(tmp_path / "backups"), job="orders", settle_s=2.0)
+    assert list_backups(str(tmp_path / "backups"), "orders").backups == []

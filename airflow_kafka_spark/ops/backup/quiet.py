@@ -21,10 +21,10 @@ Newest = tuple[tuple[str, float | None, int], ...]
 
 
 def ids_after(ck: Location, before: LogIds, newest_before: Newest, settle_s: float, listed_wall: float,
-              elapsed: float, quiet_since: float | None = None) -> LogIds:
+              elapsed: float, witnessed: bool = False) -> LogIds:
     """The ``offsets/``/``commits/`` ids of the second listing, taken once the quiet period is long enough
     (:func:`settle_wait`); a newest file rewritten under the same ids adds the id -1 (something writes there)."""
-    wait = settle_wait(settle_s, newest_before, listed_wall, elapsed, local=ck.local, quiet_since=quiet_since)
+    wait = settle_wait(settle_s, newest_before, listed_wall, elapsed, local=ck.local, witnessed=witnessed)
     if wait > 0:
         time.sleep(wait)
     after_listing = log_listing(ck)
@@ -54,17 +54,19 @@ def newest_log_files(listing: dict[str, dict], ids: LogIds) -> Newest:
 
 
 def stop_witness(record: Any, ids: LogIds) -> float | None:
-    """Since when (wall seconds, this product's clock) the job's own stop vouches the checkpoint quiet, or None.
+    """When (wall seconds, this product's clock) the job's own stop saw its driver exit at the listed batch, or None.
 
-    Why: on HDFS and object stores :func:`settle_wait` cannot trust the store's mtimes within
-    :data:`CLOCK_SKEW_S`, so the backup after a stop waited the whole settle period inside the
-    downtime window (docs/benchmarks.md, round 10). The stop task (``runtime.start_stop.stop_job``)
-    records ``driver_stopped`` once the recorded driver has exited, with the batch Spark's files
-    ended on. When that is the lifecycle record's newest event about the checkpoint's writers (no
-    submit, lease or move since), the stop was graceful, and the first listing ends both
+    Why: the settle period guesses that a query still running writes ``offsets/``/``commits/`` within
+    ``settle_s``. After the stop task (``runtime.start_stop.stop_job``) saw the recorded driver exit,
+    there is no need to guess about that driver: the stop records ``driver_stopped`` with the batch
+    Spark's files ended on. When that is the lifecycle record's newest event about the checkpoint's
+    writers (no submit, lease or move since), the stop was graceful, and the first listing ends both
     ``offsets/`` and ``commits/`` at that batch, nothing planned or committed a batch between the
-    stop's reading and this listing: the quiet period runs from the event's time (``at_ms``, the
-    worker's clock, as ``listed_wall`` is).
+    stop's reading and this listing, and the backup waits no settle period (:func:`settle_wait`).
+    A second driver the product did not start is not what the settle period is for: two drivers on
+    one checkpoint fail each other's log writes within a few batches (Spark's
+    ``CONCURRENT_STREAM_LOG_UPDATE``), and one that commits less often than ``settle_s`` would pass it
+    anyway. The second listing is still taken after the copy and still refuses a checkpoint that moved.
     """
     offs, coms = ids
     for event in reversed(getattr(record, "history", None) or []):
@@ -88,7 +90,7 @@ _WRITERS_MOVED = frozenset({"driver_submitted", "lease_acquired", "lease_taken_o
 
 
 def settle_wait(settle_s: float, newest: Newest, listed_wall: float, elapsed: float, *, local: bool = True,
-                quiet_since: float | None = None) -> float:
+                witnessed: bool = False) -> float:
     """How long to wait before the second listing: only while the checkpoint may be changing.
 
     The two listings prove the query is stopped when they span a quiet period of at least
@@ -98,15 +100,11 @@ def settle_wait(settle_s: float, newest: Newest, listed_wall: float, elapsed: fl
     covers ``settle_s`` and waiting adds nothing. Only a checkpoint written within the last
     ``settle_s`` (or without mtimes) waits for the rest of it. An object store stamps files with
     its own clock: there the quiet period must be longer by :data:`CLOCK_SKEW_S` to count.
-    ``quiet_since`` (:func:`stop_witness`, this product's clock) starts the quiet period earlier.
+    ``witnessed`` (:func:`stop_witness`: the product's own stop saw the driver exit at this batch):
+    no wait.
     """
-    if settle_s <= 0:
+    if settle_s <= 0 or witnessed:
         return 0.0
-    if quiet_since is not None:
-        if listed_wall - quiet_since >= settle_s:
-            return 0.0
-        wait = settle_wait(settle_s, newest, listed_wall, elapsed, local=local)
-        return min(wait, settle_s - (listed_wall - quiet_since) - elapsed)
     stamps = [m for _, m, _ in newest]
     if newest and all(m is not None for m in stamps):
         quiet_before = listed_wall - max(m for m in stamps if m is not None) - (0.0 if local else CLOCK_SKEW_S)

@@ -317,7 +317,7 @@ def _running_after_copy(cap: _Capture, listed: _Listed) -> str | None:
     # Only offsets/ and commits/ are listed again: a running query shows there first.
     before = listed.before
     after = ids_after(cap.ck, before, listed.newest, cap.run.backup_settle_s, listed.wall,
-                      time.monotonic() - listed.at, quiet_since=stop_witness(cap.record, before))
+                      time.monotonic() - listed.at, witnessed=stop_witness(cap.record, before) is not None)
     if after != before and not cap.request.force:
         raise OperationBlocked(
             f"checkpoint {cap.ck.url} changed during the backup (offsets/commits {span(before)} -> {span(after)}): "
