@@ -28,7 +28,8 @@ the DAG run is ``mode=auto``, which resets ``preserve`` (stop and backup; reset 
 window ends at the new query's first batch (batch 0 of the fresh checkpoint).
 
 With ``--yarn`` the job runs in YARN cluster mode on the devstack's minicluster, its checkpoint,
-backups and sink on HDFS, as in ``downtime_yarn.py`` (no padding there).
+backups and sink on HDFS, as in ``downtime_yarn.py``; no padding unless ``--pad`` is given (``keep``
+only: Hadoop's FsShell puts it below ``<ck>/state/9``, ``--files-per-gb`` files a GB).
 
 Run: ``.venv/bin/python bench/downtime_dag.py --rounds 2 --json .cache/downtime-dag.json`` (add ``--yarn``)
 (starts its own broker and Airflow; nothing of the developer's ``~/airflow`` is read).
@@ -177,7 +178,7 @@ def summary(rows: list[dict]) -> dict:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=2, help="bare/cli/dag triples")
-    ap.add_argument("--pad", default="10M", help="padding state (0, 10M, 2G ...)")
+    ap.add_argument("--pad", default=None, help="padding state (0, 10M, 2G ...; default 10M locally, 0 on YARN)")
     ap.add_argument("--files-per-gb", type=int, default=10000)
     ap.add_argument("--burst", type=int, default=50000, help="records produced before the first start")
     ap.add_argument("--mode", choices=("keep", "preserve"), default="keep")
@@ -193,9 +194,10 @@ def main() -> int:
         broker = stack.enter_context(LocalBroker(Path(tmp) / "broker"))
         work = Path(tmp) / "run"
         work.mkdir()
-        bench_kw = yarn_bench_kw(stack, Path(tmp)) if args.yarn else {}
+        bench_kw, hadoop = yarn_bench_kw(stack, Path(tmp)) if args.yarn else ({}, None)
+        args.pad = args.pad or ("0" if args.yarn else "10M")
         os.environ.update(airflow_env(work / "airflow", broker.bootstrap_servers))
-        result = one_run(work, broker.bootstrap_servers, args, bench_kw)
+        result = one_run(work, broker.bootstrap_servers, args, bench_kw, hadoop)
         result["where"] = "yarn+hdfs" if args.yarn else "local"
         # A deployment's scheduler setting (Airflow's default 1 s), when the caller's environment sets it.
         result["scheduler_idle_sleep_time"] = os.environ.get("AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME", "1")
@@ -205,9 +207,10 @@ def main() -> int:
     return 0
 
 
-def yarn_bench_kw(stack: contextlib.ExitStack, tmp: Path) -> dict:
+def yarn_bench_kw(stack: contextlib.ExitStack, tmp: Path) -> tuple[dict, object]:
     """The devstack's HDFS + YARN minicluster for the job (``--master yarn --deploy-mode cluster``) and its
-    checkpoint, as ``downtime_yarn.py`` runs it; the Airflow components inherit its environment."""
+    checkpoint, as ``downtime_yarn.py`` runs it; the Airflow components inherit its environment. Also the
+    cluster itself, which pads the checkpoint on HDFS."""
     from downtime_yarn import SPARK_YARN
 
     from devstack.hadoop import HadoopCluster
@@ -218,10 +221,10 @@ def yarn_bench_kw(stack: contextlib.ExitStack, tmp: Path) -> dict:
     env = {k: ys.env[k] for k in ("HADOOP_CONF_DIR", "YARN_CONF_DIR", "PYSPARK_ARCHIVES_PATH")}
     os.environ.update(env)
     job = {"deploy_mode": "cluster", "spark_conf": {**ys.conf, "spark.jars": ",".join(ys.jars)}}
-    return {"data": f"{hadoop.default_fs}/dtdag", "job": job, "env": env, "spark_conn": SPARK_YARN}
+    return {"data": f"{hadoop.default_fs}/dtdag", "job": job, "env": env, "spark_conn": SPARK_YARN}, hadoop
 
 
-def one_run(work: Path, bootstrap: str, args, bench_kw: dict) -> dict:
+def one_run(work: Path, bootstrap: str, args, bench_kw: dict, hadoop=None) -> dict:
     import subprocess
 
     from downtime_bench import Bench, du, pad, size_of, started_feed
@@ -245,10 +248,17 @@ def one_run(work: Path, bootstrap: str, args, bench_kw: dict) -> dict:
         b.submit()
         b.running_with_batches(3)
         pad_to = (size_of(args.pad), max(1, round(args.files_per_gb * size_of(args.pad) / (1 << 30)))) \
-            if size_of(args.pad) and not bench_kw else (0, 0)   # local padding only (downtime_yarn.py pads HDFS)
+            if size_of(args.pad) else (0, 0)
+        if hadoop is not None and pad_to[0] and args.mode != "keep":
+            raise SystemExit("--pad on YARN pads a keep run only (downtime_yarn.py --modes preserve pads preserve)")
         if args.mode == "keep" and pad_to[0]:
             b.stop()
-            pad(b.ck, *pad_to)
+            if hadoop is None:
+                pad(b.ck, *pad_to)
+            else:   # Hadoop's own FsShell puts the padding below <ck>/state/9, as downtime_yarn.py does
+                from downtime_yarn import pad_on_hdfs
+
+                pad_on_hdfs(b.ck, pad_to[0], pad_to[1], work / "padding", hadoop)
             b.submit()
         files, size = du(b.ck)
         restart = keep_restart(b, dag) if args.mode == "keep" else preserve_restart(b, dag, pad_to)
