@@ -126,7 +126,9 @@ class DagRestarts:
         first = min(b for b in offsets if b > after)
         committed = wait_for("the new query's first batch committed", lambda: log_files(self.b.ck).get(first))
         row.update(self.phases(tis, last_mtime, offsets[first], committed))
+        backup = self.xcom(run_id, "stop", "backup")   # the backup inside the stop task, after the driver's exit
         row.update(last_batch=last, first_new_batch=first, stop_outcome=stop.get("outcome"),
+                   backup_s=backup.get("seconds"), backup_files=backup.get("files"),
                    precopy=stop.get("precopy"), load_1m_end=load_1m())
         if old != self.b.ck:
             # Records lost or read twice across the reset: the old query's committed end against the new start.
