@@ -1,5 +1,8 @@
 """Tables and the plot of the downtime benches (``downtime_bench.py``, ``downtime_preserve.py``, ``downtime_yarn.py``).
 
+``--dag`` (``downtime_dag.py``'s JSONs) plots the DAG's downtime and the bare restart's against the
+checkpoint's size: ``--dag docs/img/downtime-round12-dag-*.json --plot docs/img/downtime-vs-state-dag.png``.
+
 Run: ``.venv/bin/python bench/downtime_report.py --keep docs/img/downtime-round7.json
 --keep docs/img/downtime-round9-keep.json
 --preserve docs/img/downtime-round9-preserve.json
@@ -138,7 +141,8 @@ def rss_table(groups: list[tuple[str, list[dict]]]) -> str:
     return "\n".join(lines)
 
 
-def combined_plot(groups: list[tuple[str, list[dict]]], path: Path) -> None:
+def combined_plot(groups: list[tuple[str, list[dict]]], path: Path,
+                  title: str = "Downtime of a restart against state size", safe_label: str = "safe") -> None:
     """Median downtime against the checkpoint's size, bare and safe, one line per group."""
     import matplotlib
 
@@ -152,17 +156,19 @@ def combined_plot(groups: list[tuple[str, list[dict]]], path: Path) -> None:
         pts = []
         for r in results:
             size = max([x.get("checkpoint_bytes") or 0 for x in r["restarts"]] + [r.get("checkpoint_bytes") or 0])
+            safe = "dag" if any(x["kind"] == "dag" for x in r["restarts"]) else "safe"   # downtime_dag.py: the DAG
             b = median([x["downtime_s"] for x in r["restarts"] if x["kind"] == "bare"])
-            s = median([x["downtime_s"] for x in r["restarts"] if x["kind"] == "safe"])
+            s = median([x["downtime_s"] for x in r["restarts"] if x["kind"] == safe])
             pts.append((size / 1e6, b, s))
         pts.sort()
         xs = [p[0] for p in pts]
         line, = ax.plot(xs, [p[1] for p in pts], marker=marker, linestyle=":", label=f"{label}: bare")
-        ax.plot(xs, [p[2] for p in pts], marker=marker, linestyle="-", color=line.get_color(), label=f"{label}: safe")
+        ax.plot(xs, [p[2] for p in pts], marker=marker, linestyle="-", color=line.get_color(),
+                label=f"{label}: {safe_label}")
     ax.set_xscale("log")
     ax.set_xlabel("checkpoint size before the restart (MB)")
     ax.set_ylabel("downtime (s), median of the restarts")
-    ax.set_title("Downtime of a restart against state size")
+    ax.set_title(title)
     ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
     ax.grid(True, alpha=0.3)
     fig.tight_layout()
@@ -177,8 +183,20 @@ def main() -> int:
                     help="downtime_preserve.py's JSON (local preserve; repeatable: one line each)")
     ap.add_argument("--yarn", type=Path, action="append", default=[],
                     help="downtime_yarn.py's JSON (repeatable: one line per mode and store set-up)")
+    ap.add_argument("--dag", type=Path, action="append", default=[],
+                    help="downtime_dag.py's JSON (repeatable: one line per place and mode, a point per file; "
+                         "\"safe\" is the DAG run; no tables)")
     ap.add_argument("--plot", type=Path)
     args = ap.parse_args()
+    if args.dag:
+        dag: dict[str, list[dict]] = {}
+        for path in args.dag:
+            r = json.loads(path.read_text())
+            dag.setdefault(f"{r.get('where', 'local').replace('yarn+hdfs', 'YARN + HDFS')} {r['mode']}", []).append(r)
+        if args.plot:
+            combined_plot(sorted(dag.items()), args.plot, title="Downtime of the safe-restart DAG and a bare restart",
+                          safe_label="DAG")
+        return 0
     groups = []
     for path in args.keep:
         groups.append((f"local keep ({path.stem})", json.loads(path.read_text())))

@@ -91,7 +91,7 @@ class SubmitStreamingJobOperator(StreamingJobOperator):
                           dry_run=flag(self.dry_run, name="dry_run"), lease_ttl_s=self.lease_ttl_s)
 
 
-def stop_job(spec: JobSpec, *, context: Any, log: Any, timeout_s: float | None = None, poll_s: float = 1.0,
+def stop_job(spec: JobSpec, *, context: Any, log: Any, timeout_s: float | None = None, poll_s: float | None = None,
              only_driver_id: str | None = None) -> dict[str, Any]:
     """The body of :class:`StopStreamingJobOperator` (also the rollback task's)."""
     return start_stop.stop_job(spec, target=lambda: spark_target(spec), actor=actor(context), log=log,
@@ -102,6 +102,8 @@ class StopStreamingJobOperator(StreamingJobOperator):
     """Stop the job gracefully on a batch boundary (stop marker), kill after ``timeout_s``; push the StopResult.
 
     :param timeout_s: how long to wait for the graceful stop; default the registry's ``stop_timeout_s``.
+    :param poll_s: how often the wait asks whether the driver still runs; default 0.2 s for a local
+        driver, 1 s through a cluster manager (the wait is downtime).
     :param dry_run: report whether a driver runs and what would be done; stop nothing.
     :param precopy_backup: a verified backup follows the stop: pre-copy it while the driver runs, before
         the stop and beside its wait (only then; never in a dry run), so the backup after the stop
@@ -111,7 +113,7 @@ class StopStreamingJobOperator(StreamingJobOperator):
     template_fields = ("job", "reason", "dry_run")
     operator_extra_links = (SparkApplicationLink(),)
 
-    def __init__(self, *, job: str, timeout_s: float | None = None, poll_s: float = 1.0,
+    def __init__(self, *, job: str, timeout_s: float | None = None, poll_s: float | None = None,
                  dry_run: bool | str = False, precopy_backup: bool = False, **kwargs: Any) -> None:
         super().__init__(job=job, **kwargs)
         self.timeout_s = timeout_s

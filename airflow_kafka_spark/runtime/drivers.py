@@ -46,16 +46,24 @@ from airflow_kafka_spark.runtime.clusters import ClusterEndpoint
 from airflow_kafka_spark.runtime.rest import RestError
 
 LOCAL = DriverKind.LOCAL
+#: How often a wait asks whether a local driver still runs (a ``/proc`` read; see :class:`DriverControl`).
+LOCAL_POLL_S = 0.2
 
 
 @dataclass(frozen=True)
 class DriverControl:
-    """How to ask whether a recorded driver is alive, kill it, say how it ended and show its log, whatever ran it."""
+    """How to ask whether a recorded driver is alive, kill it, say how it ended and show its log, whatever ran it.
+
+    ``poll_s``: how often a wait for the driver's exit asks. The stop's wait is downtime: a local
+    driver's exit is a read of ``/proc`` and is asked five times a second, a cluster driver's a call
+    to its cluster manager's REST API, once a second.
+    """
 
     is_alive: Callable[[], bool]
     kill: Callable[[], None]
     describe: Callable[[], str] = lambda: ""
     log_tail: Callable[[], str] = lambda: ""
+    poll_s: float = 1.0
 
 
 class WrongHost(UserError):
@@ -72,7 +80,7 @@ def control(driver: DriverInfo, *, endpoint: ClusterEndpoint | Mapping[str, Any]
     kind = DriverKind(driver.kind)
     if kind is DriverKind.LOCAL:
         return DriverControl(lambda: local_alive(driver), lambda: kill_local(driver),
-                             lambda: f"local process {driver.id} on {driver.host or 'this host'}")
+                             lambda: f"local process {driver.id} on {driver.host or 'this host'}", poll_s=LOCAL_POLL_S)
     if endpoint is None:
         raise UserError(f"driver {driver.id} ({kind}) is on a cluster but no cluster endpoint was recorded with it; "
                         "submit the job again through the operator so it is recorded")

@@ -278,8 +278,11 @@ def own_submission(record: LifecycleRecord, holder: str) -> dict[str, Any] | Non
 
 
 def stop_job(spec: JobSpec, *, target: Callable[[], SparkTarget], actor: str, log: Any, timeout_s: float | None = None,
-             poll_s: float = 1.0, only_driver_id: str | None = None) -> dict[str, Any]:
+             poll_s: float | None = None, only_driver_id: str | None = None) -> dict[str, Any]:
     """Stop the job's recorded driver on a batch boundary; kill only after the timeout.
+
+    ``poll_s``: how often the wait asks whether the driver still runs (default: its control's, 0.2 s
+    for a local driver, 1 s through a cluster manager).
 
     ``only_driver_id``: stop only if the recorded driver is this one (a rollback stops the driver
     its own run started, never one it does not know). ``target`` is called for a cluster driver only.
@@ -299,7 +302,7 @@ def stop_job(spec: JobSpec, *, target: Callable[[], SparkTarget], actor: str, lo
         timeout = 0.0
     judge = KindStopJudge(spec, lambda: integrations.integration_for(spec).stop_witness(spec))
     result = drivers.stop(spec.checkpoint, spec.stop_marker, is_alive=ctl.is_alive, kill=ctl.kill, timeout_s=timeout,
-                          poll_s=poll_s, progress=log.info, judge=judge)
+                          poll_s=ctl.poll_s if poll_s is None else poll_s, progress=log.info, judge=judge)
     witness = judge.witness
     log.info("job %s: %s — %s", spec.name, result.outcome, result.message)
     out = {"job": spec.name, **result.to_dict(),
