@@ -792,3 +792,28 @@ def test_bad_arguments_fail_with_one_line_and_change_nothing(env):
     assert "yesterday-ish" in r.xcom("when", "failure") and "../../etc/passwd" in r.xcom("backup_id", "failure")
     after = {**tree(ck), **tree(env.data / "backups"), "record": (ck.parent / "gamma.lifecycle.json").read_text()}
     assert after == before
+
+
+def test_a_retried_safe_restart_submit_reports_what_its_first_try_reset_from_the_record():
+    """Airflow clears a task's XComs when it retries it: a ``submit`` whose first try reset the checkpoint and
+    started the driver (then was killed) reports that reset from the lifecycle record's event by the same task,
+    and no other task's."""
+    from types import SimpleNamespace
+
+    from airflow_kafka_spark.lifecycle.events import LifecycleEvent
+    from airflow_kafka_spark.lifecycle.record import LifecycleRecord
+    from airflow_kafka_spark.operators.restart_window import RESET_KEY, RESTORE_KEY, SafeRestartSubmitOperator
+
+    pushed: dict[str, Any] = {}
+    ti = SimpleNamespace(dag_id="streaming_safe_restart", run_id="run_1", task_id="submit",
+                         xcom_push=lambda key, value: pushed.__setitem__(key, value))
+    record = LifecycleRecord.create("shop", "/nowhere")
+    record.add_event(LifecycleEvent.CHECKPOINT_RESET, actor="ann via streaming_safe_restart/run_0/submit",
+                     operation_id="op-old", mode="latest")                              # another run's reset
+    record.add_event(LifecycleEvent.CHECKPOINT_RESET, actor="ann via streaming_safe_restart/run_1/submit",
+                     operation_id="op-1", mode="preserve", starting_offsets='{"t":{"0":5}}')
+    op = SafeRestartSubmitOperator(task_id="submit", job="shop", mode="preserve")
+    op._report_earlier_change(record, {"ti": ti})
+    assert set(pushed) == {RESET_KEY} and RESTORE_KEY not in pushed
+    assert pushed[RESET_KEY]["earlier_try"] is True and pushed[RESET_KEY]["operation_id"] == "op-1"
+    assert pushed[RESET_KEY]["starting_offsets"] == '{"t":{"0":5}}'
