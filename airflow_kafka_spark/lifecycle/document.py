@@ -167,6 +167,10 @@ class RecordDocument:
         del self.history[:-HISTORY_LIMIT]
         return entry
 
+    def last_event(self, event: LifecycleEvent | str) -> dict[str, Any] | None:
+        """The newest history entry of kind ``event``, or None: what the last reset or restore did."""
+        return next((e for e in reversed(self.history) if e.get("event") == str(event)), None)
+
     def set_kafka_identity(self, cluster_id: str | None, topics: Mapping[str, Any]) -> None:
         """Record cluster id and topic incarnations; ``topics`` maps names to ``TopicInfo``-likes
         (``topic_id``, ``partitions``), e.g. ``BrokerState.topics``."""

@@ -149,9 +149,8 @@ class SafeRestartSubmitOperator(SubmitStreamingJobOperator):
         by = f" via {task_holder(context)}"
         for key, kind in ((RESET_KEY, LifecycleEvent.CHECKPOINT_RESET),
                           (RESTORE_KEY, LifecycleEvent.CHECKPOINT_RESTORED)):
-            event = next((e for e in reversed(record.history) if e.get("event") == str(kind)
-                          and str(e.get("actor") or "").endswith(by)), None)
-            if event is not None:
+            event = record.last_event(kind)
+            if event is not None and str(event.get("actor") or "").endswith(by):
                 context["ti"].xcom_push(key=key, value={"job": self.job, "earlier_try": True,
                                                         **(event.get("details") or {})})
 

@@ -369,7 +369,7 @@ def finished_by(checkpoint_location: str, actor: str, request: ResetRequest, *,
     state = read_checkpoint(ck)
     if state.offset_batch_ids or state.commit_batch_ids:
         return None
-    last = next((e for e in reversed(record.history) if e.get("event") == str(LifecycleEvent.CHECKPOINT_RESET)), None)
+    last = record.last_event(LifecycleEvent.CHECKPOINT_RESET)
     details = (last or {}).get("details") or {}
     if last is None or last.get("actor") != actor or details.get("mode") != request.mode:
         return None

@@ -325,7 +325,7 @@ def already_restored(ck: Location, manifest: Manifest, record: LifecycleRecord |
     the checkpoint holds exactly its files (a run since then adds files, and restoring again is real)."""
     if record is None:
         return None
-    last = next((e for e in reversed(record.history) if e.get("event") == "checkpoint_restored"), None)
+    last = record.last_event(LifecycleEvent.CHECKPOINT_RESTORED)
     details = (last or {}).get("details") or {}
     if details.get("backup_id") != manifest.backup_id or not exists(ck):
         return None
