@@ -120,8 +120,8 @@ class SafeRestartSubmitOperator(SubmitStreamingJobOperator):
         holder = task_holder(context)   # the submit's lease holder: its own killed try's lease is not "another run"
         record = LifecycleRecord.load(spec.checkpoint)
         if record is not None and own_submission(record, holder) is not None:
-            self.log.info("job %s: this task's earlier try changed, judged and started the recorded driver; "
-                          "adopting it", spec.name)
+            self.log.info("job %s: this task's earlier try judged and started the recorded driver; adopting it",
+                          spec.name)
             self._report_earlier_change(record, context)
         else:
             self._change(spec, context)
@@ -151,6 +151,8 @@ class SafeRestartSubmitOperator(SubmitStreamingJobOperator):
                           (RESTORE_KEY, LifecycleEvent.CHECKPOINT_RESTORED)):
             event = record.last_event(kind)
             if event is not None and str(event.get("actor") or "").endswith(by):
+                self.log.info("job %s: that try's %s: %s", self.job, key, (event.get("details") or {}).get(
+                    "operation_id"))
                 context["ti"].xcom_push(key=key, value={"job": self.job, "earlier_try": True,
                                                         **(event.get("details") or {})})
 

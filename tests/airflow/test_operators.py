@@ -817,3 +817,23 @@ def test_a_retried_safe_restart_submit_reports_what_its_first_try_reset_from_the
     assert set(pushed) == {RESET_KEY} and RESTORE_KEY not in pushed
     assert pushed[RESET_KEY]["earlier_try"] is True and pushed[RESET_KEY]["operation_id"] == "op-1"
     assert pushed[RESET_KEY]["starting_offsets"] == '{"t":{"0":5}}'
+
+
+def test_a_safe_restart_submit_given_both_a_reset_and_a_restore_refuses_in_one_line_and_changes_nothing(env):
+    """The plan gives at most one; a DAG of one's own that wires both gets one line naming both, before any step."""
+    from types import SimpleNamespace
+
+    from airflow_kafka_spark.errors import UserError
+    from airflow_kafka_spark.operators.restart_window import SafeRestartSubmitOperator
+
+    ck = fake_checkpoint(env, "beta")
+    before = sorted((p.relative_to(ck), p.read_bytes()) for p in ck.rglob("*") if p.is_file())
+    pushed: list[str] = []
+    ti = SimpleNamespace(xcom_push=lambda key, value: pushed.append(key))
+    op = SafeRestartSubmitOperator(task_id="submit", job="beta", mode="preserve", backup_id="20260131T120000000Z-b4")
+    with pytest.raises(UserError) as refused:
+        op._change(SimpleNamespace(name="beta"), {"ti": ti})
+    assert str(refused.value) == ("job beta: a run resets or restores, not both (mode 'preserve', backup "
+                                  "'20260131T120000000Z-b4'); nothing was changed")
+    assert "\n" not in str(refused.value) and pushed == []
+    assert sorted((p.relative_to(ck), p.read_bytes()) for p in ck.rglob("*") if p.is_file()) == before
