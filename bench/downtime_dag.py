@@ -186,6 +186,7 @@ def main() -> int:
     ap.add_argument("--mode", choices=("keep", "preserve"), default="keep")
     ap.add_argument("--yarn", action="store_true", help="the job on the devstack's YARN, its checkpoint on HDFS")
     ap.add_argument("--json", type=Path, default=REPO / ".cache" / "downtime-dag.json")
+    ap.add_argument("--logs", type=Path, default=None, help="keep Airflow's task logs here (the run's own are deleted)")
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     logging.getLogger("airflow_kafka_spark").setLevel(logging.WARNING)
@@ -199,7 +200,13 @@ def main() -> int:
         bench_kw, hadoop = yarn_bench_kw(stack, Path(tmp)) if args.yarn else ({}, None)
         args.pad = args.pad or ("0" if args.yarn else "10M")
         os.environ.update(airflow_env(work / "airflow", broker.bootstrap_servers))
-        result = one_run(work, broker.bootstrap_servers, args, bench_kw, hadoop)
+        try:
+            result = one_run(work, broker.bootstrap_servers, args, bench_kw, hadoop)
+        finally:
+            if args.logs is not None and (work / "airflow" / "logs").is_dir():
+                import shutil
+
+                shutil.copytree(work / "airflow" / "logs", args.logs, dirs_exist_ok=True)
         result["where"] = "yarn+hdfs" if args.yarn else "local"
         # A deployment's scheduler setting (Airflow's default 1 s), when the caller's environment sets it.
         result["scheduler_idle_sleep_time"] = os.environ.get("AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME", "1")

@@ -161,7 +161,6 @@ with DAG(
                                           change_task_ids=CHANGE_STEPS)
     stop = SafeRestartStopOperator(task_id=STOP, job=JOB, dry_run=dry, reason=REASON,
                                    backup_reason="before safe restart {{ run_id }}",
-                                   keep_backup_id=plan.output["restore_backup_id"],  # not pruned before it is read
                                    trigger_rule=TriggerRule.NONE_FAILED)   # runs when no approval was needed
     submit = SafeRestartSubmitOperator(
         task_id=SUBMIT, job=JOB, mode=plan.output["reset_mode"], to_datetime=plan.output["to_datetime"],

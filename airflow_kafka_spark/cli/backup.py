@@ -273,8 +273,7 @@ def _checkpoint_backups(args: argparse.Namespace, spec: JobSpec | None, backup_r
         pr = prune_backups(
             backup_root,
             args.job,
-            keep_last=keep_last,
-            max_age_s=max_age_s,
+            Retention(keep_last=keep_last, max_age_s=max_age_s),
             dry_run=not execute,
             storage_options=so,
             seal_key=key,

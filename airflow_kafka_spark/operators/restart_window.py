@@ -47,19 +47,20 @@ RESTORE_KEY = "restore"
 class SafeRestartStopOperator(StopStreamingJobOperator):
     """Stop the job on a batch boundary, then take a verified backup of its checkpoint, in one task.
 
+    The job's backup retention is not applied here: reading every kept manifest to prune is seconds
+    of downtime at 20,000 state files (docs/benchmarks.md, round 13). The run's finish task applies
+    it after the window (:class:`~airflow_kafka_spark.operators.safe_restart.SafeRestartFinishOperator`).
+
     :param backup_reason: the backup's reason (templated), kept in its manifest.
-    :param keep_backup_id: a backup the job's retention must not prune (templated): the one a
-        restore later in the same run reads.
     :param seal_key_conn_id: Generic connection whose password keys the manifest seal (HMAC).
     """
 
-    template_fields = (*StopStreamingJobOperator.template_fields, "backup_reason", "keep_backup_id")
+    template_fields = (*StopStreamingJobOperator.template_fields, "backup_reason")
 
-    def __init__(self, *, backup_reason: str | None = None, keep_backup_id: str | None = None,
-                 seal_key_conn_id: str | None = None, **kwargs: Any) -> None:
+    def __init__(self, *, backup_reason: str | None = None, seal_key_conn_id: str | None = None,
+                 **kwargs: Any) -> None:
         super().__init__(precopy_backup=True, **kwargs)
         self.backup_reason = backup_reason
-        self.keep_backup_id = keep_backup_id
         self.seal_key_conn_id = seal_key_conn_id
 
     def run(self, context: Any) -> dict[str, Any]:
@@ -68,8 +69,7 @@ class SafeRestartStopOperator(StopStreamingJobOperator):
         ti = context["ti"]
         ti.xcom_push(key="return_value", value=stopped)   # the stop happened, whatever the backup does next
         step = BackupStep(dry_run=flag(self.dry_run, name="dry_run"), reason=optional_text(self.backup_reason),
-                          missing_ok=True, seal_key=seal_key_from_connection(self.seal_key_conn_id),
-                          keep_backup_id=optional_text(self.keep_backup_id))
+                          missing_ok=True, seal_key=seal_key_from_connection(self.seal_key_conn_id), prune=False)
         try:
             backup = steps_for(spec).backup(spec, context, step, self.log)
         except UserError as exc:

@@ -55,6 +55,7 @@ from airflow_kafka_spark.lifecycle.model import RECORD_SUFFIX
 from airflow_kafka_spark.lifecycle.record import LifecycleRecord
 from airflow_kafka_spark.operators._common import StreamingJobOperator
 from airflow_kafka_spark.operators.approval import APPROVAL_KEY, APPROVAL_TIMEOUT
+from airflow_kafka_spark.operators.checkpoint import seal_key_from_connection
 from airflow_kafka_spark.operators.restart_window import BACKUP_KEY, RESET_KEY, RESTORE_KEY, VERDICT_KEY
 from airflow_kafka_spark.operators.streaming import driver_alive, stop_job, submit_job
 from airflow_kafka_spark.registry.model import JobSpec
@@ -248,7 +249,21 @@ def outcome_of(plan: RestartPlan | Mapping[str, Any] | None, states: Mapping[str
 
 
 class SafeRestartFinishOperator(StreamingJobOperator):
-    """Write the run's audit entry, release the run lease, and fail the run if anything failed."""
+    """Apply the job's backup retention, write the run's audit entry, release the run lease, and fail
+    the run if anything failed.
+
+    The retention is applied here, after the restart window, and not by the stop task's backup: it
+    reads every kept manifest, seconds of downtime at 20,000 state files (docs/benchmarks.md, round 13).
+    This task runs whatever happened before it (``all_done``), so every backup the run took is pruned
+    to the registry's ``backup_retention`` here; the run's own backup is always kept.
+
+    :param seal_key_conn_id: Generic connection whose password keys the manifest seal (HMAC), as the
+        stop task's.
+    """
+
+    def __init__(self, *, seal_key_conn_id: str | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.seal_key_conn_id = seal_key_conn_id
 
     def run(self, context: Any) -> dict[str, Any]:
         plan = from_xcom(RestartPlan, _pull(context, PLAN))
@@ -280,7 +295,8 @@ class SafeRestartFinishOperator(StreamingJobOperator):
             else None,
             approval=from_xcom(ApprovalSummary, approval),
             offsets_after=None if spec is None else position(spec)["offsets"],
-            failures={k: v for k, v in failures.items() if v}, task_states=states)
+            failures={k: v for k, v in failures.items() if v}, task_states=states,
+            pruned=tuple(self._retention(spec, context, plan)))
         audit = entry.to_dict()
         if spec is not None:
             params = context.get("params") or {}
@@ -311,6 +327,14 @@ class SafeRestartFinishOperator(StreamingJobOperator):
             tail = "; rolled back: " + "; ".join(p for p in parts if p)
         fail(context, f"safe restart of job {audit['job']} {outcome}: {first}{tail}")
         return audit   # not reached
+
+
+    def _retention(self, spec: JobSpec | None, context: Any, plan: RestartPlan | None) -> list[str]:
+        """The job's retention after the stop task's backup (``BackupStep(prune=False)``); never in a dry run."""
+        taken = _pull(context, STOP, BACKUP_KEY)
+        if spec is None or not isinstance(taken, Mapping) or taken.get("dry_run") or (plan and plan.dry_run):
+            return []
+        return steps_for(spec).prune(spec, taken, seal_key_from_connection(self.seal_key_conn_id), self.log)
 
 
 def _gate_failure_from_driver(spec: Any, submitted: Any, log: Any) -> str | None:

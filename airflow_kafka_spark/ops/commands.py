@@ -68,25 +68,26 @@ def backup_checkpoint(checkpoint_location: str, backup_root: str, *, job: str | 
                        retention=retention, run=replace(run, backup_settle_s=settle_s))
 
 
-def prune_backups(backup_root: str, job: str, *, keep_last: int | None = None, max_age_s: float | None = None,
-                  now_ms: int | None = None, dry_run: bool = False, grace_s: float | None = None,
-                  storage_options: dict | None = None, seal_key: bytes | None = None) -> PruneResult:
-    """Apply retention to ``job``'s backups, then collect blobs no remaining backup references.
+def prune_backups(backup_root: str, job: str, retention: Retention, *, now_ms: int | None = None,
+                  dry_run: bool = False, grace_s: float | None = None, storage_options: dict | None = None,
+                  seal_key: bytes | None = None) -> PruneResult:
+    """Apply ``retention`` to ``job``'s backups, then collect blobs no remaining backup references.
 
-    A backup goes when it is beyond the newest ``keep_last`` or older than ``max_age_s`` (either
-    rule, when both are given); the newest intact backup always stays. Blobs, staged manifests and
-    temp files of killed backups are deleted only when unreferenced and older than ``grace_s``
-    (default 0 on local disks, where the job lock is exclusive; an hour on object stores, where it
-    is best effort).
+    A backup goes when it is beyond the newest ``retention.keep_last`` or older than
+    ``retention.max_age_s`` (either rule, when both are given), unless it is in ``retention.keep_ids``;
+    the newest intact backup always stays. Blobs, staged manifests and temp files of killed backups
+    are deleted only when unreferenced and older than ``grace_s`` (default 0 on local disks, where
+    the job lock is exclusive; an hour on object stores, where it is best effort).
     """
     validate_job_name(job)
-    check_retention(keep_last, max_age_s)
+    check_retention(retention.keep_last, retention.max_age_s)
     job_loc = job_location(open_backup_root(backup_root, storage_options), job)
     if grace_s is None:
         grace_s = 0.0 if job_loc.local else 3600.0
     with LockFile(store_path(job_loc, LOCK_NAME), what=f"backups of job {job}"):
-        return prune_job(job_loc, job, keep_last=keep_last, max_age_s=max_age_s, now_ms=now_ms,
-                         dry_run=dry_run, grace_s=grace_s, seal_key=seal.resolve_key(seal_key))
+        return prune_job(job_loc, job, keep_last=retention.keep_last, max_age_s=retention.max_age_s, now_ms=now_ms,
+                         dry_run=dry_run, grace_s=grace_s, seal_key=seal.resolve_key(seal_key),
+                         keep_ids=retention.keep_ids)
 
 
 def reset_checkpoint(checkpoint_location: str, backup_root: str | None, kafka_config: dict, request: ResetRequest,

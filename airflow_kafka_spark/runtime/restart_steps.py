@@ -362,6 +362,7 @@ class AuditEntry:
     offsets_after: Any
     failures: Mapping[str, str]
     task_states: Mapping[str, str]
+    pruned: tuple[str, ...] = ()   # backups the job's retention removed after the run (the finish task)
 
     def to_dict(self) -> Json:
         """The audit's document, keys in the order it has always had."""
@@ -375,7 +376,7 @@ class AuditEntry:
                 "stop": _opt(self.stop), "submitted_driver": _opt(self.submitted_driver),
                 "health": _opt(self.health), "rollback": _opt(self.rollback), "approval": _opt(self.approval),
                 "offsets_before": plan.offsets_before if plan else None, "offsets_after": self.offsets_after,
-                "failures": dict(self.failures), "task_states": dict(self.task_states)}
+                "failures": dict(self.failures), "task_states": dict(self.task_states), "pruned": list(self.pruned)}
 
     def event_fields(self) -> Json:
         """What the lifecycle record's ``SAFE_RESTART`` event keeps besides its actor (``who``)."""

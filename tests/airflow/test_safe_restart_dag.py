@@ -40,6 +40,7 @@ import pytest
 
 from airflow_kafka_spark.checkpoint.reader import read_checkpoint
 from airflow_kafka_spark.lifecycle.record import LifecycleRecord
+from airflow_kafka_spark.ops.backup.catalog import list_backups
 from airflow_kafka_spark.runtime import drivers
 from devstack import oracle, topics
 from devstack.produce import ProducedRecord, produce
@@ -117,6 +118,7 @@ class Stack:
         write_registry(self.registry, [
             {"name": JOB, "topics": [self.topic], "sink": "idempotent", "max_offsets_per_trigger": 200,
              "compatibility_version": compat, "application_args": args,
+             "backup_retention": {"keep_last": 2},   # the rollback test's finish prunes the keep test's backup
              "spark_conf": {"spark.sql.shuffle.partitions": "2", "spark.driver.memory": "768m"}},
             {"name": BLOCKED_JOB, "topics": [f"{self.topic}-frozen"]},
         ])
@@ -273,6 +275,7 @@ def test_keep_mode_restarts_on_the_same_checkpoint_and_the_sink_is_exact(stack, 
     assert stop["outcome"] == "STOPPED" and stop["graceful"] and not stop["killed"]
     assert stop["driver"]["id"] == old_driver.id and not drivers.local_alive(old_driver)
     assert r.xcom("stop", "backup")["backup_id"]
+    stack.notes["keep_backup_id"] = r.xcom("stop", "backup")["backup_id"]
     # The backup was pre-copied while the old driver ran: the backup after the stop took from the
     # pre-copy every file not already in the previous backup, and read only what came after it.
     pre, backup = stop["precopy"], r.xcom("stop", "backup")
@@ -380,6 +383,12 @@ def test_a_broken_build_is_rolled_back_to_the_previous_application(stack):
         assert rec.driver.id == str(resubmitted["driver"]["id"]) and drivers.local_alive(rec.driver)
         assert rec.compatibility_version == "2" and rec.next_starting_offsets is None
         assert events(rec, "safe_restart")[-1]["details"]["outcome"] == "ROLLED_BACK"
+        # Retention (keep_last 2) ran in the finish task, after the window, not in the stop task's backup:
+        # the keep test's backup went, this run's (the one the rollback restored) and the auto test's stayed.
+        assert r.xcom("stop", "backup")["pruned"] == []
+        assert events(rec, "safe_restart")[-1]["details"]["pruned"] == [stack.notes["keep_backup_id"]]
+        listed = {m.backup_id for m in list_backups(str(stack.data / "backups"), JOB).backups}
+        assert backup_id in listed and stack.notes["keep_backup_id"] not in listed and len(listed) == 2
         # The previous application runs on its restored checkpoint: same query, new batches.
         restored_batch = read_checkpoint(str(stack.checkpoint)).latest_committed.batch_id
         wait_until(lambda: read_checkpoint(str(stack.checkpoint)).latest_committed.batch_id > restored_batch,
@@ -406,7 +415,7 @@ def test_restore_of_a_named_backup(stack):
     assert r.states["submit"] == "success" and r.xcom("submit", "reset") is None
     restore = r.xcom("submit", "restore")
     assert restore["restored"] is True and restore["backup_id"] == backup_id
-    assert r.rendered["stop"]["keep_backup_id"] == backup_id   # the run's own backup never prunes it first
+    assert r.xcom("stop", "backup")["pruned"] == []    # retention is the finish task's, after the restore read it
     assert restore["pre_restore_backup_id"]            # the checkpoint it replaced was backed up first
     rec = stack.record()
     (event,) = [e for e in events(rec, "checkpoint_restored") if e["details"]["backup_id"] == backup_id

@@ -47,6 +47,7 @@ from airflow_kafka_spark.ops.backup.precopy import precopy_checkpoint
 from airflow_kafka_spark.ops.backup.store import blob_index, mismatched_blobs, verify_backup
 from airflow_kafka_spark.ops.backup.writer import BlobWriter
 from airflow_kafka_spark.ops.commands import backup_checkpoint, prune_backups, restore_checkpoint
+from airflow_kafka_spark.ops.options import Retention
 from airflow_kafka_spark.verdict.validate import validate
 from devstack import topics
 from devstack.produce import produce
@@ -224,7 +225,7 @@ def test_hdfs_snapshot_backup_moves_no_state_byte_and_restores_the_snapshot(hado
     assert {f"aks-{JOB}-{after.backup_id}", f"aks-{JOB}-{pre_restore}", f"aks-{JOB}-{elsewhere}", "nightly"} <= names
     assert f"aks-{JOB}-{orphan}" not in names   # swept by the snapshot backup the restore took first
     assert not [rel for rel in list_files(open_location(f"{root_url}/{JOB}/staging")) if rel.startswith(orphan)]
-    pruned = prune_backups(root_url, JOB, keep_last=1, grace_s=0)
+    pruned = prune_backups(root_url, JOB, Retention(keep_last=1), grace_s=0)
     assert [b.backup_id for b in pruned.removed] == [after.backup_id]
     snapshots.fs.invalidate_cache()
     names = {rel.split("/")[0] for rel in list_files(snapshots)}

@@ -275,16 +275,16 @@ def test_retention_keeps_the_newest_and_collects_unreferenced_blobs(ck, tmp_path
         add_batches(ck, 5 + i, 1)
         ids.append(backup_checkpoint(ck.location, root, job=JOB, settle_s=0, now_ms=1_000_000 + i * 1000).backup_id)
     assert [b.backup_id for b in list_backups(root, JOB).backups] == ids[::-1]
-    dry = prune_backups(root, JOB, keep_last=2, dry_run=True)
+    dry = prune_backups(root, JOB, Retention(keep_last=2), dry_run=True)
     assert [m.backup_id for m in dry.removed] == ids[:2][::-1]
     assert len(list_backups(root, JOB).backups) == 4
-    pr = prune_backups(root, JOB, keep_last=2)
+    pr = prune_backups(root, JOB, Retention(keep_last=2))
     assert [b.backup_id for b in list_backups(root, JOB).backups] == ids[:1:-1]
     assert pr.blobs_removed == 0   # every file of the old backups is still in the newer ones
     for b in list_backups(root, JOB).backups:
         verify_backup(root, JOB, b.backup_id)
     # max age: everything is old, but the newest verified backup always stays
-    pr = prune_backups(root, JOB, max_age_s=1, now_ms=10_000_000)
+    pr = prune_backups(root, JOB, Retention(max_age_s=1), now_ms=10_000_000)
     assert [b.backup_id for b in list_backups(root, JOB).backups] == [ids[-1]]
     verify_backup(root, JOB, ids[-1])
 
@@ -316,7 +316,7 @@ def test_gc_removes_blobs_only_dropped_backups_used(tmp_path):
     old = backup_checkpoint(a.location, root, job=JOB, settle_s=0, now_ms=1000)
     a.write("offsets/1", a.path("offsets/1").read_bytes() + b" ")   # changed content: a blob of its own
     backup_checkpoint(a.location, root, job=JOB, settle_s=0, now_ms=2000)
-    pr = prune_backups(root, JOB, keep_last=1)
+    pr = prune_backups(root, JOB, Retention(keep_last=1))
     assert [m.backup_id for m in pr.removed] == [old.backup_id]
     assert pr.blobs_removed == 1
 
@@ -324,7 +324,7 @@ def test_gc_removes_blobs_only_dropped_backups_used(tmp_path):
 @pytest.mark.parametrize("kwargs", [{"keep_last": 0}, {"max_age_s": 0}])
 def test_bad_retention_rules(ck, tmp_path, kwargs):
     with pytest.raises(UserError):
-        prune_backups(str(tmp_path / "b"), JOB, **kwargs)
+        prune_backups(str(tmp_path / "b"), JOB, Retention(**kwargs))
 
 
 # --------------------------------------------------------------------------- bad input changes nothing
@@ -415,7 +415,7 @@ def test_a_killed_backup_is_never_listed_and_a_rerun_converges(ck, tmp_path, poi
     assert again.returncode == 0, again.stderr                        # the job lock of the dead pid is broken
     catalog = list_backups(root, JOB)
     assert catalog.backups and all(verify_backup(root, JOB, b.backup_id) for b in catalog.backups)
-    pr = prune_backups(root, JOB, keep_last=1)
+    pr = prune_backups(root, JOB, Retention(keep_last=1))
     assert not list((tmp_path / "b" / JOB / "staging").glob("*"))
     assert not list((tmp_path / "b" / JOB / ".tmp").glob("*"))
     assert pr.leftovers_removed >= 0
@@ -448,7 +448,7 @@ def test_backup_to_an_object_store_and_back(ck, tmp_path):
         catalog = list_backups(root, JOB)
         assert [b.backup_id for b in catalog.backups] == [second.backup_id, first.backup_id]
         verify_backup(root, JOB, second.backup_id)
-        pr = prune_backups(root, JOB, keep_last=1, grace_s=0)
+        pr = prune_backups(root, JOB, Retention(keep_last=1), grace_s=0)
         assert [m.backup_id for m in pr.removed] == [first.backup_id]
         dest = open_location("memory://aks-bench/restored")
         materialize(second.manifest, root, dest)

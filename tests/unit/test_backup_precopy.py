@@ -27,7 +27,7 @@ from airflow_kafka_spark.ops.backup.precopy import precopy_checkpoint
 from airflow_kafka_spark.ops.backup.reuse import PRECOPY_NAME
 from airflow_kafka_spark.ops.backup.store import verify_backup
 from airflow_kafka_spark.ops.commands import backup_checkpoint, prune_backups
-from airflow_kafka_spark.ops.options import RunOptions
+from airflow_kafka_spark.ops.options import Retention, RunOptions
 from tests.support.checkpoint_factory import write_checkpoint
 from tests.unit.test_backup import JOB, add_batches, tree
 
@@ -163,7 +163,7 @@ def test_an_unconsumed_precopy_is_collected_by_pruning_and_a_reset_querys_precop
     add_batches(ck, 5, 2)
     pre = precopy_checkpoint(ck.location, str(root), job=JOB)
     assert pre.files_read == 8 and pre.blobs_written > 0            # only what the last backup lacks
-    pr = prune_backups(str(root), JOB, keep_last=1)
+    pr = prune_backups(str(root), JOB, Retention(keep_last=1))
     assert pr.blobs_removed == pre.blobs_written                    # named by no published backup
     other = write_checkpoint(tmp_path / "ck2", batches=5, state=True, query_id="0" * 8 + "-0000-0000-0000-" + "0" * 12)
     precopy_checkpoint(other.location, str(tmp_path / "c"), job=JOB)

@@ -22,6 +22,7 @@ from airflow_kafka_spark.lifecycle.record import LifecycleRecord
 from airflow_kafka_spark.ops.backup.catalog import list_backups, load_backup
 from airflow_kafka_spark.ops.backup.store import materialize, verify_backup
 from airflow_kafka_spark.ops.commands import prune_backups
+from airflow_kafka_spark.ops.options import Retention
 from airflow_kafka_spark.ops.recover import finish_interrupted
 from airflow_kafka_spark.verdict.interrupted import interrupted_finding
 
@@ -83,7 +84,7 @@ def test_an_old_manifest_is_rewritten_to_the_same_document(disk, expected):
 def test_pruning_an_old_root_keeps_the_newest_and_its_blobs(disk, expected):
     root = str(disk / "backups")
     newest = expected["catalog_unkeyed"]["backups"][0]["backup_id"]
-    result = prune_backups(root, JOB, keep_last=1)
+    result = prune_backups(root, JOB, Retention(keep_last=1))
     assert [m.backup_id for m in result.removed] != [] and newest not in [m.backup_id for m in result.removed]
     assert verify_backup(root, JOB, newest, deep=True).backup_id == newest
 

@@ -129,7 +129,7 @@ def test_the_audit_entry_is_todays_json():
     assert list(doc) == ["outcome", "job", "who", "reason", "mode", "action", "why", "probe", "dry_run", "run",
                          "verdict_before", "verdict_after", "backup_id", "reset", "restore", "stop",
                          "submitted_driver", "health", "rollback", "approval", "offsets_before", "offsets_after",
-                         "failures", "task_states"]
+                         "failures", "task_states", "pruned"]
     assert (doc["mode"], doc["action"], doc["why"]) == ("auto", "reset", plan.why)
     assert doc["probe"] == {k: v for k, v in PROBE.items() if k != "log_tail"}
     assert doc["offsets_before"] == POSITION["offsets"] and doc["reset"] == {"operation_id": "op"}

@@ -27,6 +27,7 @@ from airflow_kafka_spark.ops.backup.catalog import list_backups
 from airflow_kafka_spark.ops.backup.manifest import FileEntry, Manifest
 from airflow_kafka_spark.ops.backup.store import materialize
 from airflow_kafka_spark.ops.commands import backup_checkpoint, prune_backups
+from airflow_kafka_spark.ops.options import Retention
 from tests.support.checkpoint_factory import write_checkpoint
 
 JOB = "orders"
@@ -186,7 +187,7 @@ def test_keyed_seal_refuses_resealed_and_unkeyed_manifests(tmp_path):
     catalog = list_backups(str(root), JOB, seal_key=key.read_bytes())
     assert catalog.backups == [] and len(catalog.invalid) == 2
     # pruning with a key never collects the blobs of a still-kept unkeyed backup
-    prune_backups(str(root), JOB, keep_last=5, seal_key=key.read_bytes())
+    prune_backups(str(root), JOB, Retention(keep_last=5), seal_key=key.read_bytes())
     from airflow_kafka_spark.ops.backup.store import verify_backup
     assert verify_backup(str(root), JOB, unkeyed.backup_id).backup_id == unkeyed.backup_id
 

@@ -40,6 +40,9 @@ class BackupStep:
     missing_ok: bool = False
     seal_key: bytes | None = None
     keep_backup_id: str | None = None   # a backup retention must not prune in this run
+    #: False: the job's retention is not applied here but by :meth:`KindSteps.prune` after the restart
+    #: window (the safe restart's finish task): reading every kept manifest is seconds at 20,000 files
+    prune: bool = True
 
 
 @dataclass(frozen=True)
@@ -100,6 +103,13 @@ class KindSteps(Protocol):
         The result holds ``restored_backup_id`` (None when nothing was restored) and ``notes``
         (lines for the audit entry); anything else is the kind's own account of the restore.
         """
+        ...
+
+    def prune(self, spec: JobSpec, backup_task: Mapping[str, Any], seal_key: bytes | None, log: Any) -> list[str]:
+        """The job's ``backup_retention`` after a backup taken with ``BackupStep(prune=False)``, whose
+        document is ``backup_task`` (that backup is kept); the names of the backups removed.
+
+        Housekeeping: a store that refuses is logged and nothing is raised."""
         ...
 
     def worker_gate(self, spec: JobSpec, context: Any, step: GateStep, log: Any) -> dict[str, Any] | None:

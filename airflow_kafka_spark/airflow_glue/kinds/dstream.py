@@ -147,7 +147,7 @@ def _apply_retention(spec: JobSpec, keep: str, log: Any) -> list[str]:
     return pruned.removed
 
 
-def backup_step(spec: JobSpec, context: Any, *, dry_run: bool, log: Any) -> dict[str, Any]:
+def backup_step(spec: JobSpec, context: Any, *, dry_run: bool, log: Any, prune: bool = True) -> dict[str, Any]:
     """Back up the group's offsets and the DStream checkpoint; then, on a new build, move the checkpoint aside.
 
     The move happens here, right after the backup that holds it, and not in the ``reset`` task: a new
@@ -177,7 +177,7 @@ def backup_step(spec: JobSpec, context: Any, *, dry_run: bool, log: Any) -> dict
         backup.location,
     )
     context["ti"].xcom_push(key=BACKUP_KEY, value=backup.location)
-    pruned = _apply_retention(spec, backup.location, log)
+    pruned = _apply_retention(spec, backup.location, log) if prune else []
     moved = _move_aside(spec, context, plan, "new build", log) if plan.move_checkpoint_aside else {}
     # backup_id stays None: it names Structured Streaming backups (ops/backup), which this is not.
     return {
@@ -361,7 +361,7 @@ class DStreamSteps:
         return validate_step(spec, context, override=step.override, dry_run=step.dry_run, log=log)
 
     def backup(self, spec: JobSpec, context: Any, step: BackupStep, log: Any) -> dict[str, Any]:
-        return backup_step(spec, context, dry_run=step.dry_run, log=log)
+        return backup_step(spec, context, dry_run=step.dry_run, log=log, prune=step.prune)
 
     def restore(self, spec: JobSpec, context: Any, step: RestoreStep, log: Any) -> dict[str, Any]:
         return restore_step(spec)
@@ -372,6 +372,10 @@ class DStreamSteps:
 
     def rollback(self, spec: JobSpec, context: Any, backup_task: Mapping[str, Any], log: Any) -> dict[str, Any]:
         return rollback_step(spec, context, backup_task, log)
+
+    def prune(self, spec: JobSpec, backup_task: Mapping[str, Any], seal_key: bytes | None, log: Any) -> list[str]:
+        taken = backup_task.get(BACKUP_KEY)
+        return _apply_retention(spec, taken, log) if taken else []
 
     def worker_gate(self, spec: JobSpec, context: Any, step: GateStep, log: Any) -> dict[str, Any]:
         # the group's commits, polled on the worker (no trigger for groups yet)

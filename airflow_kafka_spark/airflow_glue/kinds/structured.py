@@ -25,7 +25,7 @@ from airflow_kafka_spark.kafka.offsets import to_offsets_json
 from airflow_kafka_spark.lifecycle.events import LifecycleEvent
 from airflow_kafka_spark.lifecycle.record import LifecycleRecord
 from airflow_kafka_spark.names import validate_backup_id
-from airflow_kafka_spark.ops.options import Retention, RunOptions, SinkFacts
+from airflow_kafka_spark.ops.options import NO_RETENTION, Retention, RunOptions, SinkFacts
 from airflow_kafka_spark.registry.model import JobSpec
 from airflow_kafka_spark.runtime import safe_restart
 from airflow_kafka_spark.runtime.app_versions import last_good_app
@@ -94,7 +94,8 @@ class StructuredSteps:
                     "would_back_up": spec.checkpoint, "to": spec.backup_root, "position": position(spec)}
         kept = spec.backup_retention
         retention = Retention(keep_last=kept.keep_last, max_age_s=kept.max_age_s,
-                              keep_ids=[step.keep_backup_id] if step.keep_backup_id else [])
+                              keep_ids=[step.keep_backup_id] if step.keep_backup_id else []) \
+            if step.prune else NO_RETENTION
         result = backup_checkpoint(spec.checkpoint, spec.backup_root, job=spec.name,
                                    reason=step.reason or f"backup by {actor(context)}", retention=retention,
                                    run=RunOptions(seal_key=step.seal_key))
@@ -182,6 +183,26 @@ class StructuredSteps:
                 "restore": {"records_to_replay": res.records_to_replay,
                             "pre_restore_backup_id": res.pre_restore_backup_id,
                             "aside_location": res.aside_location}}
+
+    def prune(self, spec: JobSpec, backup_task: Mapping[str, Any], seal_key: bytes | None, log: Any) -> list[str]:
+        from airflow_kafka_spark.ops.commands import prune_backups
+
+        kept = spec.backup_retention
+        taken = backup_task.get("backup_id")
+        if not taken:   # no backup in this run (no checkpoint yet): nothing new to prune against
+            return []
+        try:
+            result = prune_backups(spec.backup_root, spec.name,
+                                   Retention(keep_last=kept.keep_last, max_age_s=kept.max_age_s, keep_ids=[taken]),
+                                   seal_key=seal_key)
+        except (UserError, OSError) as exc:
+            log.warning("job %s: backups not pruned: %s", spec.name, exc)
+            return []
+        removed = [m.backup_id for m in result.removed]
+        if removed:
+            log.info("job %s: retention (keep_last %s) removed backups %s", spec.name, kept.keep_last,
+                     ", ".join(removed))
+        return removed
 
     def worker_gate(self, spec: JobSpec, context: Any, step: GateStep, log: Any) -> None:
         return None   # the sensor's checkpoint gate, deferrable to the triggerer
