@@ -28,8 +28,9 @@ the DAG run is ``mode=auto``, which resets ``preserve`` (stop and backup; reset 
 window ends at the new query's first batch (batch 0 of the fresh checkpoint).
 
 With ``--yarn`` the job runs in YARN cluster mode on the devstack's minicluster, its checkpoint,
-backups and sink on HDFS, as in ``downtime_yarn.py``; no padding unless ``--pad`` is given (``keep``
-only: Hadoop's FsShell puts it below ``<ck>/state/9``, ``--files-per-gb`` files a GB).
+backups and sink on HDFS, as in ``downtime_yarn.py``; no padding unless ``--pad`` is given (Hadoop's
+FsShell puts it below ``<ck>/state/9``, ``--files-per-gb`` files a GB; in ``preserve`` it is written once
+and renamed into each new checkpoint, ``downtime_yarn.HdfsPadding``).
 
 Run: ``.venv/bin/python bench/downtime_dag.py --rounds 2 --json .cache/downtime-dag.json`` (add ``--yarn``)
 (starts its own broker and Airflow; nothing of the developer's ``~/airflow`` is read).
@@ -77,6 +78,7 @@ class DagRestarts:
 
     def __init__(self, services, bench) -> None:
         self.services, self.b = services, bench
+        self.padding = None   # downtime_yarn.HdfsPadding of a YARN preserve run with --pad
         self.client = services.client()
         r = self.client.patch(f"/api/v2/dags/{DAG_ID}", json={"is_paused": False})
         if r.status_code != 200:
@@ -134,6 +136,8 @@ class DagRestarts:
             # Records lost or read twice across the reset: the old query's committed end against the new start.
             row.update(account(committed_offsets(old), start_offsets(self.b.ck), end_offsets(self.b.bootstrap,
                                                                                             self.b.topic)))
+            if self.padding is not None:
+                self.padding.back_from(old)
             remove(old)
         return row
 
@@ -258,8 +262,6 @@ def one_run(work: Path, bootstrap: str, args, bench_kw: dict, hadoop=None) -> di
         b.running_with_batches(3)
         pad_to = (size_of(args.pad), max(1, round(args.files_per_gb * size_of(args.pad) / (1 << 30)))) \
             if size_of(args.pad) else (0, 0)
-        if hadoop is not None and pad_to[0] and args.mode != "keep":
-            raise SystemExit("--pad on YARN pads a keep run only (downtime_yarn.py --modes preserve pads preserve)")
         if args.mode == "keep" and pad_to[0]:
             b.stop()
             if hadoop is None:
@@ -270,7 +272,14 @@ def one_run(work: Path, bootstrap: str, args, bench_kw: dict, hadoop=None) -> di
                 pad_on_hdfs(b.ck, pad_to[0], pad_to[1], work / "padding", hadoop)
             b.submit()
         files, size = du(b.ck)
-        restart = keep_restart(b, dag) if args.mode == "keep" else preserve_restart(b, dag, pad_to)
+        if args.mode == "keep":
+            restart = keep_restart(b, dag)
+        else:   # on HDFS, a padding written once by FsShell and renamed into each new checkpoint
+            from downtime_yarn import HdfsPadding
+
+            dag.padding = HdfsPadding(bench_kw["data"], *pad_to, work, hadoop) \
+                if hadoop is not None and pad_to[0] else None
+            restart = preserve_restart(b, dag, pad_to)
         kinds = ("bare", "cli", "dag")
         for i in range(args.rounds):
             for kind in kinds[i % 3:] + kinds[:i % 3]:
@@ -306,8 +315,10 @@ def preserve_restart(b, dag: DagRestarts, pad_to: tuple[int, int]):
     def restart(kind: str) -> dict:
         n = next(count)
         if kind != "dag":
-            return restart_preserve(b, "safe" if kind == "cli" else "bare", n, pad_to)
-        if pad_to[0]:
+            return restart_preserve(b, "safe" if kind == "cli" else "bare", n, pad_to, hdfs_padding=dag.padding)
+        if dag.padding is not None:
+            dag.padding.into(b.ck)
+        elif pad_to[0]:
             pad(b.ck, *pad_to)
         b.write_registry(BUILDS[(n + 1) % 2], compat=str(n + 2))
         return dag.restart("preserve")
