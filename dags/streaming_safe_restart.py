@@ -39,13 +39,16 @@ Procedure::
   the new query starts exactly where the old one committed), a **restore** for ``restore`` with
   the given backup id (its ``reset``/``restore`` XCom key). Then it judges what the new driver
   will start from (its ``verdict`` XCom; a BLOCK fails it before anything starts), then starts it
-  detached. The change runs in this task, not in one of its own, for the same reason as above.
+  detached. The change runs in this task, not in one of its own, for the same reason as above. A
+  local driver runs on the worker's host: the task then returns once the new query committed its
+  first batch, so the health gate's task does not start beside the driver's JVM while it starts.
   ``health_gate`` waits (in the triggerer) for committed batches and a lag that is not growing. It
   is the only step with a retry (it only reads): a retry after a failure that gave no verdict looks
   again, after one that did it repeats the verdict.
 * ``rollback`` (only when a step after the stop failed) stops the new driver, restores this run's
-  backup and resubmits the previous application; ``finish`` writes the audit entry into the
-  lifecycle record and fails the run with the reason whenever anything failed.
+  backup and resubmits the previous application; ``finish`` applies the job's backup retention
+  (after the downtime window, not in the stop task: it reads every kept manifest), writes the audit
+  entry into the lifecycle record and fails the run with the reason whenever anything failed.
 
 ``dry_run`` runs every step in plan-only mode: the verdict, the reset/restore plan and the
 spark-submit line are shown in the task XComs and logs, and nothing is changed.

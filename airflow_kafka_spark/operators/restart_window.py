@@ -25,16 +25,20 @@ two tasks, whatever the mode:
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from airflow_kafka_spark.airflow_glue.jobs import flag, optional_text, task_holder
 from airflow_kafka_spark.airflow_glue.kinds import BackupStep, ValidateStep, steps_for
 from airflow_kafka_spark.errors import UserError
-from airflow_kafka_spark.lifecycle.events import LifecycleEvent
+from airflow_kafka_spark.lifecycle.events import DriverKind, LifecycleEvent
+from airflow_kafka_spark.lifecycle.model import DriverInfo
 from airflow_kafka_spark.lifecycle.record import LifecycleRecord
 from airflow_kafka_spark.operators.checkpoint import reset_step, restore_step, seal_key_from_connection
 from airflow_kafka_spark.operators.streaming import StopStreamingJobOperator, SubmitStreamingJobOperator
 from airflow_kafka_spark.registry.model import JobSpec
+from airflow_kafka_spark.runtime import drivers
+from airflow_kafka_spark.runtime.restart_steps import SubmittedDriver, from_xcom
 from airflow_kafka_spark.runtime.start_stop import own_submission
 
 #: XCom keys of the two tasks (the rollback and the audit read them).
@@ -96,6 +100,11 @@ class SafeRestartSubmitOperator(SubmitStreamingJobOperator):
         ``backup_id`` is given.
     :param seal_key_conn_id: Generic connection whose password keys the seal of the reset's backup and
         of the restored manifest (HMAC).
+    :param first_batch_wait_s: a local driver (it runs on this worker's host): the task returns once the
+        new query committed its first batch, or after this long, so that the health gate's task does not
+        start beside the driver's JVM while it starts (``drivers.wait_first_commit_local``); 0: return at
+        once. A query on an idle topic commits no batch: the task then waits this long, and the health
+        gate judges it (its idle pass). A cluster driver runs elsewhere: never waited for.
     """
 
     template_fields = (*SubmitStreamingJobOperator.template_fields, "override", "mode", "to_datetime",
@@ -104,8 +113,9 @@ class SafeRestartSubmitOperator(SubmitStreamingJobOperator):
     def __init__(self, *, override: bool | str = False, kafka_timeout_s: float = 10.0, mode: str | None = None,
                  to_datetime: str | None = None, accept_data_loss: bool | str = False,
                  max_records_skipped: int | str | None = None, backup_id: str | None = None,
-                 seal_key_conn_id: str | None = None, **kwargs: Any) -> None:
+                 seal_key_conn_id: str | None = None, first_batch_wait_s: float = 30.0, **kwargs: Any) -> None:
         super().__init__(**kwargs)
+        self.first_batch_wait_s = first_batch_wait_s
         self.override = override
         self.kafka_timeout_s = kafka_timeout_s
         self.mode = mode
@@ -129,7 +139,25 @@ class SafeRestartSubmitOperator(SubmitStreamingJobOperator):
                                 name="dry_run"), reason=optional_text(self.reason),
                                 kafka_timeout_s=self.kafka_timeout_s, owner=holder)
             context["ti"].xcom_push(key=VERDICT_KEY, value=steps_for(spec).validate(spec, context, step, self.log))
-        return self.submit_spec(spec, context)
+        submitted = self.submit_spec(spec, context)
+        self._until_first_batch(spec, submitted)
+        return submitted
+
+    def _until_first_batch(self, spec: JobSpec, submitted: dict[str, Any]) -> None:
+        """A new local driver of a Structured Streaming query: wait for its first commit (``first_batch_wait_s``)."""
+        drv = from_xcom(SubmittedDriver, submitted)
+        if (drv is None or drv.kind != DriverKind.LOCAL or self.first_batch_wait_s <= 0 or submitted.get("adopted")
+                or not steps_for(spec).commits_to_checkpoint):
+            return
+        t = time.monotonic()
+        batch = drivers.wait_first_commit_local(DriverInfo(kind=drv.kind, id=drv.id, host=drv.host), spec.checkpoint,
+                                                submitted.get("committed_before"), timeout_s=self.first_batch_wait_s)
+        waited = time.monotonic() - t
+        if batch is None:
+            self.log.info("job %s: no new batch committed within %.1fs of the submit; the health gate judges the "
+                          "driver", spec.name, waited)
+        else:
+            self.log.info("job %s: the new query committed batch %s %.1fs after the submit", spec.name, batch, waited)
 
     def _change(self, spec: JobSpec, context: Any) -> None:
         """The plan's reset or restore (XCom key ``reset``/``restore``), or nothing (``keep``)."""

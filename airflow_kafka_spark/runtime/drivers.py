@@ -37,6 +37,7 @@ from typing import Any
 from airflow_kafka_spark._util.fs import open_location, remove_file
 from airflow_kafka_spark._util.proc import pid_alive
 from airflow_kafka_spark._util.text import iso_seconds
+from airflow_kafka_spark.checkpoint.formats import split_log_names
 from airflow_kafka_spark.checkpoint.reader import read_checkpoint
 from airflow_kafka_spark.errors import UserError
 from airflow_kafka_spark.lifecycle.events import DriverKind
@@ -256,6 +257,33 @@ def wait_started_local(driver: DriverInfo, log_path: str | Path, *, timeout_s: f
                             f"{_tail_lines(log.read_text(errors='replace') if log.exists() else '', 15)}")
         if time.monotonic() >= deadline:
             return False
+        time.sleep(poll_s)
+
+
+def wait_first_commit_local(driver: DriverInfo, checkpoint: str, after: int | None, *, timeout_s: float,
+                            poll_s: float = 0.25) -> int | None:
+    """Wait until a just-started local driver's query committed a batch after ``after`` (None: any batch,
+    a new checkpoint); that batch's id, or None when the driver exited or ``timeout_s`` passed.
+
+    Why: a local driver runs on the host of the Airflow worker that started it. Whatever Airflow starts
+    next on that host (the safe restart's health gate: a task process, its first look, its deferral)
+    shares the cores with the driver's JVM while it starts and runs its first batch; on a 2-core worker
+    that slowed the driver by 0.6-0.9 s (docs/benchmarks.md, round 13). A poll here is one listing of
+    ``commits/``. Never raises for the driver's sake: whether it is healthy is the health gate's call.
+    """
+    loc = open_location(checkpoint)
+    commits = loc.child("commits")
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            names = [n.rstrip("/").rsplit("/", 1)[-1] for n in commits.fs.ls(commits.path, detail=False)]
+        except (FileNotFoundError, NotADirectoryError):
+            names = []
+        newer = [b for b in split_log_names(names).batches if after is None or b > after]
+        if newer:
+            return min(newer)
+        if not local_alive(driver) or time.monotonic() >= deadline:
+            return None
         time.sleep(poll_s)
 
 

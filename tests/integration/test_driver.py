@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -66,6 +67,9 @@ def test_graceful_stop_ends_on_a_batch_boundary_and_passes_beside_its_wait_spare
     at_stop: list[int] = []                                      # the last batch committed when the stop began
     with _running(_args(broker.bootstrap_servers, topic_name, tmp_path, "--stop-marker", str(marker)), tmp_path) as d:
         assert driver.local_alive(d)
+        # What the safe restart's submit task waits for with a local driver: the new query's first commit.
+        assert driver.wait_first_commit_local(d, ck, None, timeout_s=180) == 0
+        assert (tmp_path / "ck" / "commits" / "0").is_file()
         wait_until(lambda: _committed_batches(tmp_path) >= 2, timeout=180, what="two committed batches")
 
         def stop() -> driver.StopResult:
@@ -86,6 +90,9 @@ def test_graceful_stop_ends_on_a_batch_boundary_and_passes_beside_its_wait_spare
     assert res.last_planned == res.last_committed
     assert not driver.local_alive(d)
     assert not marker.exists(), "the marker is removed so the next start does not stop at once"
+    t = time.monotonic()     # an exited driver commits nothing more: the wait ends at once, with no batch
+    assert driver.wait_first_commit_local(d, ck, res.last_committed, timeout_s=60) is None
+    assert time.monotonic() - t < 5
 
     pre = done.precopy
     assert pre.error is None and pre.error_during is None and len(pre.during) >= 2

@@ -86,6 +86,8 @@ class KindSteps(Protocol):
 
     #: the stop task may pre-copy a backup of this kind while the driver still runs
     precopies_backup: bool
+    #: the job's progress is its checkpoint's ``commits/`` log (a Structured Streaming query)
+    commits_to_checkpoint: bool
     #: a reset or restore of this kind is an offsets plan (ops/approval.py) a person may have to approve
     plans_offsets: bool
 

@@ -356,6 +356,7 @@ class DStreamSteps:
 
     plans_offsets = False
     precopies_backup = False   # nothing to pre-copy: the group's offsets are a few bytes
+    commits_to_checkpoint = False   # its progress is the group's commits
 
     def validate(self, spec: JobSpec, context: Any, step: ValidateStep, log: Any) -> dict[str, Any]:
         return validate_step(spec, context, override=step.override, dry_run=step.dry_run, log=log)

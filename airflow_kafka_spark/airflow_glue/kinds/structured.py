@@ -48,6 +48,7 @@ class StructuredSteps:
 
     plans_offsets = True
     precopies_backup = True
+    commits_to_checkpoint = True
 
     def validate(self, spec: JobSpec, context: Any, step: ValidateStep, log: Any) -> dict[str, Any]:
         from airflow_kafka_spark.verdict.options import DeployOptions
