@@ -283,6 +283,10 @@ def test_keep_mode_restarts_on_the_same_checkpoint_and_the_sink_is_exact(stack, 
     assert pre["passes"] and "passes_during_stop" in pre and "error_during_stop" not in pre
     assert backup["files_from_precopy"] > 0
     assert r.xcom("health_gate")["new_batches"] >= 2
+    # A local driver: the submit task ended only after the new query's first commit (first_batch_wait_s),
+    # so the gate's task did not start beside the driver's JVM.
+    first_commit = stack.checkpoint / "commits" / str(stop["last_committed"] + 1)
+    assert first_commit.stat().st_mtime <= r.ended["submit"], (first_commit.stat().st_mtime, r.ended["submit"])
     rec = stack.record()
     assert rec.driver.id != old_driver.id and drivers.local_alive(rec.driver)
     assert stack.live_drivers() and len(stack.live_drivers()) == 1

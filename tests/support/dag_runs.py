@@ -29,6 +29,7 @@ class RunResult:
     rendered: dict[str, Any] = field(default_factory=dict)
     seconds: float = 0.0
     tries: dict[str, int] = field(default_factory=dict)
+    ended: dict[str, float] = field(default_factory=dict)   # task id -> end_date, epoch seconds
 
     def xcom(self, task_id: str, key: str = "return_value") -> Any:
         return self.xcoms.get((task_id, key))
@@ -48,7 +49,8 @@ def collect(dag_id: str, run_id: str, state: str, seconds: float) -> RunResult:
             state=str(state), run_id=run_id, states={t.task_id: str(t.state) for t in tis},
             xcoms={(x.task_id, x.key): XComModel.deserialize_value(x) for x in xcoms},
             rendered={r.task_id: r.rendered_fields for r in rendered}, seconds=seconds,
-            tries={t.task_id: int(t.try_number) for t in tis})
+            tries={t.task_id: int(t.try_number) for t in tis},
+            ended={t.task_id: t.end_date.timestamp() for t in tis if t.end_date is not None})
 
 
 def safe_restart_dag() -> Any:
