@@ -302,7 +302,7 @@ class Bench:
         from airflow_kafka_spark.lifecycle.record import LifecycleRecord
         from airflow_kafka_spark.ops.backup.precopy import PrecopyResult, precopy_checkpoint
         from airflow_kafka_spark.runtime import start_stop
-        from airflow_kafka_spark.runtime.stop_precopy import stop_with_precopy
+        from airflow_kafka_spark.runtime.stop_precopy import beside_rule, stop_with_precopy
 
         def before() -> list[PrecopyResult]:
             doc = json.loads(self.command(row, "precopy", [PY, "-c", PRECOPY, self.ck, self.spec.backup_root, JOB]))
@@ -312,7 +312,8 @@ class Bench:
             lambda: self.stop(row), job=JOB, log=log, before=before,
             one_pass=lambda: precopy_checkpoint(self.ck, self.spec.backup_root, job=JOB),
             still_running=lambda: start_stop.driver_alive(LifecycleRecord.load(self.ck),
-                                                          lambda: spark_target(self.spec)))
+                                                          lambda: spark_target(self.spec)),
+            beside=beside_rule(self.ck))   # as the stop task decides
         row["precopy"] = done.precopy.to_dict() if done.precopy is not None else None
         return done.stop
 

@@ -46,7 +46,7 @@ from airflow_kafka_spark.ops.backup.precopy import precopy_checkpoint
 from airflow_kafka_spark.registry.model import JobSpec
 from airflow_kafka_spark.runtime import start_stop
 from airflow_kafka_spark.runtime.start_stop import DEFAULT_LEASE_TTL_S
-from airflow_kafka_spark.runtime.stop_precopy import stop_with_precopy
+from airflow_kafka_spark.runtime.stop_precopy import beside_rule, stop_with_precopy
 
 
 def driver_alive(spec: JobSpec, record: LifecycleRecord | None) -> bool:
@@ -106,8 +106,8 @@ class StopStreamingJobOperator(StreamingJobOperator):
         driver, 1 s through a cluster manager (the wait is downtime).
     :param dry_run: report whether a driver runs and what would be done; stop nothing.
     :param precopy_backup: a verified backup follows the stop: pre-copy it while the driver runs, before
-        the stop and beside its wait (only then; never in a dry run), so the backup after the stop
-        copies only the newest files.
+        the stop and (not on a local disk, ``stop_precopy.beside_rule``) beside its wait (only then;
+        never in a dry run), so the backup after the stop copies only the newest files.
     """
 
     template_fields = ("job", "reason", "dry_run")
@@ -144,7 +144,8 @@ class StopStreamingJobOperator(StreamingJobOperator):
             done = stop_with_precopy(
                 stop, job=spec.name, log=self.log,
                 one_pass=lambda: precopy_checkpoint(spec.checkpoint, spec.backup_root, job=spec.name),
-                still_running=lambda: driver_alive(spec, LifecycleRecord.load(spec.checkpoint)))
+                still_running=lambda: driver_alive(spec, LifecycleRecord.load(spec.checkpoint)),
+                beside=beside_rule(spec.checkpoint))
             out = done.stop
             if done.precopy is not None:   # None: no driver ran, so nothing was pre-copied
                 out["precopy"] = done.precopy.to_dict()

@@ -13,6 +13,12 @@ The rules of the thread:
 
 * A pass starts only while the driver still runs (``still_running``) and the stop has not
   returned; passes start at most every ``pause_s``, so a quiet query is not listed in a loop.
+* Passes beside the wait run only where they pay (``beside``; :func:`beside_rule` decides by the
+  checkpoint's store). On HDFS or an object store the backup after the stop reads each new file with
+  a round trip (63-79 state files after a YARN stop's wait, round 9), so passes beside the wait move
+  those reads out of the window. On a local disk it reads them in milliseconds, while a pass there is
+  its listing and sealing (0.5-1 s at 20,000 files, ``PrecopyResult.read_seconds`` a few ms of it) on
+  the cores the stopping driver needs: no pass beside the wait (docs/benchmarks.md, round 13).
 * A pass in flight when the driver exits is allowed to finish: the files it reads are ones the
   backup after the stop would read anyway (it reuses every entry of the pass's ``precopy.json``),
   so finishing it moves those reads, and only the pass's own listing and sealing add to the window.
@@ -35,12 +41,18 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
+from airflow_kafka_spark._util.fs import open_location
 from airflow_kafka_spark.ops.backup.precopy import PrecopyResult, passes_until_quiet
 
 T = TypeVar("T")
 
 #: The least time between the starts of two passes beside the stop's wait (a batch's trigger is about as long).
 IN_WAIT_PAUSE_S = 1.0
+
+
+def beside_rule(checkpoint: str) -> bool:
+    """Whether passes beside the stop's wait pay for a checkpoint at this URL: not on a local disk (module doc)."""
+    return not open_location(checkpoint).local
 
 
 @dataclass
@@ -79,12 +91,14 @@ class PrecopiedStop(Generic[T]):
 def stop_with_precopy(stop: Callable[[], T], *, job: str, one_pass: Callable[[], PrecopyResult],
                       still_running: Callable[[], bool], log: Any,
                       before: Callable[[], list[PrecopyResult]] | None = None, pause_s: float = IN_WAIT_PAUSE_S,
-                      on_pass: Callable[[PrecopyResult, bool], None] | None = None) -> PrecopiedStop[T]:
+                      on_pass: Callable[[PrecopyResult, bool], None] | None = None,
+                      beside: bool = True) -> PrecopiedStop[T]:
     """Pre-copy until quiet, then ``stop()`` with passes of ``one_pass`` beside it; see the module doc.
 
     ``before``: the passes before the stop (default: ``passes_until_quiet`` of ``one_pass``; the bench
     runs them in a child process to measure their memory). ``on_pass(result, during_stop)`` is called
-    after each pass, in the thread that ran it.
+    after each pass, in the thread that ran it. ``beside``: passes beside the wait at all (callers ask
+    :func:`beside_rule`).
     """
     if not still_running():
         return PrecopiedStop(stop(), None)
@@ -97,6 +111,10 @@ def stop_with_precopy(stop: Callable[[], T], *, job: str, one_pass: Callable[[],
         log.warning("job %s: the backup's pre-copy failed (%s); the backup after the stop copies everything it "
                     "needs", job, exc)
         pre.error = str(exc)
+        return PrecopiedStop(stop(), pre)
+    if not beside:
+        log.info("job %s: no pre-copy pass beside the stop's wait: the checkpoint is on a local disk, where the "
+                 "backup after the stop reads the wait's few files in milliseconds", job)
         return PrecopiedStop(stop(), pre)
     stopped = threading.Event()
     thread = threading.Thread(target=_passes_beside, args=(job, pre, one_pass, still_running, stopped, log, pause_s,
@@ -135,4 +153,4 @@ def _logged(log: Any, n: int, r: PrecopyResult, during: bool,
         on_pass(r, during)
 
 
-__all__ = ["IN_WAIT_PAUSE_S", "PrecopiedStop", "StopPrecopy", "stop_with_precopy"]
+__all__ = ["IN_WAIT_PAUSE_S", "PrecopiedStop", "StopPrecopy", "beside_rule", "stop_with_precopy"]

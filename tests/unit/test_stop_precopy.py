@@ -15,15 +15,15 @@ import threading
 import pytest
 
 from airflow_kafka_spark.ops.backup.precopy import PrecopyResult
-from airflow_kafka_spark.runtime.stop_precopy import stop_with_precopy
+from airflow_kafka_spark.runtime.stop_precopy import beside_rule, stop_with_precopy
 
 log = logging.getLogger("test.stop_precopy")
 WAIT = 30.0   # the longest any event here is waited for: a hung thread fails the test, never hangs it
 
 
-def result(files_read: int = 1) -> PrecopyResult:
-    return PrecopyResult(job="j", seconds=0.0, files=files_read, bytes=0, files_read=files_read, bytes_read=0,
-                         blobs_written=0, bytes_written=0, files_skipped=0)
+def result(files_read: int = 1, seconds: float = 0.0, read_seconds: float = 0.0) -> PrecopyResult:
+    return PrecopyResult(job="j", seconds=seconds, files=files_read, bytes=0, files_read=files_read, bytes_read=0,
+                         blobs_written=0, bytes_written=0, files_skipped=0, read_seconds=read_seconds)
 
 
 class Driver:
@@ -92,6 +92,25 @@ def test_a_pass_in_flight_when_the_driver_exits_finishes_before_the_stop_returns
 
     done = stop_with_precopy(stop, job="j", one_pass=one_pass, still_running=d.running, log=log, pause_s=0.0)
     assert finished == [True] and len(done.precopy.during) == 1    # joined: the pass is in the result
+
+
+def test_no_pass_beside_the_wait_where_it_does_not_pay(caplog, tmp_path):
+    """``beside=False`` (a checkpoint on a local disk, ``beside_rule``): the passes before the stop run,
+    none beside its wait, and the stop is the stop's own; HDFS and object stores keep their passes."""
+    d = Driver()
+
+    def stop() -> str:
+        threading.Event().wait(0.3)              # long enough for a pass that would start (pause_s=0)
+        d.alive = False
+        return "STOPPED"
+
+    caplog.set_level(logging.INFO, logger=log.name)
+    done = stop_with_precopy(stop, job="j", one_pass=d.one_pass, still_running=d.running, log=log, pause_s=0.0,
+                             beside=False)
+    assert done.stop == "STOPPED" and len(done.precopy.before) == 1 and done.precopy.during == []
+    assert "no pre-copy pass beside the stop's wait" in caplog.text
+    assert beside_rule(str(tmp_path)) is False and beside_rule(f"file://{tmp_path}") is False
+    assert beside_rule("memory://ck") is True    # not a local disk: fsspec's in-memory store stands for a remote one
 
 
 @pytest.mark.parametrize("where", ["pass", "liveness"])

@@ -85,12 +85,14 @@ class PrecopyResult:
     files_skipped: int         # vanished, grew or changed while read: the backup reads them itself
     files_vouched: int = 0     # new files whose sha256 the store kept: copied by the store, never read here
     bytes_copied_by_store: int = 0
+    read_seconds: float = 0.0  # of ``seconds``, reading (or a store copying) new files; the rest lists and seals
 
     def to_dict(self) -> dict[str, Any]:
         return {"job": self.job, "seconds": round(self.seconds, 3), "files": self.files, "bytes": self.bytes,
                 "files_read": self.files_read, "bytes_read": self.bytes_read, "blobs_written": self.blobs_written,
                 "bytes_written": self.bytes_written, "files_skipped": self.files_skipped,
-                "files_vouched": self.files_vouched, "bytes_copied_by_store": self.bytes_copied_by_store}
+                "files_vouched": self.files_vouched, "bytes_copied_by_store": self.bytes_copied_by_store,
+                "read_seconds": round(self.read_seconds, 3)}
 
 
 def precopy_checkpoint(checkpoint_location: str, backup_root: str, *, job: str | None = None,
@@ -136,6 +138,7 @@ def precopy_checkpoint(checkpoint_location: str, backup_root: str, *, job: str |
                 continue
             check_relative(rel, what="checkpoint file")
             todo.append((rel, below_ck.child(rel, what="checkpoint file"), size, mtime, ctime))
+        t_read = time.monotonic()
         writer.prefetch([(src, size) for _, src, size, _, _ in todo])   # object stores: many requests at once
         for (rel, src, size, mtime, ctime), put in zip(todo, writer.put_many([(t[1], t[2]) for t in todo]),
                                                        strict=True):
@@ -151,6 +154,7 @@ def precopy_checkpoint(checkpoint_location: str, backup_root: str, *, job: str |
             entries.append(FileEntry(rel, actual, sha, mtime, ctime, proof))
         entries.sort()   # by path, as one pass in sorted order wrote them
         writer.sync()
+        read_s = time.monotonic() - t_read
         bad = mismatched_blobs(job_loc, {sha: index[sha] for sha in writer.to_rehash()})
         if bad:
             raise UserError(f"the pre-copy of job {job} stored a blob that does not hash to its name "
@@ -172,7 +176,7 @@ def precopy_checkpoint(checkpoint_location: str, backup_root: str, *, job: str |
                          bytes=sum(e.size for e in entries), files_read=writer.files_hashed,
                          bytes_read=writer.bytes_hashed, blobs_written=len(writer.written),
                          bytes_written=writer.bytes_written, files_skipped=skipped, files_vouched=writer.files_vouched,
-                         bytes_copied_by_store=writer.bytes_copied_by_store)
+                         bytes_copied_by_store=writer.bytes_copied_by_store, read_seconds=read_s)
 
 
 def _same_stat(src: Location, size: int, mtime: float, ctime: float | None) -> bool:
