@@ -64,7 +64,7 @@ from airflow_kafka_spark.ops.backup.reuse import (
     stat_of,
 )
 from airflow_kafka_spark.ops.backup.selection import layout_misfit, log_ids, select_files
-from airflow_kafka_spark.ops.backup.snapshot import snapshot_writer
+from airflow_kafka_spark.ops.backup.snapshot import SnapshotWriter, snapshot_writer
 from airflow_kafka_spark.ops.backup.store import blob_index, mismatched_blobs
 from airflow_kafka_spark.ops.backup.take import open_sides
 from airflow_kafka_spark.ops.backup.writer import BlobWriter
@@ -172,10 +172,15 @@ def precopy_checkpoint(checkpoint_location: str, backup_root: str, *, job: str |
                    "blobs_written": len(writer.written), "bytes_written": writer.bytes_written})
         _, written = cache.sealed_json(seal_key)
         write_atomic(store_path(job_loc, PRECOPY_NAME), written)
-    return PrecopyResult(job=job, seconds=time.monotonic() - t0, files=len(entries),
-                         bytes=sum(e.size for e in entries), files_read=writer.files_hashed,
-                         bytes_read=writer.bytes_hashed, blobs_written=len(writer.written),
-                         bytes_written=writer.bytes_written, files_skipped=skipped, files_vouched=writer.files_vouched,
+    return _result(job, time.monotonic() - t0, entries, writer, skipped, read_s)
+
+
+def _result(job: str, seconds: float, entries: list[FileEntry], writer: BlobWriter | SnapshotWriter, skipped: int,
+            read_s: float) -> PrecopyResult:
+    return PrecopyResult(job=job, seconds=seconds, files=len(entries), bytes=sum(e.size for e in entries),
+                         files_read=writer.files_hashed, bytes_read=writer.bytes_hashed,
+                         blobs_written=len(writer.written), bytes_written=writer.bytes_written,
+                         files_skipped=skipped, files_vouched=writer.files_vouched,
                          bytes_copied_by_store=writer.bytes_copied_by_store, read_seconds=read_s)
 
 
