@@ -51,7 +51,9 @@ def cluster(broker, airflow_home, tmp_path_factory):
         {"name": JOB, "topics": [topic], "sink": "idempotent", "max_offsets_per_trigger": 200,
          "application_args": ["--trigger", "processing:1s", "--shuffle-partitions", "2"],
          "spark_conf": {"spark.sql.shuffle.partitions": "2", "spark.driver.memory": "768m"},
-         "health_gate": {"idle_pass_s": IDLE_PASS_S}}])
+         # min_batches 5: the submit task returns after the first commit (first_batch_wait_s), so a gate of one
+         # batch would pass at its first look on the worker; five make it defer to the triggerer, which this proves
+         "health_gate": {"idle_pass_s": IDLE_PASS_S, "min_batches": 5}}])
     mp = pytest.MonkeyPatch()
     mp.setenv("AKS_DATA_DIR", str(data))
     mp.setenv("AKS_JOB_REGISTRY", str(registry))
