@@ -154,8 +154,10 @@ class SafeRestartSubmitOperator(SubmitStreamingJobOperator):
                                                 submitted.get("committed_before"), timeout_s=self.first_batch_wait_s)
         waited = time.monotonic() - t
         if batch is None:
-            self.log.info("job %s: no new batch committed within %.1fs of the submit; the health gate judges the "
-                          "driver", spec.name, waited)
+            why = "the driver exited" if not drivers.local_alive(DriverInfo(kind=drv.kind, id=drv.id, host=drv.host)) \
+                else f"none within {waited:.1f}s"
+            self.log.info("job %s: no new batch committed after the submit (%s); the health gate judges the driver",
+                          spec.name, why)
         else:
             self.log.info("job %s: the new query committed batch %s %.1fs after the submit", spec.name, batch, waited)
 

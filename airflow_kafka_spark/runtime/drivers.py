@@ -277,7 +277,7 @@ def wait_first_commit_local(driver: DriverInfo, checkpoint: str, after: int | No
     while True:
         try:
             names = [n.rstrip("/").rsplit("/", 1)[-1] for n in commits.fs.ls(commits.path, detail=False)]
-        except (FileNotFoundError, NotADirectoryError):
+        except OSError:   # no commits/ yet, or the store did not answer this time: ask again until the deadline
             names = []
         newer = [b for b in split_log_names(names).batches if after is None or b > after]
         if newer:

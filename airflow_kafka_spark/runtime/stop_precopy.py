@@ -113,8 +113,8 @@ def stop_with_precopy(stop: Callable[[], T], *, job: str, one_pass: Callable[[],
         pre.error = str(exc)
         return PrecopiedStop(stop(), pre)
     if not beside:
-        log.info("job %s: no pre-copy pass beside the stop's wait: the checkpoint is on a local disk, where the "
-                 "backup after the stop reads the wait's few files in milliseconds", job)
+        log.info("job %s: no pre-copy pass beside the stop's wait (its store's rule, beside_rule); the backup "
+                 "after the stop reads the files the wait writes", job)
         return PrecopiedStop(stop(), pre)
     stopped = threading.Event()
     thread = threading.Thread(target=_passes_beside, args=(job, pre, one_pass, still_running, stopped, log, pause_s,

@@ -196,13 +196,13 @@ class StructuredSteps:
             result = prune_backups(spec.backup_root, spec.name,
                                    Retention(keep_last=kept.keep_last, max_age_s=kept.max_age_s, keep_ids=[taken]),
                                    seal_key=seal_key)
-        except (UserError, OSError) as exc:
+        except Exception as exc:   # housekeeping: an unreachable store or a refused delete never fails the run
             log.warning("job %s: backups not pruned: %s", spec.name, exc)
             return []
         removed = [m.backup_id for m in result.removed]
         if removed:
-            log.info("job %s: retention (keep_last %s) removed backups %s", spec.name, kept.keep_last,
-                     ", ".join(removed))
+            log.info("job %s: backup_retention (keep_last %s, max_age_s %s) removed backups %s", spec.name,
+                     kept.keep_last, kept.max_age_s, ", ".join(removed))
         return removed
 
     def worker_gate(self, spec: JobSpec, context: Any, step: GateStep, log: Any) -> None:
