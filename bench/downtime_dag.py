@@ -283,9 +283,9 @@ def one_run(work: Path, bootstrap: str, args, bench_kw: dict, hadoop=None) -> di
             if hadoop is None:
                 pad(b.ck, *pad_to)
             else:   # Hadoop's own FsShell puts the padding below <ck>/state/9, as downtime_yarn.py does
-                from downtime_yarn import pad_on_hdfs
+                from downtime_yarn import blob_store, pad_on_hdfs
 
-                pad_on_hdfs(b.ck, pad_to[0], pad_to[1], work / "padding", hadoop)
+                pad_on_hdfs(b.ck, pad_to[0], pad_to[1], work / "padding", hadoop, blob_store=blob_store(bench_kw))
             b.submit()
         files, size = du(b.ck)
         if args.mode == "keep":

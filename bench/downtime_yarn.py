@@ -32,14 +32,21 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import downtime_preserve
-from downtime_bench import REPO, Bench, du, interleaved, load_1m, log, pad, size_of, started_feed
+from downtime_bench import JOB, REPO, Bench, du, interleaved, load_1m, log, pad, size_of, started_feed
 
 SPARK_YARN = {"conn_type": "spark", "host": "yarn", "extra": {"deploy-mode": "cluster"}}
 
 
-def pad_on_hdfs(ck: str, total: int, files: int, local: Path, hadoop) -> float:
+def pad_on_hdfs(ck: str, total: int, files: int, local: Path, hadoop, blob_store: str | None = None) -> float:
     """``downtime_bench.pad``'s files written locally, then put below ``<ck>/state/9`` by Hadoop's own
-    FsShell (WebHDFS through fsspec writes ~15 MB/s here); the seconds it took."""
+    FsShell (WebHDFS through fsspec writes ~15 MB/s here); the seconds it took.
+
+    ``blob_store`` (the job's ``<backup_root>/<job>``): the same bodies also put there as the blobs the
+    product's first pre-copy would store (``blobs/<aa>/<sha256>``), so that pre-copy reads and hashes every
+    file but writes none. Why: its blob writes go one WebHDFS ``CREATE`` each, and a closed file waits
+    for its block report (400 ms at a time, the DataNode's ``locateFollowingBlock`` back-off): 12-17
+    files/s here whatever the worker's parallelism, 27 minutes for 20,000 files, all of it before the
+    first stop and none of it in a downtime window (docs/benchmarks.md, round 14)."""
     import subprocess
 
     from devstack.spark_yarn import local_spark_home
@@ -47,6 +54,13 @@ def pad_on_hdfs(ck: str, total: int, files: int, local: Path, hadoop) -> float:
     t = time.monotonic()
     pad(local, total, files)
     cp = os.pathsep.join([str(hadoop.conf_dir), str(local_spark_home() / "jars" / "*")])
+    if blob_store is not None:
+        blobs = _blob_tree(local / "state" / "9", local / "blobs")
+        subprocess.run(["java", "-cp", cp, "org.apache.hadoop.fs.FsShell", "-mkdir", "-p", f"{blob_store}/blobs"],
+                       check=True, capture_output=True, timeout=300)
+        subprocess.run(["java", "-cp", cp, "org.apache.hadoop.fs.FsShell",
+                        "-Ddfs.client.block.write.locateFollowingBlock.initial.delay.ms=10", "-put", "-f", "-t", "16",
+                        *map(str, blobs), f"{blob_store}/blobs/"], check=True, capture_output=True, timeout=1800)
     # -Ddfs.checksum.type=NULL: as Spark writes its checkpoint files (checksums off), so the cluster has no
     # checksum of the padding either and a snapshot backup reads it as it reads Spark's own state files
     # -t 16 and a 10 ms first wait for a closed file's block: one file at a time, each close waited 0.3 s
@@ -61,6 +75,18 @@ def pad_on_hdfs(ck: str, total: int, files: int, local: Path, hadoop) -> float:
     return seconds
 
 
+def _blob_tree(padding: Path, into: Path) -> list[Path]:
+    """Hard links ``<into>/<aa>/<sha256>`` to every padding file (the blob store's layout); the ``<aa>`` folders."""
+    import hashlib
+
+    for f in padding.rglob("*.sst"):
+        sha = hashlib.sha256(f.read_bytes()).hexdigest()
+        (into / sha[:2]).mkdir(parents=True, exist_ok=True)
+        if not (into / sha[:2] / sha).exists():
+            os.link(f, into / sha[:2] / sha)
+    return sorted(p for p in into.iterdir() if p.is_dir())
+
+
 def cluster_checksum_of(url: str) -> str | None:
     """The NameNode's checksum of a file, or None where it keeps none (Spark's files, the padding)."""
     from airflow_kafka_spark._util.fs import open_location
@@ -71,6 +97,11 @@ def cluster_checksum_of(url: str) -> str | None:
         return webhdfs_file_checksum(loc.fs, loc.path)
     except RuntimeError:
         return None
+
+
+def blob_store(bench_kw: dict) -> str:
+    """The bench job's blob store: ``Bench``'s registry puts backups in ``${data}/backups``."""
+    return f"{bench_kw['data']}/backups/{JOB}"
 
 
 def allow_snapshots(hadoop, folder: str) -> None:
@@ -97,7 +128,8 @@ def keep_run(work: Path, bootstrap: str, rounds: int, burst: int, bench_kw: dict
         b.submit()
         b.running_with_batches(3)
         first_start = round(time.monotonic() - t, 1)
-        pad_s = pad_on_hdfs(b.ck, padding[0], padding[1], work / "pad", padding[2]) if padding else None
+        pad_s = pad_on_hdfs(b.ck, padding[0], padding[1], work / "pad", padding[2], blob_store=blob_store(bench_kw)) \
+            if padding else None
         files, size = du(b.ck)
         def restart(kind: str) -> dict:
             row = b.restart(kind)
@@ -129,7 +161,8 @@ class HdfsPadding:
         self.home = f"{data}/pad"
         loc = open_location(f"{self.home}/state")
         loc.fs.makedirs(loc.path, exist_ok=True)
-        self.seconds = pad_on_hdfs(self.home, total, files, work / "pad", hadoop)   # -> <home>/state/9
+        self.seconds = pad_on_hdfs(self.home, total, files, work / "pad", hadoop,   # -> <home>/state/9
+                                   blob_store=f"{data}/backups/{JOB}")
 
     def into(self, ck: str) -> None:
         downtime_preserve.rename(f"{self.home}/state/9", f"{ck}/state/9")
