@@ -38,6 +38,7 @@ from airflow_kafka_spark._util.stores import (
     hdfs_as_webhdfs,
     is_webhdfs,
     webhdfs_rename,
+    webhdfs_tree,
 )
 from airflow_kafka_spark._util.text import one_line
 from airflow_kafka_spark.errors import Unreachable, UserError, is_unreachable
@@ -246,6 +247,13 @@ def list_files(loc: Location) -> dict[str, dict]:
     """
     if loc.local:
         return _list_local_tree(loc)
+    if is_webhdfs(loc.fs):
+        try:
+            return webhdfs_tree(loc.fs, loc.fs._strip_protocol(loc.path))
+        except FileNotFoundError:
+            return {}
+        except (OSError, RuntimeError) as exc:
+            raise storage_error(f"cannot list {loc.url}", exc) from None
     try:
         found = loc.fs.find(loc.path, withdirs=False, detail=True)
     except FileNotFoundError:

@@ -49,3 +49,46 @@ def test_the_backup_after_a_precopy_reads_only_the_files_written_since(store, ha
     assert after.files_from_precopy == after.files - len(read_again)
     assert {f.path: f.sha256 for f in after.manifest.files}["state/0/0/2.delta"] == sha(b"rewritten in place")
     assert verify_backup(root_url, JOB, after.backup_id, deep=True).backup_id == after.backup_id
+
+
+@pytest.mark.usefixtures("stores")
+def test_an_hdfs_blob_index_lists_again_only_the_folders_that_changed(hadoop, webhdfs, monkeypatch):
+    """The HDFS blob index of one process (``store._webhdfs_blob_index``): a folder whose version (fileId,
+    modificationTime, childrenNum) the NameNode still gives is not listed again, and every change another
+    client makes (a blob deleted, one added to a listed folder, a new folder, a folder made again) is seen."""
+    from airflow_kafka_spark.ops.backup.store import blob_index
+
+    job_loc = open_location(f"{hadoop.default_fs}/aks-ops/{uuid.uuid4().hex[:8]}/backups/{JOB}")
+
+    def name(folder: str, n: int) -> str:
+        return folder + f"{n:062x}"
+
+    other = webhdfs   # another client: its own fsspec instance, as another process would be
+
+    def put(folder: str, n: int, body: bytes = b"x") -> None:
+        other.pipe_file(f"{job_loc.path}/blobs/{folder}/{name(folder, n)}", body)
+
+    for folder in ("aa", "bb", "cc"):
+        put(folder, 1, folder.encode() * 3)
+    listed: list[str] = []
+    call = job_loc.fs._call
+
+    def counted(op, *args, **kwargs):
+        if op == "LISTSTATUS":
+            listed.append(kwargs.get("path", ""))
+        return call(op, *args, **kwargs)
+
+    monkeypatch.setattr(job_loc.fs, "_call", counted)
+    first = blob_index(job_loc)
+    assert first == {name("aa", 1): 6, name("bb", 1): 6, name("cc", 1): 6} and len(listed) == 4
+    listed.clear()
+    assert blob_index(job_loc) == first and len(listed) == 1                    # blobs/ only
+    other.rm(f"{job_loc.path}/blobs/bb/{name('bb', 1)}")
+    put("cc", 2, b"yy")
+    put("dd", 1)
+    listed.clear()
+    assert blob_index(job_loc) == {name("aa", 1): 6, name("cc", 1): 6, name("cc", 2): 2, name("dd", 1): 1}
+    assert sorted(p.rsplit("/", 1)[-1] for p in listed[1:]) == ["bb", "cc", "dd"]
+    other.rm(f"{job_loc.path}/blobs/aa", recursive=True)                          # made again, same name inside
+    put("aa", 1, b"zz")
+    assert blob_index(job_loc)[name("aa", 1)] == 2

@@ -227,6 +227,13 @@ def _around_files(head: Mapping[str, Any]) -> tuple[bytes, bytes] | None:
     return encoded[:at], encoded[at + len(_FILES_MARK_JSON):]
 
 
+def with_own_files_json(m: Manifest, raw: bytes) -> Manifest:
+    """``m`` as :meth:`Manifest.from_json` of ``raw`` returns it, where ``raw`` is what :meth:`Manifest.sealed_json`
+    made of ``m``: carrying the ``files`` bytes its seals cover, so a re-backup with its file list encodes none."""
+    covered = _sealed_bytes(raw, m.digest)
+    return m if covered is None else _with_files_json(m, covered)
+
+
 def _with_files_json(m: Manifest, covered: bytes) -> Manifest:
     """``m`` carrying the ``files`` bytes of the sealed body ``covered`` it was parsed from.
 

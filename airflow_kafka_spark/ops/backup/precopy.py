@@ -60,6 +60,7 @@ from airflow_kafka_spark.ops.backup.reuse import (
     known_entries,
     precopied,
     previous_manifest,
+    remember,
     reusable,
     stat_of,
 )
@@ -170,8 +171,9 @@ def precopy_checkpoint(checkpoint_location: str, backup_root: str, *, job: str |
             state={}, problems=[], files=tuple(entries),
             stats={"files_hashed": writer.files_hashed, "bytes_hashed": writer.bytes_hashed,
                    "blobs_written": len(writer.written), "bytes_written": writer.bytes_written})
-        _, written = cache.sealed_json(seal_key)
+        sealed, written = cache.sealed_json(seal_key)
         write_atomic(store_path(job_loc, PRECOPY_NAME), written)
+        remember(written, sealed, seal_key)   # the next pass and the backup after the stop read it unparsed
     return _result(job, time.monotonic() - t0, entries, writer, skipped, read_s)
 
 

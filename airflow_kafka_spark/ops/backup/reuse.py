@@ -14,15 +14,51 @@ which is never published. The backup after the stop reads it exactly like the pr
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import threading
 from collections.abc import Iterator, Mapping, Sequence
 
 from airflow_kafka_spark._util.fs import Location, comparable, list_files, mtime_of, open_location
 from airflow_kafka_spark.errors import UserError
 from airflow_kafka_spark.ops.backup.catalog import read_manifest, store_path
-from airflow_kafka_spark.ops.backup.manifest import BACKUPS_DIR, FileEntry, Manifest
+from airflow_kafka_spark.ops.backup.manifest import BACKUPS_DIR, FileEntry, Manifest, with_own_files_json
 
 #: The pre-copy's sealed entry list, beside ``backups/`` (never listed as a backup): ``<job>/precopy.json``.
 PRECOPY_NAME = "precopy.json"
+
+#: Manifests this process parsed or sealed: (sha256 of the file's bytes, seal key) -> the manifest.
+_PARSED: dict[tuple[bytes, bytes | None], Manifest] = {}
+_PARSED_LOCK = threading.Lock()
+#: Kept at once: the previous backup and the pre-copy of a job or two (~0.15 s each to parse at 20,000 entries).
+_PARSED_MAX = 4
+
+
+def parsed(raw: bytes, *, where: str, seal_key: bytes | None) -> Manifest:
+    """``Manifest.from_json(raw)``, parsed once per process for the same bytes and seal key.
+
+    Why: the passes of a stop's pre-copy and the backup after it read the same two stat caches (the
+    previous backup and ``precopy.json``) again and again; parsing and checking 20,000 entries took
+    0.15 s each, twice in the downtime window (docs/benchmarks.md, round 14). The bytes are still
+    read every time, so a file rewritten by another process is parsed anew; equal bytes parse to an
+    equal manifest, and a failure is never remembered.
+    """
+    key = (hashlib.sha256(raw).digest(), seal_key)
+    with _PARSED_LOCK:
+        m = _PARSED.get(key)
+    if m is None:
+        m = Manifest.from_json(raw, where=where, seal_key=seal_key)
+        remember(raw, m, seal_key)
+    return m
+
+
+def remember(raw: bytes, m: Manifest, seal_key: bytes | None) -> None:
+    """``m`` is what ``raw`` parses to under ``seal_key`` (its writer sealed it into those bytes)."""
+    m = with_own_files_json(m, raw)
+    with _PARSED_LOCK:
+        _PARSED.pop((hashlib.sha256(raw).digest(), seal_key), None)
+        while len(_PARSED) >= _PARSED_MAX:
+            _PARSED.pop(next(iter(_PARSED)))
+        _PARSED[(hashlib.sha256(raw).digest(), seal_key)] = m
 
 
 def previous_manifest(job_loc: Location, job: str, ck: Location, query_id: str | None,
@@ -57,7 +93,7 @@ def published_newest_first(job_loc: Location, job: str, seal_key: bytes | None) 
         with contextlib.suppress(UserError):
             raw = read_manifest(job_loc.child(BACKUPS_DIR, rel))
             if raw is not None:
-                m = Manifest.from_json(raw, where=f"{job_loc.url}/{BACKUPS_DIR}/{rel}", seal_key=seal_key)
+                m = parsed(raw, where=f"{job_loc.url}/{BACKUPS_DIR}/{rel}", seal_key=seal_key)
         if m is not None and m.job == job and f"{m.backup_id}.json" == rel:
             yield m
 
@@ -74,7 +110,7 @@ def precopied(job_loc: Location, job: str, ck: Location, query_id: str | None,
         raw = read_manifest(loc)
         if raw is None:
             return None
-        m = Manifest.from_json(raw, where=loc.url, seal_key=seal_key)
+        m = parsed(raw, where=loc.url, seal_key=seal_key)
         if m.job == job and m.query_id == query_id and comparable(
                 open_location(m.checkpoint_location, None)) == comparable(ck):
             return m

@@ -57,6 +57,7 @@ from airflow_kafka_spark.ops.backup.reuse import (
     known_entries,
     precopied,
     previous_manifest,
+    remember,
     reusable,
     stat_of,
     unchanged,
@@ -384,6 +385,7 @@ def _publish(cap: _Capture, manifest: Manifest, writer: BlobWriter, listed: _Lis
     faults.crash_point("backup.verified")
     write_atomic(store_path(job_loc, BACKUPS_DIR, f"{manifest.backup_id}.json"), raw)
     faults.crash_point("backup.published")
+    remember(raw, staged, seal_key)   # the next backup's stat cache, unparsed in this process
     remove_file(staging)
     if listed.pre is not None:   # consumed: its blobs this backup names are kept, the rest are pruning's
         remove_file(store_path(job_loc, PRECOPY_NAME))
