@@ -14,7 +14,7 @@ import uuid
 
 import pytest
 
-from airflow_kafka_spark._util.fs import open_location
+from airflow_kafka_spark._util.fs import list_files, open_location
 from airflow_kafka_spark.ops.backup.catalog import list_backups
 from airflow_kafka_spark.ops.backup.precopy import precopy_checkpoint
 from airflow_kafka_spark.ops.backup.store import verify_backup
@@ -49,6 +49,7 @@ def test_the_backup_after_a_precopy_reads_only_the_files_written_since(store, ha
     assert after.files_from_precopy == after.files - len(read_again)
     assert {f.path: f.sha256 for f in after.manifest.files}["state/0/0/2.delta"] == sha(b"rewritten in place")
     assert verify_backup(root_url, JOB, after.backup_id, deep=True).backup_id == after.backup_id
+    assert list_files(open_location(f"{root_url}/{JOB}/staging")) == {}   # published (HDFS: renamed), not left
 
 
 @pytest.mark.usefixtures("stores")

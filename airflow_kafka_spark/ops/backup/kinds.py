@@ -31,7 +31,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any, NamedTuple
 
-from airflow_kafka_spark._util.fs import TRAFFIC, Location, open_new, open_regular
+from airflow_kafka_spark._util.fs import TRAFFIC, Location, open_new, open_regular, remove_file, write_atomic
 from airflow_kafka_spark._util.stores import (
     is_s3,
     is_webhdfs,
@@ -41,8 +41,10 @@ from airflow_kafka_spark._util.stores import (
     s3_put_sha256,
     webhdfs_file_checksum,
     webhdfs_read,
+    webhdfs_rename,
     webhdfs_write,
 )
+from airflow_kafka_spark.errors import UserError
 
 _CHUNK = 1 << 20
 #: Bodies up to this size are read and written whole where the store has a cheaper way for them (WebHDFS).
@@ -102,6 +104,13 @@ class Streamed:
     def copy_out(self, blob: Location, target: Location, sha256: str, size: int) -> bool:
         """Restore ``blob`` to ``target`` inside the store, proven; False: stream it instead."""
         return False
+
+    def publish(self, staged: Location, final: Location, data: bytes) -> None:
+        """Put a verified manifest (``data``, read back from ``staged``) at ``final`` in one atomic step, and
+        drop ``staged``: written again here (an object store's rename is a copy, a local one needs the
+        folder synced); :class:`WebHdfs` renames."""
+        write_atomic(final, data)
+        remove_file(staged)
 
 
 class S3(Streamed):
@@ -188,6 +197,18 @@ class WebHdfs(Streamed):
         webhdfs_write(target.fs, target.path, data, overwrite=overwrite)   # one CREATE with the body
         TRAFFIC.add(written=len(data))
         return True
+
+    def publish(self, staged: Location, final: Location, data: bytes) -> None:
+        """One ``RENAME`` of the staged file, whose bytes were just read back and checked, instead of a
+        ``MKDIRS``, a ``CREATE`` (whose close waits for the DataNode's block report under load), a
+        ``RENAME`` and a ``DELETE`` (docs/benchmarks.md, round 14). Never over an existing manifest."""
+        if not is_webhdfs(final.fs):
+            return super().publish(staged, final, data)
+        try:
+            webhdfs_rename(final.fs, staged.path, final.path, overwrite=False)
+        except FileExistsError:
+            raise UserError(f"backup manifest {final.url} exists already: another backup took the same id; "
+                            "back up again") from None
 
     def copy_through(self, src: Location, target: Location, size: int, *, body: bool) -> tuple[Any, int]:
         if size > _WHOLE or not (is_webhdfs(src.fs) and is_webhdfs(target.fs)):

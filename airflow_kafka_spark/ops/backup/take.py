@@ -383,10 +383,9 @@ def _publish(cap: _Capture, manifest: Manifest, writer: BlobWriter, listed: _Lis
     check_blobs(job_loc, staged, deep_shas=writer.to_rehash(), index=writer.index)
     verify_seconds = time.monotonic() - v0
     faults.crash_point("backup.verified")
-    write_atomic(store_path(job_loc, BACKUPS_DIR, f"{manifest.backup_id}.json"), raw)
+    kind_for(job_loc, job_loc).publish(staging, store_path(job_loc, BACKUPS_DIR, f"{manifest.backup_id}.json"), raw)
     faults.crash_point("backup.published")
     remember(raw, staged, seal_key)   # the next backup's stat cache, unparsed in this process
-    remove_file(staging)
     if listed.pre is not None:   # consumed: its blobs this backup names are kept, the rest are pruning's
         remove_file(store_path(job_loc, PRECOPY_NAME))
     return staged, verify_seconds
