@@ -256,7 +256,7 @@ def yarn_bench_kw(stack: contextlib.ExitStack, tmp: Path) -> tuple[dict, object]
 def one_run(work: Path, bootstrap: str, args, bench_kw: dict, hadoop=None) -> dict:
     import subprocess
 
-    from downtime_bench import Bench, du, pad, size_of, started_feed
+    from downtime_bench import Bench, du, pad, size_of, started_feed, warm
 
     from devstack.airflow_services import AirflowServices, sync_dags_folder
     from devstack.topics import create_topic
@@ -278,6 +278,7 @@ def one_run(work: Path, bootstrap: str, args, bench_kw: dict, hadoop=None) -> di
         b.running_with_batches(3)
         pad_to = (size_of(args.pad), max(1, round(args.files_per_gb * size_of(args.pad) / (1 << 30)))) \
             if size_of(args.pad) else (0, 0)
+        warmed = None
         if args.mode == "keep" and pad_to[0]:
             b.stop()
             if hadoop is None:
@@ -287,6 +288,8 @@ def one_run(work: Path, bootstrap: str, args, bench_kw: dict, hadoop=None) -> di
 
                 pad_on_hdfs(b.ck, pad_to[0], pad_to[1], work / "padding", hadoop, blob_store=blob_store(bench_kw))
             b.submit()
+            b.running_with_batches(2)
+            warmed = warm(b)
         files, size = du(b.ck)
         if args.mode == "keep":
             restart = keep_restart(b, dag)
@@ -311,7 +314,7 @@ def one_run(work: Path, bootstrap: str, args, bench_kw: dict, hadoop=None) -> di
             b.stop()
         services.stop()
     return {"mode": args.mode, "pad": args.pad, "checkpoint_files": files, "checkpoint_bytes": size,
-            "restarts": rows, "summary": summary(rows)}
+            "warm": warmed, "restarts": rows, "summary": summary(rows)}
 
 
 def keep_restart(b, dag: DagRestarts):
