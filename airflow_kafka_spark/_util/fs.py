@@ -28,6 +28,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from airflow_kafka_spark._util.hdfs_tree import webhdfs_tree
 from airflow_kafka_spark._util.localfs import (
     LOCAL_FS,
     fsync_dir,
@@ -38,7 +39,6 @@ from airflow_kafka_spark._util.stores import (
     hdfs_as_webhdfs,
     is_webhdfs,
     webhdfs_rename,
-    webhdfs_tree,
 )
 from airflow_kafka_spark._util.text import one_line
 from airflow_kafka_spark.errors import Unreachable, UserError, is_unreachable
