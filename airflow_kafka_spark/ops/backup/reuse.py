@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import threading
 from collections.abc import Iterator, Mapping, Sequence
 
 from airflow_kafka_spark._util.fs import Location, comparable, list_files, mtime_of, open_location
+from airflow_kafka_spark._util.recent import Recent
 from airflow_kafka_spark.errors import UserError
 from airflow_kafka_spark.ops.backup.catalog import read_manifest, store_path
 from airflow_kafka_spark.ops.backup.manifest import BACKUPS_DIR, FileEntry, Manifest, with_own_files_json
@@ -26,11 +26,9 @@ from airflow_kafka_spark.ops.backup.manifest import BACKUPS_DIR, FileEntry, Mani
 #: The pre-copy's sealed entry list, beside ``backups/`` (never listed as a backup): ``<job>/precopy.json``.
 PRECOPY_NAME = "precopy.json"
 
-#: Manifests this process parsed or sealed: (sha256 of the file's bytes, seal key) -> the manifest.
-_PARSED: dict[tuple[bytes, bytes | None], Manifest] = {}
-_PARSED_LOCK = threading.Lock()
-#: Kept at once: the previous backup and the pre-copy of a job or two (~0.15 s each to parse at 20,000 entries).
-_PARSED_MAX = 4
+#: Manifests this process parsed or sealed: (sha256 of the file's bytes, seal key) -> the manifest. Four at once:
+#: the previous backup and the pre-copy of a job or two (~0.15 s each to parse at 20,000 entries).
+_PARSED: Recent[tuple[bytes, bytes | None], Manifest] = Recent(4)
 
 
 def parsed(raw: bytes, *, where: str, seal_key: bytes | None) -> Manifest:
@@ -43,22 +41,16 @@ def parsed(raw: bytes, *, where: str, seal_key: bytes | None) -> Manifest:
     equal manifest, and a failure is never remembered.
     """
     key = (hashlib.sha256(raw).digest(), seal_key)
-    with _PARSED_LOCK:
-        m = _PARSED.get(key)
+    m = _PARSED.get(key)
     if m is None:
         m = Manifest.from_json(raw, where=where, seal_key=seal_key)
-        remember(raw, m, seal_key)
+        _PARSED.put(key, m)
     return m
 
 
 def remember(raw: bytes, m: Manifest, seal_key: bytes | None) -> None:
     """``m`` is what ``raw`` parses to under ``seal_key`` (its writer sealed it into those bytes)."""
-    m = with_own_files_json(m, raw)
-    with _PARSED_LOCK:
-        _PARSED.pop((hashlib.sha256(raw).digest(), seal_key), None)
-        while len(_PARSED) >= _PARSED_MAX:
-            _PARSED.pop(next(iter(_PARSED)))
-        _PARSED[(hashlib.sha256(raw).digest(), seal_key)] = m
+    _PARSED.put((hashlib.sha256(raw).digest(), seal_key), with_own_files_json(m, raw))
 
 
 def previous_manifest(job_loc: Location, job: str, ck: Location, query_id: str | None,

@@ -11,7 +11,6 @@ from __future__ import annotations
 import hashlib
 import os
 import posixpath
-import threading
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 
@@ -23,6 +22,8 @@ from airflow_kafka_spark._util.fs import (
     os_reason,
     storage_error,
 )
+from airflow_kafka_spark._util.hdfs_tree import webhdfs_ls_many
+from airflow_kafka_spark._util.recent import Recent
 from airflow_kafka_spark._util.stores import is_webhdfs
 from airflow_kafka_spark.errors import UserError
 from airflow_kafka_spark.ops.backup.catalog import blob_rel, job_location, load_backup, open_backup_root
@@ -34,13 +35,9 @@ from airflow_kafka_spark.ops.backup.snapshot import check_snapshot
 _CHUNK = 1 << 20
 #: Threads re-hashing blobs in :func:`check_blobs`.
 _HASH_THREADS = 4
-#: ``LISTSTATUS`` requests at once listing an HDFS blob store (:func:`_webhdfs_blob_index`).
-_LIST_THREADS = 8
 #: HDFS ``blobs/<aa>`` folders this process listed: blobs URL -> {<aa>: (the folder's version, {sha256: size})}.
-_FOLDERS: dict[str, dict[str, tuple[tuple[int, int, int], dict[str, int]]]] = {}
-_FOLDERS_LOCK = threading.Lock()
-#: Blob stores remembered at once (a worker backs up a few jobs; each is ~100 bytes a blob).
-_FOLDER_STORES = 4
+#: Four blob stores at once (a worker backs up a few jobs; each is ~100 bytes a blob).
+_FOLDERS: Recent[str, dict[str, tuple[tuple[int, int, int], dict[str, int]]]] = Recent(4)
 
 
 def verify_backup(backup_root: str, job: str, backup_id: str, *, deep: bool = True,
@@ -146,7 +143,7 @@ def blob_index(job_loc: Location, trusted: Mapping[str, int] | None = None) -> d
 
 def _webhdfs_blob_index(loc: Location) -> dict[str, int]:
     """:func:`blob_index` on HDFS: ``blobs/`` listed, then those of its ``<aa>`` folders that changed since this
-    process last listed them, :data:`_LIST_THREADS` at a time.
+    process last listed them, many at once (``_util.hdfs_tree.webhdfs_ls_many``).
 
     Why: listing all 256 folders (20,000 blobs) took 0.9 s of the backup after a safe restart's stop on
     the minicluster, and every pre-copy pass beside the stop's wait listed them again
@@ -169,31 +166,19 @@ def _webhdfs_blob_index(loc: Location) -> dict[str, int]:
     versions = {posixpath.basename(i["name"].rstrip("/")): _folder_version(i) for i in top
                 if i.get("type") == "directory"}
     versions = {f: v for f, v in versions.items() if len(f) == 2}
-    with _FOLDERS_LOCK:
-        known = dict(_FOLDERS.get(loc.url, {}))
+    known = _FOLDERS.get(loc.url) or {}
     same = {f: known[f][1] for f, v in versions.items() if v is not None and f in known and known[f][0] == v}
     todo = [f for f in versions if f not in same]
-
-    def one(folder: str) -> dict[str, int]:
-        try:
-            infos = loc.fs.ls(posixpath.join(loc.path, folder), detail=True)
-        except FileNotFoundError:
-            return {}
-        return {name: int(info.get("size") or 0) for info in infos
-                if info.get("type") == "file" and len(name := posixpath.basename(info["name"].rstrip("/"))) == 64
-                and name[:2] == folder}
-
     try:
-        with ThreadPoolExecutor(max_workers=_LIST_THREADS) as pool:
-            fresh = dict(zip(todo, pool.map(one, todo), strict=True))
+        listings = webhdfs_ls_many(loc.fs, [posixpath.join(loc.path, f) for f in todo])
     except (OSError, RuntimeError) as exc:
         raise storage_error(f"cannot list {loc.url}", exc) from None
+    fresh = {folder: {name: int(info.get("size") or 0) for info in infos
+                      if info.get("type") == "file"
+                      and len(name := posixpath.basename(info["name"].rstrip("/"))) == 64 and name[:2] == folder}
+             for folder, infos in zip(todo, listings, strict=True)}
     folders = {**same, **fresh}
-    with _FOLDERS_LOCK:
-        _FOLDERS.pop(loc.url, None)
-        while len(_FOLDERS) >= _FOLDER_STORES:
-            _FOLDERS.pop(next(iter(_FOLDERS)))
-        _FOLDERS[loc.url] = {f: (v, folders[f]) for f, v in versions.items() if v is not None}
+    _FOLDERS.put(loc.url, {f: (v, folders[f]) for f, v in versions.items() if v is not None})
     out: dict[str, int] = {}
     for names in folders.values():
         out.update(names)
