@@ -49,3 +49,21 @@ def test_the_first_commit_wait_on_an_unreachable_store_ends_with_the_driver_and_
     t = time.monotonic()
     assert drivers.wait_first_commit_local(gone, f"{UNREACHABLE}/ck", None, timeout_s=30) is None
     assert time.monotonic() - t < 10
+
+
+def test_an_unreachable_hdfs_fails_a_listing_or_a_blob_index_in_one_line():
+    """The parallel WebHDFS listers (``_util.hdfs_tree``) answer an unreachable NameNode as ``find`` did:
+    one line naming the location, never a thread's traceback; nothing is remembered for that store."""
+    import pytest
+
+    from airflow_kafka_spark._util.fs import list_files, open_location
+    from airflow_kafka_spark.errors import UserError
+    from airflow_kafka_spark.ops.backup import store
+
+    for call, url in ((lambda loc: list_files(loc), f"{UNREACHABLE}/ck"),
+                      (lambda loc: store.blob_index(loc), f"{UNREACHABLE}/backups/j")):
+        loc = open_location(url)
+        with pytest.raises(UserError) as err:
+            call(loc)
+        assert "\n" not in str(err.value) and "cannot list" in str(err.value) and "127.0.0.1" in str(err.value)
+    assert store._FOLDERS.get(open_location(f"{UNREACHABLE}/backups/j/blobs").url) is None
