@@ -328,7 +328,7 @@ class Bench:
 
         done = stop_with_precopy(
             lambda: self.stop(row), job=JOB, log=log, before=before,
-            one_pass=lambda: precopy_checkpoint(self.ck, self.spec.backup_root, job=JOB),
+            one_pass=lambda abandon: precopy_checkpoint(self.ck, self.spec.backup_root, job=JOB, abandon=abandon),
             still_running=lambda: start_stop.driver_alive(LifecycleRecord.load(self.ck),
                                                           lambda: spark_target(self.spec)),
             beside=beside_rule(self.ck))   # as the stop task decides

@@ -143,7 +143,8 @@ class StopStreamingJobOperator(StreamingJobOperator):
         if self._precopies(spec):
             done = stop_with_precopy(
                 stop, job=spec.name, log=self.log,
-                one_pass=lambda: precopy_checkpoint(spec.checkpoint, spec.backup_root, job=spec.name),
+                one_pass=lambda abandon: precopy_checkpoint(spec.checkpoint, spec.backup_root, job=spec.name,
+                                                            abandon=abandon),
                 still_running=lambda: driver_alive(spec, LifecycleRecord.load(spec.checkpoint)),
                 beside=beside_rule(spec.checkpoint))
             out = done.stop

@@ -19,9 +19,11 @@ The rules of the thread:
   those reads out of the window. On a local disk it reads them in milliseconds, while a pass there is
   its listing and sealing (0.5-1 s at 20,000 files, ``PrecopyResult.read_seconds`` a few ms of it) on
   the cores the stopping driver needs: no pass beside the wait (docs/benchmarks.md, round 13).
-* A pass in flight when the driver exits is allowed to finish: the files it reads are ones the
-  backup after the stop would read anyway (it reuses every entry of the pass's ``precopy.json``),
-  so finishing it moves those reads, and only the pass's own listing and sealing add to the window.
+* A pass in flight when the stop returns gives up if it has not read yet (``one_pass`` gets the
+  stop's "returned" as its ``abandon``; ``ops.backup.precopy.PassAbandoned``): its listing is
+  what the backup after the stop redoes anyway, and the stop task's 0.4-1.4 s wait for such passes
+  on YARN (docs/benchmarks.md, round 14) was that listing and the sealing after it. A pass already
+  reading finishes: its reads are ones the backup would make, and its ``precopy.json`` hands them on.
 * The stop returns only after the thread is joined: the backup task that follows takes the job's
   backup lock, which a pass holds while it runs.
 * The pre-copy never delays or breaks the stop: the stop callable runs as without it (its timeout
@@ -42,7 +44,7 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 from airflow_kafka_spark._util.fs import open_location
-from airflow_kafka_spark.ops.backup.precopy import PrecopyResult, passes_until_quiet
+from airflow_kafka_spark.ops.backup.precopy import PassAbandoned, PrecopyResult, never_abandon, passes_until_quiet
 
 T = TypeVar("T")
 
@@ -64,6 +66,7 @@ class StopPrecopy:
     during: list[PrecopyResult] = field(default_factory=list)   # beside the stop's wait, in order
     error: str | None = None          # the passes before the stop failed: none ran beside it either
     error_during: str | None = None   # a pass (or the liveness check) beside the wait failed: passes ended there
+    abandoned: bool = False           # the pass in flight at the stop's return gave up before reading
     join_seconds: float = 0.0         # from the stop's return to the thread's end (a pass in flight finishing)
 
     def to_dict(self) -> dict[str, Any]:
@@ -74,7 +77,7 @@ class StopPrecopy:
         last = (self.during or self.before)[-1]
         out = {**last.to_dict(), "passes": [p.to_dict() for p in self.before],
                "passes_during_stop": [p.to_dict() for p in self.during],
-               "join_seconds": round(self.join_seconds, 3)}
+               "join_seconds": round(self.join_seconds, 3), "pass_abandoned": self.abandoned}
         if self.error_during is not None:
             out["error_during_stop"] = self.error_during
         return out
@@ -88,12 +91,15 @@ class PrecopiedStop(Generic[T]):
     precopy: StopPrecopy | None
 
 
-def stop_with_precopy(stop: Callable[[], T], *, job: str, one_pass: Callable[[], PrecopyResult],
+def stop_with_precopy(stop: Callable[[], T], *, job: str, one_pass: Callable[[Callable[[], bool]], PrecopyResult],
                       still_running: Callable[[], bool], log: Any,
                       before: Callable[[], list[PrecopyResult]] | None = None, pause_s: float = IN_WAIT_PAUSE_S,
                       on_pass: Callable[[PrecopyResult, bool], None] | None = None,
                       beside: bool = True) -> PrecopiedStop[T]:
     """Pre-copy until quiet, then ``stop()`` with passes of ``one_pass`` beside it; see the module doc.
+
+    ``one_pass(abandon)``: one pre-copy pass (``ops.backup.precopy.precopy_checkpoint``'s ``abandon``):
+    passes before the stop never abandon; a pass beside the wait abandons once the stop returned.
 
     ``before``: the passes before the stop (default: ``passes_until_quiet`` of ``one_pass``; the bench
     runs them in a child process to measure their memory). ``on_pass(result, during_stop)`` is called
@@ -104,7 +110,8 @@ def stop_with_precopy(stop: Callable[[], T], *, job: str, one_pass: Callable[[],
         return PrecopiedStop(stop(), None)
     pre = StopPrecopy()
     try:
-        pre.before = (before or (lambda: passes_until_quiet(one_pass, still_running=still_running)))()
+        pre.before = (before or (lambda: passes_until_quiet(lambda: one_pass(never_abandon),
+                                                            still_running=still_running)))()
         for n, r in enumerate(pre.before, 1):
             _logged(log, n, r, False, on_pass)
     except Exception as exc:   # an optimisation only: the backup after the stop reads what is missing
@@ -130,16 +137,21 @@ def stop_with_precopy(stop: Callable[[], T], *, job: str, one_pass: Callable[[],
     return PrecopiedStop(result, pre)
 
 
-def _passes_beside(job: str, pre: StopPrecopy, one_pass: Callable[[], PrecopyResult], still_running: Callable[[], bool],
+def _passes_beside(job: str, pre: StopPrecopy, one_pass: Callable[[Callable[[], bool]], PrecopyResult],
+                   still_running: Callable[[], bool],
                    stopped: threading.Event, log: Any, pause_s: float,
                    on_pass: Callable[[PrecopyResult, bool], None] | None) -> None:
     """The thread: a pass while the stop waits and the driver runs, at most every ``pause_s``."""
     try:
         while not stopped.is_set() and still_running():
             started = time.monotonic()
-            pre.during.append(one_pass())
+            pre.during.append(one_pass(stopped.is_set))
             _logged(log, len(pre.before) + len(pre.during), pre.during[-1], True, on_pass)
             stopped.wait(max(0.0, pause_s - (time.monotonic() - started)))
+    except PassAbandoned:   # the stop returned before this pass read anything: the backup lists again
+        pre.abandoned = True
+        log.info("job %s: the pre-copy pass in flight at the stop's return gave up before reading; the backup "
+                 "after the stop reads what is new", job)
     except Exception as exc:   # never the stop's failure: the backup after it reads what is missing
         log.warning("job %s: the backup's pre-copy beside the stop's wait failed (%s); no further pass", job, exc)
         pre.error_during = str(exc)

@@ -85,7 +85,7 @@ def test_graceful_stop_ends_on_a_batch_boundary_and_passes_beside_its_wait_spare
         # asks beside_rule, which says no: the backup after the stop reads the wait's few files in milliseconds)
         done = stop_with_precopy(stop, job=JOB, log=logging.getLogger("test"), beside=True,
                                  still_running=lambda: driver.local_alive(d),
-                                 one_pass=lambda: precopy_checkpoint(ck, root, job=JOB),
+                                 one_pass=lambda abandon: precopy_checkpoint(ck, root, job=JOB, abandon=abandon),
                                  on_pass=lambda r, during: stored[during].append(precopied_paths(root)))
     res = done.stop
     assert res.outcome == "STOPPED" and res.graceful and not res.killed, res

@@ -23,7 +23,7 @@ from airflow_kafka_spark.errors import UserError
 from airflow_kafka_spark.lifecycle.record import LifecycleRecord
 from airflow_kafka_spark.ops.backup import precopy as precopy_mod
 from airflow_kafka_spark.ops.backup.catalog import list_backups
-from airflow_kafka_spark.ops.backup.precopy import precopy_checkpoint
+from airflow_kafka_spark.ops.backup.precopy import PassAbandoned, precopy_checkpoint
 from airflow_kafka_spark.ops.backup.reuse import PRECOPY_NAME
 from airflow_kafka_spark.ops.backup.store import verify_backup
 from airflow_kafka_spark.ops.commands import backup_checkpoint, prune_backups
@@ -73,6 +73,28 @@ def test_the_backup_after_a_precopy_reads_only_what_was_written_since_and_is_the
     # Verified exactly as a backup without pre-copy: every blob re-hashed by a deep verify.
     assert verify_backup(str(tmp_path / "b"), JOB, after.backup_id, deep=True).backup_id == after.backup_id
     assert not (tmp_path / "b" / JOB / PRECOPY_NAME).exists()     # consumed by the backup
+
+
+def test_a_pass_that_finds_nothing_new_seals_nothing_and_the_backup_still_reuses_all(ck, tmp_path):
+    root = tmp_path / "b"
+    first = precopy_checkpoint(ck.location, str(root), job=JOB)
+    path = root / JOB / PRECOPY_NAME
+    sealed, stamp = path.read_bytes(), path.stat().st_mtime_ns
+    again = precopy_checkpoint(ck.location, str(root), job=JOB)
+    assert first.sealed and not again.sealed
+    assert (again.files, again.files_read, again.blobs_written) == (first.files, 0, 0)
+    assert path.read_bytes() == sealed and path.stat().st_mtime_ns == stamp      # not written again
+    r = backup_checkpoint(ck.location, str(root), job=JOB, settle_s=0)
+    assert r.files_hashed == 0 and r.files_from_precopy == first.files
+
+
+def test_an_abandoned_pass_gives_up_before_its_first_read_and_stores_nothing(ck, tmp_path):
+    root = tmp_path / "b"
+    with pytest.raises(PassAbandoned, match="before reading"):
+        precopy_checkpoint(ck.location, str(root), job=JOB, abandon=lambda: True)
+    assert blobs(root) == set() and not (root / JOB / PRECOPY_NAME).exists()
+    r = backup_checkpoint(ck.location, str(root), job=JOB, settle_s=0)       # its lock was given back
+    assert r.files_hashed == r.files > 0
 
 
 def test_a_file_rewritten_after_the_precopy_with_its_old_mtime_is_read_again(ck, tmp_path):

@@ -2,7 +2,8 @@
 
 A pass is a function that records when it ran; the driver's liveness a flag the stop callable
 clears, as a driver exiting on a batch boundary does. Proven: no pass starts once the driver is
-gone, a pass in flight finishes before the stop returns, a failing pass (or liveness check) ends
+gone, a pass already reading when the stop returns finishes before it returns and one that has not
+read yet gives up (``abandon``), a failing pass (or liveness check) ends
 the passes with a warning and the stop's own result, and a failing stop still raises its error.
 The real pre-copy beside a real job's graceful stop: tests/integration/test_driver.py.
 """
@@ -14,7 +15,7 @@ import threading
 
 import pytest
 
-from airflow_kafka_spark.ops.backup.precopy import PrecopyResult
+from airflow_kafka_spark.ops.backup.precopy import PassAbandoned, PrecopyResult
 from airflow_kafka_spark.runtime.stop_precopy import beside_rule, stop_with_precopy
 
 log = logging.getLogger("test.stop_precopy")
@@ -42,7 +43,7 @@ class Driver:
             self.seen_gone.set()
         return self.alive
 
-    def one_pass(self) -> PrecopyResult:
+    def one_pass(self, abandon=None) -> PrecopyResult:
         self.starts.append(self.last_check)
         self.passed.set()
         return result()
@@ -72,11 +73,11 @@ def test_passes_run_beside_the_wait_and_none_starts_once_the_driver_is_gone():
     assert doc["files_read"] == 1 and "error_during_stop" not in doc
 
 
-def test_a_pass_in_flight_when_the_driver_exits_finishes_before_the_stop_returns():
+def test_a_pass_reading_when_the_driver_exits_finishes_before_the_stop_returns():
     d = Driver()
     in_flight, release, finished = threading.Event(), threading.Event(), []
 
-    def one_pass() -> PrecopyResult:
+    def one_pass(abandon) -> PrecopyResult:
         if d.starts:                             # the first pass beside the wait blocks until released
             in_flight.set()
             assert release.wait(WAIT)
@@ -92,6 +93,39 @@ def test_a_pass_in_flight_when_the_driver_exits_finishes_before_the_stop_returns
 
     done = stop_with_precopy(stop, job="j", one_pass=one_pass, still_running=d.running, log=log, pause_s=0.0)
     assert finished == [True] and len(done.precopy.during) == 1    # joined: the pass is in the result
+    assert done.precopy.abandoned is False and done.precopy.to_dict()["pass_abandoned"] is False
+
+
+def test_a_pass_listing_when_the_stop_returns_gives_up_before_reading(caplog):
+    """The pass asks ``abandon`` after its listing (``precopy_checkpoint`` does): true once the stop
+    returned, so it ends there, is not in ``during``, and the stop's join does not wait for its reads."""
+    d = Driver()
+    listing, stop_returned, asked = threading.Event(), threading.Event(), []
+
+    def one_pass(abandon) -> PrecopyResult:
+        if d.starts:                             # the first pass beside the wait: its listing spans the return
+            listing.set()
+            assert stop_returned.wait(WAIT)
+            threading.Event().wait(0.05)         # stopped.set() follows the stop's return
+            asked.append(abandon())
+            if asked[-1]:
+                raise PassAbandoned("abandoned before reading 3 new files")
+            threading.Event().wait(5.0)          # the reads it would have made: the join would wait for them
+        d.starts.append(d.alive)
+        return result()
+
+    def stop() -> str:
+        assert listing.wait(WAIT)
+        d.alive = False
+        stop_returned.set()
+        return "STOPPED"
+
+    caplog.set_level(logging.INFO, logger=log.name)
+    done = stop_with_precopy(stop, job="j", one_pass=one_pass, still_running=d.running, log=log, pause_s=0.0)
+    pre = done.precopy
+    assert asked == [True] and pre.abandoned and pre.during == [] and pre.error_during is None
+    assert pre.join_seconds < 2.0 and pre.to_dict()["pass_abandoned"] is True
+    assert "gave up before reading" in caplog.text
 
 
 def test_no_pass_beside_the_wait_where_it_does_not_pay(caplog, tmp_path):
@@ -118,7 +152,7 @@ def test_a_failure_beside_the_wait_is_a_warning_and_the_stop_goes_on(where, capl
     d = Driver()
     calls = {"n": 0}
 
-    def one_pass() -> PrecopyResult:
+    def one_pass(abandon=None) -> PrecopyResult:
         calls["n"] += 1
         if where == "pass" and calls["n"] == 2:     # the first pass beside the wait
             raise OSError("store unreachable")
@@ -135,7 +169,7 @@ def test_a_failure_beside_the_wait_is_a_warning_and_the_stop_goes_on(where, capl
 
     with caplog.at_level(logging.WARNING, logger=log.name):
         done = stop_with_precopy(stop, job="j", one_pass=one_pass, still_running=running, log=log, pause_s=0.0,
-                                 before=lambda: [one_pass()])
+                                 before=lambda: [one_pass(None)])
     assert done.stop == "STOPPED"
     assert done.precopy.during == [] and done.precopy.error_during == "store unreachable"
     assert calls["n"] == (2 if where == "pass" else 1)          # no pass after the failure

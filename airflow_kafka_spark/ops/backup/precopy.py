@@ -36,6 +36,13 @@ longer than a quiet pass (``QUIET_PASS_S``), up to ``MAX_PASSES``: each pass reu
 one before and reads only what was written during it, so the passes shrink, like a live migration's.
 Then, while the stop waits for a batch boundary, ``runtime.stop_precopy`` runs further passes beside
 that wait.
+
+**What a pass leaves out when it cannot help.** A pass that found nothing new (every entry reused
+from the previous backup or pre-copy) seals nothing: the backup after the stop would rebuild the same
+entries from the same two manifests, so sealing 20,000 unchanged entries would only cost time. And a
+pass beside the stop's wait that is told to give up (``abandon``: the stop returned) does so after its
+listing and before its first read, raising :class:`PassAbandoned`: the backup after the stop lists
+and reads those files itself, so finishing the pass would only move the stop task's end later.
 """
 
 from __future__ import annotations
@@ -71,6 +78,15 @@ from airflow_kafka_spark.ops.backup.take import open_sides
 from airflow_kafka_spark.ops.backup.writer import BlobWriter
 
 
+class PassAbandoned(Exception):
+    """A pass gave up before its first read because its caller asked (``abandon``); it stored nothing."""
+
+
+def never_abandon() -> bool:
+    """The ``abandon`` of a pass nobody will stop (the passes before a stop, the CLI's)."""
+    return False
+
+
 @dataclass
 class PrecopyResult:
     """What a pre-copy stored and what it cost."""
@@ -87,23 +103,26 @@ class PrecopyResult:
     files_vouched: int = 0     # new files whose sha256 the store kept: copied by the store, never read here
     bytes_copied_by_store: int = 0
     read_seconds: float = 0.0  # of ``seconds``, reading (or a store copying) new files; the rest lists and seals
+    sealed: bool = True        # False: nothing new, so no ``precopy.json`` was written (module doc)
 
     def to_dict(self) -> dict[str, Any]:
         return {"job": self.job, "seconds": round(self.seconds, 3), "files": self.files, "bytes": self.bytes,
                 "files_read": self.files_read, "bytes_read": self.bytes_read, "blobs_written": self.blobs_written,
                 "bytes_written": self.bytes_written, "files_skipped": self.files_skipped,
                 "files_vouched": self.files_vouched, "bytes_copied_by_store": self.bytes_copied_by_store,
-                "read_seconds": round(self.read_seconds, 3)}
+                "read_seconds": round(self.read_seconds, 3), "sealed": self.sealed}
 
 
 def precopy_checkpoint(checkpoint_location: str, backup_root: str, *, job: str | None = None,
                        storage_options: dict | None = None, backup_storage_options: dict | None = None,
-                       seal_key: bytes | None = None, now_ms: int | None = None) -> PrecopyResult:
+                       seal_key: bytes | None = None, now_ms: int | None = None,
+                       abandon: Callable[[], bool] = never_abandon) -> PrecopyResult:
     """Store the bodies of a (running or stopped) checkpoint's files and seal their entries; see the module doc.
 
     Changes nothing beside the job's blob store and ``<job>/precopy.json``: no lifecycle record is
     written, no backup published. Raises :class:`UserError` for bad input (unknown checkpoint, a
-    job name the lifecycle record contradicts, links or special files in the checkpoint).
+    job name the lifecycle record contradicts, links or special files in the checkpoint), and
+    :class:`PassAbandoned` when ``abandon()`` is true after the listing, before any read.
     """
     t0 = time.monotonic()
     seal_key = seal.resolve_key(seal_key)
@@ -139,6 +158,9 @@ def precopy_checkpoint(checkpoint_location: str, backup_root: str, *, job: str |
                 continue
             check_relative(rel, what="checkpoint file")
             todo.append((rel, below_ck.child(rel, what="checkpoint file"), size, mtime, ctime))
+        if abandon():
+            raise PassAbandoned(f"pre-copy of job {job} abandoned before reading {len(todo)} new files")
+        reused = len(entries)
         t_read = time.monotonic()
         writer.prefetch([(src, size) for _, src, size, _, _ in todo])   # object stores: many requests at once
         for (rel, src, size, mtime, ctime), put in zip(todo, writer.put_many([(t[1], t[2]) for t in todo]),
@@ -160,6 +182,9 @@ def precopy_checkpoint(checkpoint_location: str, backup_root: str, *, job: str |
         if bad:
             raise UserError(f"the pre-copy of job {job} stored a blob that does not hash to its name "
                             f"({bad[0]}): the backup store at {job_loc.url} is not keeping what is written to it")
+        if len(entries) == reused:   # nothing new: the two manifests it reused already say all of it
+            return _result(job, time.monotonic() - t0, entries, writer, skipped, read_s,
+                           sealed=False)
         created = now_ms if now_ms is not None else int(time.time() * 1000)
         committed = max(ids[1]) if ids[1] else None
         cache = Manifest(
@@ -178,12 +203,12 @@ def precopy_checkpoint(checkpoint_location: str, backup_root: str, *, job: str |
 
 
 def _result(job: str, seconds: float, entries: list[FileEntry], writer: BlobWriter | SnapshotWriter, skipped: int,
-            read_s: float) -> PrecopyResult:
+            read_s: float, *, sealed: bool = True) -> PrecopyResult:
     return PrecopyResult(job=job, seconds=seconds, files=len(entries), bytes=sum(e.size for e in entries),
                          files_read=writer.files_hashed, bytes_read=writer.bytes_hashed,
                          blobs_written=len(writer.written), bytes_written=writer.bytes_written,
                          files_skipped=skipped, files_vouched=writer.files_vouched,
-                         bytes_copied_by_store=writer.bytes_copied_by_store, read_seconds=read_s)
+                         bytes_copied_by_store=writer.bytes_copied_by_store, read_seconds=read_s, sealed=sealed)
 
 
 def _same_stat(src: Location, size: int, mtime: float, ctime: float | None) -> bool:
