@@ -146,7 +146,6 @@ def precopy_checkpoint(checkpoint_location: str, backup_root: str, *, job: str |
                            keep_pending=True, whole=misfit)
         below_ck = Contained(ck)
         entries: list[FileEntry] = []
-        skipped = 0
         todo: list[tuple[str, Location, int, float, float | None]] = []
         for rel in sorted(sel.files):
             size, mtime, ctime = stat_of(sel.files[rel], local=ck.local)
@@ -162,20 +161,7 @@ def precopy_checkpoint(checkpoint_location: str, backup_root: str, *, job: str |
             raise PassAbandoned(f"pre-copy of job {job} abandoned before reading {len(todo)} new files")
         reused = len(entries)
         t_read = time.monotonic()
-        writer.prefetch([(src, size) for _, src, size, _, _ in todo])   # object stores: many requests at once
-        for (rel, src, size, mtime, ctime), put in zip(todo, writer.put_many([(t[1], t[2]) for t in todo]),
-                                                       strict=True):
-            if isinstance(put, FileNotFoundError | UserError):   # deleted by state maintenance, or grew
-                skipped += 1                                     # meanwhile: the backup's job
-                continue
-            if isinstance(put, BaseException):
-                raise put
-            sha, actual, proof = put
-            if actual != size or not _same_stat(src, size, mtime, ctime):
-                skipped += 1
-                continue
-            entries.append(FileEntry(rel, actual, sha, mtime, ctime, proof))
-        entries.sort()   # by path, as one pass in sorted order wrote them
+        skipped = _read_new(writer, todo, entries)
         writer.sync()
         read_s = time.monotonic() - t_read
         bad = mismatched_blobs(job_loc, {sha: index[sha] for sha in writer.to_rehash()})
@@ -200,6 +186,27 @@ def precopy_checkpoint(checkpoint_location: str, backup_root: str, *, job: str |
         write_atomic(store_path(job_loc, PRECOPY_NAME), written)
         remember(written, sealed, seal_key)   # the next pass and the backup after the stop read it unparsed
     return _result(job, time.monotonic() - t0, entries, writer, skipped, read_s)
+
+
+def _read_new(writer: BlobWriter | SnapshotWriter, todo: list[tuple[str, Location, int, float, float | None]],
+              entries: list[FileEntry]) -> int:
+    """Store the new files' bodies and add their entries (then sort ``entries`` by path, as one pass in
+    sorted order wrote them); the number left to the backup: vanished, grew or changed while read."""
+    skipped = 0
+    writer.prefetch([(src, size) for _, src, size, _, _ in todo])   # object stores: many requests at once
+    for (rel, src, size, mtime, ctime), put in zip(todo, writer.put_many([(t[1], t[2]) for t in todo]), strict=True):
+        if isinstance(put, FileNotFoundError | UserError):   # deleted by state maintenance, or grew
+            skipped += 1                                     # meanwhile: the backup's job
+            continue
+        if isinstance(put, BaseException):
+            raise put
+        sha, actual, proof = put
+        if actual != size or not _same_stat(src, size, mtime, ctime):
+            skipped += 1
+            continue
+        entries.append(FileEntry(rel, actual, sha, mtime, ctime, proof))
+    entries.sort()
+    return skipped
 
 
 def _result(job: str, seconds: float, entries: list[FileEntry], writer: BlobWriter | SnapshotWriter, skipped: int,
