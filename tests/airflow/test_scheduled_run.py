@@ -16,6 +16,7 @@ rolling back a good deploy.
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 import time
@@ -28,7 +29,7 @@ from airflow_kafka_spark.lifecycle.record import LifecycleRecord
 from airflow_kafka_spark.runtime import drivers
 from devstack import oracle, topics
 from devstack.airflow_services import AirflowServices, sync_dags_folder
-from tests.airflow.conftest import TIMINGS
+from tests.airflow.conftest import AIRFLOW_HOME, TIMINGS
 from tests.airflow.test_safe_restart_dag import PARTITIONS, Feed
 from tests.support.airflow_env import SPARK_LOCAL_CONN, kafka_conn, write_registry
 from tests.support.kafka import end_offsets
@@ -137,6 +138,15 @@ def test_a_run_triggered_through_the_rest_api_runs_to_the_end_in_scheduler_and_t
                          params={"full_content": True})
         assert log.status_code == 200, log.text
         entries += [e for e in log.json()["content"] if isinstance(e, dict)]
+    # Airflow 3.3.2 can fail a deferred try whose trigger fired before the scheduler took in the worker's
+    # exit (the QUEUED and RUNNING variants of apache/airflow#66374, open upstream as #67287 and #72716;
+    # seen here on a loaded 2-core machine, where the task's process took 5 s to exit after deferring and
+    # the trigger's first look came at 2 s). The gate's retry then passes at its first look, and the
+    # API's log of the failed try no longer carries its trigger's lines: they stay in the try's trigger
+    # log file beside it.
+    tries = AIRFLOW_HOME / "logs" / f"dag_id={DAG_ID}" / f"run_id={run_id}" / "task_id=health_gate"
+    for f in sorted(tries.glob("attempt=*.log.trigger.*.log")):
+        entries += [json.loads(line) for line in f.read_text().splitlines() if line.startswith("{")]
     # The triggerer routes a trigger's log lines into the deferred task's log: lines whose logger is
     # the trigger class prove the waiting happened in the triggerer process, not in a worker slot.
     from_trigger = [e["event"] for e in entries if str(e.get("logger", "")).endswith("StreamingHealthTrigger")]
