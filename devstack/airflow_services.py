@@ -60,6 +60,10 @@ class AirflowServices:
                     "AIRFLOW__API__BASE_URL": self.url,
                     "AIRFLOW__API_AUTH__JWT_SECRET": os.environ.get("AIRFLOW__API_AUTH__JWT_SECRET")
                     or uuid.uuid4().hex}
+        # The log servers of the scheduler's workers and of the triggerer listen on fixed ports by default
+        # (8793, 8794): free ones, so that two stacks (./bin/test's two shards) can run on one machine.
+        for key in ("AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT", "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT"):
+            self.env.setdefault(key, str(free_port()))
         self.procs: dict[str, tuple[subprocess.Popen, Path]] = {}
 
     def start(self, component: str, *args: str) -> None:
