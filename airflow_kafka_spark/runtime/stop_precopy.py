@@ -21,9 +21,9 @@ The rules of the thread:
   the cores the stopping driver needs: no pass beside the wait (docs/benchmarks.md, round 13).
 * A pass in flight when the stop returns gives up if it has not read yet (``one_pass`` gets the
   stop's "returned" as its ``abandon``; ``ops.backup.precopy.PassAbandoned``): its listing is
-  what the backup after the stop redoes anyway, and the stop task's 0.4-1.4 s wait for such passes
-  on YARN (docs/benchmarks.md, round 14) was that listing and the sealing after it. A pass already
-  reading finishes: its reads are ones the backup would make, and its ``precopy.json`` hands them on.
+  what the backup after the stop redoes anyway (the stop task waited 0.4-1.4 s on YARN for the pass
+  in flight, docs/benchmarks.md round 14, whatever step it was in). A pass already reading finishes:
+  its reads are ones the backup would make, and its ``precopy.json`` hands them on.
 * The stop returns only after the thread is joined: the backup task that follows takes the job's
   backup lock, which a pass holds while it runs.
 * The pre-copy never delays or breaks the stop: the stop callable runs as without it (its timeout

@@ -136,14 +136,16 @@ def test_a_run_triggered_through_the_rest_api_runs_to_the_end_in_scheduler_and_t
     for n in range(1, gate["try_number"] + 1):
         log = client.get(f"/api/v2/dags/{DAG_ID}/dagRuns/{run_id}/taskInstances/health_gate/logs/{n}",
                          params={"full_content": True})
+        if log.status_code == 404 and n < gate["try_number"]:
+            continue   # a try failed by the race below: the API no longer finds it; its files are read below
         assert log.status_code == 200, log.text
         entries += [e for e in log.json()["content"] if isinstance(e, dict)]
     # Airflow 3.3.2 can fail a deferred try whose trigger fired before the scheduler took in the worker's
     # exit (the QUEUED and RUNNING variants of apache/airflow#66374, open upstream as #67287 and #72716;
     # seen here on a loaded 2-core machine, where the task's process took 5 s to exit after deferring and
-    # the trigger's first look came at 2 s). The gate's retry then passes at its first look, and the
-    # API's log of the failed try no longer carries its trigger's lines: they stay in the try's trigger
-    # log file beside it.
+    # the trigger's first look came at 2 s). The gate's retry then passes at its first look, and the API
+    # answers 404 for the failed try ("TaskInstance not found"): its trigger's lines stay in the try's
+    # trigger log file.
     tries = AIRFLOW_HOME / "logs" / f"dag_id={DAG_ID}" / f"run_id={run_id}" / "task_id=health_gate"
     for f in sorted(tries.glob("attempt=*.log.trigger.*.log")):
         entries += [json.loads(line) for line in f.read_text().splitlines() if line.startswith("{")]
