@@ -14,8 +14,8 @@ _names = itertools.count()
 # Every local Spark driver of the suite (spark-submit in client mode, PySpark's gateway, the warm session, the
 # drivers Airflow's tasks start: all inherit this environment) is a JVM that lives seconds to a minute, most of
 # it starting. C1 alone compiles faster than C1 + C2, and the serial collector needs no GC threads on 2 cores:
-# tests/agent/test_agent_stop.py took 93 s with these flags against 182 s in a full run without them, and
-# tests/integration/test_stack.py 41 s against 58 s on an idle machine. No test measures Spark's throughput;
+# tests/integration/test_stack.py took 41 s with them against 58 s without, alone on an idle machine (over a
+# whole run the gain was small: docs/benchmarks.md, "Test and CI wall time"). No test measures Spark's throughput;
 # a slower batch only makes the "under load" tests more so. A developer's own SPARK_SUBMIT_OPTS wins.
 os.environ.setdefault("SPARK_SUBMIT_OPTS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
 
