@@ -281,9 +281,10 @@ class Bench:
     def submit_and_wait(self, row: dict, last_mtime: float, after: int, spec=None) -> None:
         """Submit; the phases up to the new query's first batch after batch ``after`` (-1: a new checkpoint)."""
         t = time.monotonic()
-        self.submit(spec)
+        out = self.submit(spec)
         submitted = time.time()
         row["submit_s"] = round(time.monotonic() - t, 3)
+        row["launch_s"] = out.get("launch_s")   # spark-submit's part of submit_s (launch_phases)
         first = wait_for("the new query's first batch planned", lambda: min(
             (b for b in log_files(self.ck, "offsets") if b > after), default=None), timeout=600, poll=self.poll)
         committed = wait_for("the new query's first batch committed", lambda: log_files(self.ck).get(first),
@@ -294,6 +295,9 @@ class Bench:
         row["downtime_s"] = round(committed - last_mtime, 3)
         row["first_new_batch"] = first
         row["load_1m_end"] = load_1m()
+        if row.get("launch_s") is not None and "stop_after_last_commit_s" in row:
+            row.update(launch_phases(last_mtime + row["stop_after_last_commit_s"], out["submitted_at_ms"] / 1000,
+                                     row["launch_s"], planned_at))
 
     def restart(self, kind: str) -> dict:
         """One ``keep`` restart of the running job; returns its phases in seconds."""
@@ -334,6 +338,20 @@ class Bench:
             beside=beside_rule(self.ck))   # as the stop task decides
         row["precopy"] = done.precopy.to_dict() if done.precopy is not None else None
         return done.stop
+
+
+def launch_phases(stopped: float, submitted: float, launch_s: float, planned_at: float) -> dict:
+    """The same split of every row's window, bare, cli or dag, around the one command they all run.
+
+    ``stopped``: the stop's return (a bare or cli row) or the stop task's end (dag); ``submitted``: when
+    the submit recorded the driver (its ``submitted_at_ms``), ``launch_s`` before it (the submit's own
+    figure: spark-submit up to the driver's id, and its checks). ``to_launch_s`` is what a row spends
+    between the stop and spark-submit (the dag's: Airflow, the task's start, the validation; a bare
+    row's: reading the record and the checkpoint); ``launch_to_plan_s`` is spark-submit's return to the
+    first planned batch (the cluster allocating, the driver starting), the same work in every row.
+    """
+    return {"to_launch_s": round(submitted - launch_s - stopped, 3), "launch_s": launch_s,
+            "launch_to_plan_s": round(planned_at - submitted, 3)}
 
 
 def backup_summary(b: dict) -> dict:

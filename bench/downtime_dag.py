@@ -127,8 +127,13 @@ class DagRestarts:
         offsets = log_files(self.b.ck, "offsets")
         first = min(b for b in offsets if b > after)
         committed = wait_for("the new query's first batch committed", lambda: log_files(self.b.ck).get(first))
-        launched = ((self.xcom(run_id, "submit").get("driver") or {}).get("started_at") or 0) / 1000 or None
-        row.update(self.phases(tis, last_mtime, offsets[first], committed, launched))
+        from downtime_bench import launch_phases
+
+        submitted = self.xcom(run_id, "submit")
+        row.update(self.phases(tis, last_mtime, offsets[first], committed))
+        if submitted.get("launch_s") is not None:
+            row.update(launch_phases(epoch(tis["stop"]["end_date"]), submitted["submitted_at_ms"] / 1000,
+                                     submitted["launch_s"], offsets[first]))
         backup = self.xcom(run_id, "stop", "backup")   # the backup inside the stop task, after the driver's exit
         row.update(last_batch=last, first_new_batch=first, stop_outcome=stop.get("outcome"),
                    backup_s=backup.get("seconds"), backup_files=backup.get("files"),
@@ -143,19 +148,16 @@ class DagRestarts:
         return row
 
     @staticmethod
-    def phases(tis: dict[str, dict], last_mtime: float, planned_at: float, committed: float,
-               launched: float | None = None) -> dict:
+    def phases(tis: dict[str, dict], last_mtime: float, planned_at: float, committed: float) -> dict:
         """The window split at the task instances' starts and ends.
 
         ``stop_task_s`` and ``submit_s`` are the two tasks' runs (the submit task resets first in
         ``preserve``); ``airflow_idle_s`` is from the stop task's end to the submit task's start, when
         no task of the run was running (Airflow's share: the scheduler seeing a task end, queueing the
         next, the executor starting its process). ``health_gate_at_s``: the gate task's start after the
-        submit task's end, inside the window when it comes before the first batch's commit.
-        ``launched`` (the submit's ``driver.started_at``): ``submit_to_launch_s`` is the submit task's part
-        before spark-submit starts, ``launch_to_plan_s`` the driver's start up to its first planned batch
-        (a bare row's ``submit_s + driver_start_s``). With a local driver the submit task ends after the
-        first commit (``first_batch_wait_s``), so ``driver_start_s`` from its end is negative there.
+        submit task's end, inside the window when it comes before the first batch's commit. With a local
+        driver the submit task ends after the first commit (``first_batch_wait_s``), so ``driver_start_s``
+        from its end is negative there. ``launch_phases`` splits the same window as a bare row's.
         """
         out: dict = {"downtime_s": round(committed - last_mtime, 3)}
         stop_end = epoch(tis["stop"]["end_date"])
@@ -168,9 +170,6 @@ class DagRestarts:
         if gate.get("start_date"):
             out["health_gate_at_s"] = round(epoch(gate["start_date"]) - submit_end, 3)
         out["driver_start_s"] = round(planned_at - submit_end, 3)
-        if launched is not None:
-            out["submit_to_launch_s"] = round(launched - submit_start, 3)
-            out["launch_to_plan_s"] = round(planned_at - launched, 3)
         out["first_batch_s"] = round(committed - planned_at, 3)
         return out
 
@@ -187,13 +186,11 @@ def summary(rows: list[dict]) -> dict:
     if "dag" in by:
         keys = [k for k in by["dag"][0] if k.endswith("_s") and k != "downtime_s"]
         out["dag_median_phases_s"] = {k: statistics.median(r[k] for r in by["dag"] if k in r) for k in keys}
-    for kind in ("bare", "cli"):   # the same phases of the commands' restarts (launch_to_plan_s as the DAG's)
-        rows_k = [r for r in by.get(kind, []) if "driver_start_s" in r]
+    common = ("stop_after_last_commit_s", "to_launch_s", "launch_s", "launch_to_plan_s", "first_batch_s")
+    for kind, rows_k in by.items():   # the window of every kind split the same way (launch_phases)
+        rows_k = [r for r in rows_k if "to_launch_s" in r]
         if rows_k:
-            out[f"{kind}_median_phases_s"] = {
-                "stop_after_last_commit_s": statistics.median(r["stop_after_last_commit_s"] for r in rows_k),
-                "launch_to_plan_s": statistics.median(r["submit_s"] + r["driver_start_s"] for r in rows_k),
-                "first_batch_s": statistics.median(r["first_batch_s"] for r in rows_k)}
+            out[f"{kind}_median_common_phases_s"] = {k: statistics.median(r[k] for r in rows_k) for k in common}
     return out
 
 

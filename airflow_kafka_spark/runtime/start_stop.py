@@ -15,6 +15,7 @@ plain values.
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -145,15 +146,11 @@ def submit_job(spec: JobSpec, *, kafka_config: Mapping[str, Any], target: SparkT
         # driver would stop itself after its first batch (the soak's health gates saw "driver exited").
         remove_file(open_location(run_spec.stop_marker, None, what="stop marker"))
         shown = scrub(" ".join(command), kafka_config)
-        log_path = None
         # Both kinds of driver carry who started them for which checkpoint: a retry of this task finds what its
         # killed first try left (adopted), any other submitter is refused (runtime/unrecorded.py).
         marked = {**env, drivers.CHECKPOINT_ENV: spec.checkpoint, drivers.SUBMITTER_ENV: holder}
-        if search is None:
-            log_path = submit.local_log_path(spec)
-            drv = _start_local(spec, command, marked, log_path, holder=holder, log=log, kafka_config=kafka_config)
-        else:
-            drv = _submit_cluster(spec, command, marked, search, master=master, kafka_config=kafka_config, log=log)
+        drv, log_path, launch_s = _launch(spec, command, marked, search, master=master, holder=holder,
+                                          kafka_config=kafka_config, log=log)
         entry = app_versions.record_submit(record, app_versions.SubmittedApp(
             app=app, driver=drv, master=master, deploy_mode=deploy_mode, mode=mode,
             committed_before=state.latest_committed.batch_id if state.latest_committed else None,
@@ -170,7 +167,7 @@ def submit_job(spec: JobSpec, *, kafka_config: Mapping[str, Any], target: SparkT
             log.warning("lease of job %s not released: %s", spec.name, exc)
     return {**summary, "driver": entry["driver"], "log_path": log_path, "command": shown,
             "committed_before": entry["committed_before"], "query_id_before": entry["query_id_before"],
-            "starting_offsets_file": starting_file, "submitted_at_ms": entry["submitted_at_ms"],
+            "starting_offsets_file": starting_file, "submitted_at_ms": entry["submitted_at_ms"], "launch_s": launch_s,
             **({"dstream": kind_entry} if kind_entry is not None else {})}
 
 
@@ -237,6 +234,22 @@ def _adopt_or_refuse_live(spec: JobSpec, record: LifecycleRecord, target: SparkT
                            f"{' on ' + d.host if d.host else ''}); stop it first (StopStreamingJobOperator or "
                            "the streaming_safe_restart DAG) so that two drivers never share checkpoint "
                            f"{spec.checkpoint}", reason=BlockReason.ALREADY_RUNNING)
+
+
+def _launch(spec: JobSpec, command: list[str], env: dict[str, str], search: unrecorded.ClusterSearch | None, *,
+            master: str, holder: str, kafka_config: Mapping[str, Any], log: Any
+            ) -> tuple[DriverInfo, str | None, float]:
+    """The driver started (local, or through the cluster manager when ``search``), its local log, and the start's
+    seconds: spark-submit up to the driver's id and the checks around it, the part of a restart's window that is
+    the cluster's and not this product's (``launch_s`` in the submit's result; bench/downtime_bench.py)."""
+    started = time.monotonic()
+    if search is None:
+        log_path = submit.local_log_path(spec)
+        drv = _start_local(spec, command, env, log_path, holder=holder, log=log, kafka_config=kafka_config)
+    else:
+        log_path = None
+        drv = _submit_cluster(spec, command, env, search, master=master, kafka_config=kafka_config, log=log)
+    return drv, log_path, round(time.monotonic() - started, 3)
 
 
 def _start_local(spec: JobSpec, command: list[str], env: dict[str, str], log_path: str, *, holder: str, log: Any,

@@ -24,6 +24,7 @@ import shlex
 import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -185,7 +186,10 @@ def test_a_driver_that_appears_during_the_submit_is_caught_after_it(job, rm, who
               "by": start_stop.Submitter(actor="test", holder=HOLDER, run_id="r"), "log": logging.getLogger("test")}
     ck_tag = detach.checkpoint_tag(spec.checkpoint)
     if other_tag is None:
+        t = time.monotonic()
         out = start_stop.submit_job(spec, **kwargs)
+        # the submit's own figure for its launch (two spark-submits here) lies inside its call
+        assert 0 < out["launch_s"] <= time.monotonic() - t, out["launch_s"]
     else:
         with pytest.raises(OperationBlocked, match=f"job {JOB}: application_\\d+_\\d+ runs on checkpoint") as refused:
             start_stop.submit_job(spec, **kwargs)
