@@ -7,8 +7,8 @@ task process that parses the DAG file. This bench measures that, with Airflow's 
 (``airflow api-server``, ``scheduler`` with the LocalExecutor, ``triggerer``; SQLite) and the DAG
 from ``dags/``, triggered through the REST API as the UI does (``mode=keep``; ``auto`` for ``--mode preserve``).
 
-Three restarts of the same running job alternate (bare, cli, dag; then rotated), each once the
-job has two new batches:
+Three restarts of the same running job alternate (bare, cli, dag; then rotated; ``--kinds`` picks
+fewer), each once the job has two new batches:
 
 * **bare**: stop on a batch boundary and ``spark-submit`` the same build (``Bench.restart("bare")``);
 * **cli**: the same stop with the pre-copy, ``aks backup`` and ``aks validate``, then the submit
@@ -194,12 +194,21 @@ def summary(rows: list[dict]) -> dict:
     return out
 
 
+def kinds_arg(text: str) -> str:
+    kinds = [k.strip() for k in text.split(",")]
+    if not kinds or any(k not in ("bare", "cli", "dag") for k in kinds) or len(set(kinds)) != len(kinds):
+        raise argparse.ArgumentTypeError(f"{text!r}: give distinct kinds of bare, cli, dag, e.g. bare,dag")
+    return ",".join(kinds)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=2, help="bare/cli/dag triples")
     ap.add_argument("--pad", default=None, help="padding state (0, 10M, 2G ...; default 10M locally, 0 on YARN)")
     ap.add_argument("--files-per-gb", type=int, default=10000)
     ap.add_argument("--burst", type=int, default=50000, help="records produced before the first start")
+    ap.add_argument("--kinds", default="bare,cli,dag", type=kinds_arg,
+                    help="the restarts of a round, rotated each round (bare,dag: more pairs in the same time)")
     ap.add_argument("--mode", choices=("keep", "preserve"), default="keep")
     ap.add_argument("--yarn", action="store_true", help="the job on the devstack's YARN, its checkpoint on HDFS")
     ap.add_argument("--json", type=Path, default=REPO / ".cache" / "downtime-dag.json")
@@ -296,9 +305,9 @@ def one_run(work: Path, bootstrap: str, args, bench_kw: dict, hadoop=None) -> di
             dag.padding = HdfsPadding(bench_kw["data"], *pad_to, work, hadoop) \
                 if hadoop is not None and pad_to[0] else None
             restart = preserve_restart(b, dag, pad_to)
-        kinds = ("bare", "cli", "dag")
+        kinds = tuple(args.kinds.split(","))
         for i in range(args.rounds):
-            for kind in kinds[i % 3:] + kinds[:i % 3]:
+            for kind in kinds[i % len(kinds):] + kinds[:i % len(kinds)]:
                 b.running_with_batches(2)
                 row = restart(kind)
                 row["kind"] = kind
