@@ -214,6 +214,9 @@ def main() -> int:
     ap.add_argument("--json", type=Path, default=REPO / ".cache" / "downtime-dag.json")
     ap.add_argument("--logs", type=Path, default=None, help="keep Airflow's task logs here (the run's own are deleted)")
     args = ap.parse_args()
+    from states import compile_package
+
+    compile_package()   # task processes and commands load the package as an installed wheel does
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     logging.getLogger("airflow_kafka_spark").setLevel(logging.WARNING)
     from devstack.broker import LocalBroker

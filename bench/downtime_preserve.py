@@ -237,6 +237,9 @@ def main() -> int:
     ap.add_argument("--burst", type=int, default=20000, help="records produced before the first start")
     ap.add_argument("--json", type=Path, default=REPO / ".cache" / "downtime-preserve.json")
     args = ap.parse_args()
+    from states import compile_package
+
+    compile_package()   # task processes and commands load the package as an installed wheel does
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))   # a kill still stops the drivers and the broker
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     logging.getLogger("airflow_kafka_spark").setLevel(logging.WARNING)

@@ -192,6 +192,9 @@ def main() -> int:
                     help="make the checkpoints' parent folder snapshottable first (backups are HDFS snapshots)")
     ap.add_argument("--json", type=Path, default=REPO / ".cache" / "downtime-yarn.json")
     args = ap.parse_args()
+    from states import compile_package
+
+    compile_package()   # task processes and commands load the package as an installed wheel does
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))   # a kill still stops the drivers and the broker
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     logging.getLogger("airflow_kafka_spark").setLevel(logging.WARNING)

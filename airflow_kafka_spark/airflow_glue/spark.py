@@ -29,10 +29,6 @@ from collections.abc import Mapping
 from typing import Any
 
 from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
-from airflow.providers.common.compat.openlineage.utils.spark import (
-    inject_parent_job_information_into_spark_properties,
-    inject_transport_information_into_spark_properties,
-)
 from airflow.sdk import BaseHook, conf
 from airflow.sdk.exceptions import AirflowNotFoundException
 
@@ -90,9 +86,19 @@ def with_lineage(spark_conf: Mapping[str, Any], context: Mapping[str, Any]) -> d
     Keys the job's own ``spark_conf`` already sets are left alone (the provider's rule).
     """
     out = dict(spark_conf)
+    # Imported here, not with the module: it loads the OpenLineage listener (~1 s of imports), which every task
+    # process would otherwise pay while it parses a DAG file, the submit task inside the restart's window too.
     if conf.getboolean("openlineage", "spark_inject_parent_job_info", fallback=False):
+        from airflow.providers.common.compat.openlineage.utils.spark import (
+            inject_parent_job_information_into_spark_properties,
+        )
+
         out = inject_parent_job_information_into_spark_properties(out, context)
     if conf.getboolean("openlineage", "spark_inject_transport_info", fallback=False):
+        from airflow.providers.common.compat.openlineage.utils.spark import (
+            inject_transport_information_into_spark_properties,
+        )
+
         injected = inject_transport_information_into_spark_properties(dict(out), context)
         secret = sorted(k for k in injected if k not in out and any(p in k for p in _SECRET_TRANSPORT_PARTS))
         if secret:

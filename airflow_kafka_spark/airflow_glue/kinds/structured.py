@@ -18,6 +18,7 @@ from airflow.sdk.exceptions import AirflowSkipException
 
 from airflow_kafka_spark.airflow_glue.jobs import actor, fail, kafka_config, optional_text
 from airflow_kafka_spark.airflow_glue.kinds.base import BackupStep, GateStep, ResetStep, RestoreStep, ValidateStep
+from airflow_kafka_spark.checkpoint.model import CheckpointState
 from airflow_kafka_spark.checkpoint.position import resume_position
 from airflow_kafka_spark.checkpoint.reader import read_checkpoint
 from airflow_kafka_spark.errors import UserError
@@ -34,7 +35,11 @@ from airflow_kafka_spark.verdict.findings import BLOCK
 
 def position(spec: JobSpec) -> dict[str, Any]:
     """Where the job's checkpoint stands: query id, last committed batch and its end offsets."""
-    state = read_checkpoint(spec.checkpoint)
+    return position_of(read_checkpoint(spec.checkpoint))
+
+
+def position_of(state: CheckpointState) -> dict[str, Any]:
+    """``position`` of a checkpoint already read (a step that read it once does not read it again)."""
     pos = resume_position(state)
     batch = pos.committed_batch if pos is not None else None
     return {"exists": state.exists, "query_id": state.query_id,
@@ -63,7 +68,8 @@ class StructuredSteps:
                                                             expect_new_checkpoint=expect_new), owner=step.owner)
         verdict = validate(checkpoint_location=spec.checkpoint, kafka_config=kafka_config(spec), options=options,
                            timeout=step.kafka_timeout_s, record_identity=not step.dry_run, job_name=spec.name)
-        result = {"job": spec.name, **verdict.to_dict(), "position": position(spec),
+        # the state read above: validating reads the checkpoint and writes only the record beside it
+        result = {"job": spec.name, **verdict.to_dict(), "position": position_of(state),
                   "expect_new_checkpoint": expect_new, "overridden": False, "dry_run": step.dry_run}
         log.info("%s: %s", spec.name, verdict.headline)
         for f in verdict.findings:
