@@ -183,6 +183,13 @@ def summary(rows: list[dict]) -> dict:
     out = {"median_downtime_s": med}
     if "bare" in med:
         out["ratio_to_bare"] = {k: round(v / med["bare"], 3) for k, v in med.items() if k != "bare"}
+        rounds = {r["round"]: {} for r in rows if "round" in r}
+        for r in rows:
+            if "round" in r:
+                rounds[r["round"]][r["kind"]] = r["downtime_s"]
+        # each round's safe window over the bare one beside it: the machine's drift falls on both
+        out["ratio_per_round"] = {k: [round(rd[k] / rd["bare"], 3) for _, rd in sorted(rounds.items())
+                                      if k in rd and "bare" in rd] for k in med if k != "bare"}
     if "dag" in by:
         keys = [k for k in by["dag"][0] if k.endswith("_s") and k != "downtime_s"]
         out["dag_median_phases_s"] = {k: statistics.median(r[k] for r in by["dag"] if k in r) for k in keys}
@@ -313,7 +320,7 @@ def one_run(work: Path, bootstrap: str, args, bench_kw: dict, hadoop=None) -> di
             for kind in kinds[i % len(kinds):] + kinds[:i % len(kinds)]:
                 b.running_with_batches(2)
                 row = restart(kind)
-                row["kind"] = kind
+                row["kind"], row["round"] = kind, i
                 log.info("%s", json.dumps(row))
                 rows.append(row)
         b.stop()
