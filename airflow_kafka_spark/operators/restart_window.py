@@ -72,8 +72,10 @@ class SafeRestartStopOperator(StopStreamingJobOperator):
         stopped = self.stop_spec(spec, context)
         ti = context["ti"]
         ti.xcom_push(key="return_value", value=stopped)   # the stop happened, whatever the backup does next
+        # a stop that saw a commit says the checkpoint has batches: the backup need not look first (missing_ok)
         step = BackupStep(dry_run=flag(self.dry_run, name="dry_run"), reason=optional_text(self.backup_reason),
-                          missing_ok=True, seal_key=seal_key_from_connection(self.seal_key_conn_id), prune=False)
+                          missing_ok=stopped.get("last_committed") is None,
+                          seal_key=seal_key_from_connection(self.seal_key_conn_id), prune=False)
         try:
             backup = steps_for(spec).backup(spec, context, step, self.log)
         except UserError as exc:

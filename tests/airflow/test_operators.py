@@ -70,6 +70,7 @@ def env(broker, airflow_home, tmp_path_factory):
         {"name": "beta", "topics": [topic]},
         {"name": "gamma", "topics": [topic]},
         {"name": "delta", "topics": [topic]},
+        {"name": "epsilon", "topics": [topic]},
     ])
     mp = pytest.MonkeyPatch()
     mp.setenv("AKS_DATA_DIR", str(data))
@@ -210,6 +211,26 @@ def test_backup_reset_dry_run_restore_and_stop_without_driver(env):
     assert r.states["restore"] == "success", r.xcom("restore", "failure")
     assert r.xcom("restore")["restored"] is True and r.xcom("restore")["backup_id"] == backup_id
     assert r.rendered["restore"]["backup_id"] == backup_id
+
+
+def test_the_safe_restart_stop_task_backs_up_what_the_stop_left_and_nothing_before_a_first_start(env):
+    """Its backup looks for batches only when the stop saw no commit: a first start has nothing to back up."""
+    from airflow_kafka_spark.operators.restart_window import SafeRestartStopOperator
+
+    def stop_task() -> tuple[dict, dict]:
+        with new_dag() as dag:
+            SafeRestartStopOperator(task_id="stop", job="epsilon", backup_reason="test")
+        r = run_inline(dag)
+        assert r.states["stop"] == "success", r.xcom("stop", "failure")
+        return r.xcom("stop"), r.xcom("stop", "backup")
+
+    stopped, backup = stop_task()   # no checkpoint yet, no driver
+    assert stopped["outcome"] == "NOT_RUNNING" and stopped.get("last_committed") is None, stopped
+    assert backup == {"job": "epsilon", "backup_id": None, "skipped": "no checkpoint yet"}
+    fake_checkpoint(env, "epsilon", batches=3)
+    stopped, backup = stop_task()
+    assert stopped["last_committed"] == 2, stopped
+    assert backup["backup_id"] and backup["backup"]["last_committed_batch"] == 2, backup
 
 
 def test_the_reset_after_the_backup_task_adopts_its_backup_unless_fresh_backup(env):

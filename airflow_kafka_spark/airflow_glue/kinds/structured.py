@@ -92,8 +92,10 @@ class StructuredSteps:
     def backup(self, spec: JobSpec, context: Any, step: BackupStep, log: Any) -> dict[str, Any]:
         from airflow_kafka_spark.ops.commands import backup_checkpoint
 
-        state = read_checkpoint(spec.checkpoint)
-        if not (state.offset_batch_ids or state.commit_batch_ids) and step.missing_ok:
+        # Only a step that may find no batches reads the logs first: the backup reads them itself, and this read is
+        # 11 small reads (0.2 s on HDFS) inside a safe restart's window when the stop already saw a commit.
+        state = read_checkpoint(spec.checkpoint) if step.missing_ok else None
+        if state is not None and not (state.offset_batch_ids or state.commit_batch_ids):
             log.info("job %s has no checkpoint batches at %s: nothing to back up", spec.name, spec.checkpoint)
             return {"job": spec.name, "backup_id": None, "skipped": "no checkpoint yet"}
         if step.dry_run:
