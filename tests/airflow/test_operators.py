@@ -124,7 +124,8 @@ def test_unknown_and_path_like_jobs_fail_with_one_registry_line(env):
     r = run_inline(dag, {"job": "/etc/passwd"})
     assert r.states == {"unknown": "failed", "path_like": "failed", "templated": "failed"}
     unknown = r.xcom("unknown", "failure")
-    assert unknown.startswith("unknown job 'nope'; known jobs: alpha, beta, delta, gamma") and "\n" not in unknown
+    assert unknown.startswith("unknown job 'nope'; known jobs: alpha, beta, delta, epsilon, gamma"), unknown
+    assert "\n" not in unknown
     assert r.xcom("path_like", "failure").startswith("invalid job name '../x'")
     assert r.xcom("templated", "failure").startswith("invalid job name '/etc/passwd'")
     assert r.rendered["templated"]["job"] == "/etc/passwd"   # the template was rendered, then refused
