@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -253,11 +254,33 @@ def wait_started_local(driver: DriverInfo, log_path: str | Path, *, timeout_s: f
         except OSError:
             pass
         if not local_alive(driver):
+            text = log.read_text(errors="replace") if log.exists() else ""
             raise UserError(f"the driver (pid {driver.id}) exited before Spark started; its log ({log}) ends:\n"
-                            f"{_tail_lines(log.read_text(errors='replace') if log.exists() else '', 15)}")
+                            f"{_tail_lines(text, 15)}{_packages_hint(text)}")
         if time.monotonic() >= deadline:
             return False
         time.sleep(poll_s)
+
+
+#: spark-submit's ``--packages`` resolution (Ivy) that could not fetch a jar: ``group#artifact;version!file.jar``.
+_IVY_DOWNLOAD_FAILED = re.compile(r"download failed: ([\w.\-]+)#([\w.\-]+);([\w.\-]+)!")
+
+
+def _packages_hint(log_text: str) -> str:
+    """The fix when Spark's ``--packages`` resolution failed to download a jar, else nothing.
+
+    Why: Ivy also looks in the local Maven repository, and a ``~/.m2`` entry that holds a pom but no jar (left
+    by a Maven build that needed only the pom) fails every resolution of that artifact with this line, on a
+    machine whose network is fine; the driver's log does not say so.
+    """
+    found = _IVY_DOWNLOAD_FAILED.search(log_text)
+    if found is None:
+        return ""
+    group, artifact, version = found.groups()
+    return (f"\nfix: Spark could not fetch {group}:{artifact}:{version} for spark.jars.packages. If "
+            f"~/.m2/repository/{group.replace('.', '/')}/{artifact}/{version} holds a pom without its jar, fetch "
+            f"the jar (mvn dependency:get -Dartifact={group}:{artifact}:{version}) or remove that folder; or set "
+            "[kafka_spark] connector_jars to the connector's jar paths")
 
 
 def wait_first_commit_local(driver: DriverInfo, checkpoint: str, after: int | None, *, timeout_s: float,
