@@ -52,7 +52,7 @@ from tests.soak.stage import DAG_ID, JOB, MODE_OPS, PARTITIONS, RATE, airflow_en
 from tests.support.airflow_env import write_registry
 from tests.support.waiting import wait_until
 
-pytestmark = [pytest.mark.soak, pytest.mark.airflow, pytest.mark.integration]
+pytestmark = [pytest.mark.timeout(3600), pytest.mark.soak, pytest.mark.airflow, pytest.mark.integration]
 
 class Soak:
     def __init__(

@@ -10,6 +10,7 @@ batch vouches nothing, and the mtimes decide.
 
 from __future__ import annotations
 
+import threading
 import time
 
 import pytest
@@ -71,7 +72,15 @@ def test_a_backup_after_a_recorded_stop_does_not_sleep_the_settle_period(tmp_pat
     """A real backup of a checkpoint written a moment ago (its mtimes alone would make it wait 30 s), stopped now."""
     ck = write_checkpoint(tmp_path / "ck", batches=3).root
     naps: list[float] = []
-    monkeypatch.setattr(quiet.time, "sleep", naps.append)
+    real_sleep, me = time.sleep, threading.get_ident()
+
+    def nap(seconds: float) -> None:   # ``quiet.time`` is the time module: another test's thread sleeps through it too
+        if threading.get_ident() == me:
+            naps.append(seconds)
+        else:
+            real_sleep(seconds)
+
+    monkeypatch.setattr(quiet.time, "sleep", nap)
     record = stopped(time.time(), ck=str(ck))
     record.save()
     done = backup_checkpoint(str(ck), str(tmp_path / "backups"), job="orders", settle_s=30.0)
