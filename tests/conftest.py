@@ -59,3 +59,20 @@ def topic_name(request):
     """A fresh topic name per test (topics are never shared between tests)."""
     base = "".join(c if c.isalnum() else "-" for c in request.node.name)[:40]
     return f"{base}-{next(_names)}"
+
+
+def pytest_unconfigure(config):
+    """Name the threads that would keep the interpreter from exiting after the run, with their stacks.
+
+    Why: Python joins every non-daemon thread at exit, so a thread a test left waiting holds the run open
+    after its summary was printed; bin/test's shard timeout then ends it, and these lines say which thread.
+    """
+    import sys
+    import threading
+    import traceback
+
+    frames = sys._current_frames()
+    left = [t for t in threading.enumerate() if t is not threading.main_thread() and not t.daemon and t.is_alive()]
+    for t in left:
+        stack = "".join(traceback.format_stack(frames[t.ident])) if t.ident in frames else "(no frame)\n"
+        sys.stderr.write(f"non-daemon thread still running at exit: {t.name}\n{stack}")
