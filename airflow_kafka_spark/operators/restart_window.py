@@ -37,7 +37,7 @@ from airflow_kafka_spark.lifecycle.record import LifecycleRecord
 from airflow_kafka_spark.operators.checkpoint import reset_step, restore_step, seal_key_from_connection
 from airflow_kafka_spark.operators.streaming import StopStreamingJobOperator, SubmitStreamingJobOperator
 from airflow_kafka_spark.registry.model import JobSpec
-from airflow_kafka_spark.runtime import drivers
+from airflow_kafka_spark.runtime import drivers, local_start
 from airflow_kafka_spark.runtime.restart_steps import SubmittedDriver, from_xcom
 from airflow_kafka_spark.runtime.start_stop import own_submission
 
@@ -104,7 +104,7 @@ class SafeRestartSubmitOperator(SubmitStreamingJobOperator):
         of the restored manifest (HMAC).
     :param first_batch_wait_s: a local driver (it runs on this worker's host): the task returns once the
         new query committed its first batch, or after this long, so that the health gate's task does not
-        start beside the driver's JVM while it starts (``drivers.wait_first_commit_local``); 0: return at
+        start beside the driver's JVM while it starts (``local_start.wait_first_commit_local``); 0: return at
         once. A query on an idle topic commits no batch: the task then waits this long, and the health
         gate judges it (its idle pass). A cluster driver runs elsewhere: never waited for.
     """
@@ -152,8 +152,9 @@ class SafeRestartSubmitOperator(SubmitStreamingJobOperator):
                 or not steps_for(spec).commits_to_checkpoint):
             return
         t = time.monotonic()
-        batch = drivers.wait_first_commit_local(DriverInfo(kind=drv.kind, id=drv.id, host=drv.host), spec.checkpoint,
-                                                submitted.get("committed_before"), timeout_s=self.first_batch_wait_s)
+        batch = local_start.wait_first_commit_local(DriverInfo(kind=drv.kind, id=drv.id, host=drv.host),
+                                                    spec.checkpoint, submitted.get("committed_before"),
+                                                    timeout_s=self.first_batch_wait_s)
         waited = time.monotonic() - t
         if batch is None:
             why = "the driver exited" if not drivers.local_alive(DriverInfo(kind=drv.kind, id=drv.id, host=drv.host)) \

@@ -5,7 +5,7 @@ Detached, never attached. A Structured Streaming driver runs for weeks; the Spar
 duplicated drivers on worker restarts. So:
 
 * ``local[*]`` masters and *client* deploy mode on any master: the spark-submit process *is* the
-  driver; it is started in its own session (:func:`airflow_kafka_spark.runtime.drivers.start_local`) so it
+  driver; it is started in its own session (:func:`airflow_kafka_spark.runtime.local_start.start_local`) so it
   outlives the task, and its pid is recorded.
 * YARN cluster mode: ``spark.yarn.submit.waitAppCompletion=false``; spark-submit returns once the
   application is accepted, and the ``application_<ts>_<n>`` id is parsed from its output.

@@ -35,6 +35,7 @@ from airflow_kafka_spark.runtime import (
     detach,
     drivers,
     integrations,
+    local_start,
     submit,
     unrecorded,
 )
@@ -257,10 +258,10 @@ def _start_local(spec: JobSpec, command: list[str], env: dict[str, str], log_pat
     """A local driver: the one a killed first try of this task left (adopted), else a new one, once it started."""
     drv = unrecorded.adopt_local(spec, holder, log)
     if drv is None:
-        drv = drivers.start_local(command, log_path=log_path, env=env)
+        drv = local_start.start_local(command, log_path=log_path, env=env)
         log.info("started %s driver pid %s; log %s", spec.name, drv.id, log_path)
         try:
-            drivers.wait_started_local(drv, log_path)
+            local_start.wait_started_local(drv, log_path)
         except UserError as exc:
             raise UserError(f"job {spec.name}: submit failed: {scrub(str(exc), kafka_config)}") from None
     return drv

@@ -52,7 +52,8 @@ from tests.support.airflow_env import write_registry
 from tests.support.processes import processes
 from tests.support.waiting import wait_until
 
-pytestmark = [pytest.mark.timeout(3600), pytest.mark.soak, pytest.mark.cluster, pytest.mark.airflow, pytest.mark.integration]
+pytestmark = [pytest.mark.timeout(3600), pytest.mark.soak, pytest.mark.cluster, pytest.mark.airflow,
+              pytest.mark.integration]
 
 APP_NAME = f"aks-{JOB}"
 

@@ -1,7 +1,7 @@
 """What the safe restart does around the window when a store does not answer: never fail the run.
 
 ``finish`` applies the job's backup retention (``KindSteps.prune``) and the ``submit`` task waits for a
-local driver's first commit (``drivers.wait_first_commit_local``). Both are housekeeping or pacing: a
+local driver's first commit (``local_start.wait_first_commit_local``). Both are housekeeping or pacing: a
 store that refuses connections (here WebHDFS on a closed port) is a warning or a shorter wait, never an
 exception that would leave the run without its audit entry or fail a submit whose driver already runs.
 """
@@ -17,7 +17,7 @@ from airflow_kafka_spark.airflow_glue.kinds.structured import StructuredSteps
 from airflow_kafka_spark.lifecycle.events import DriverKind
 from airflow_kafka_spark.lifecycle.model import DriverInfo
 from airflow_kafka_spark.registry.model import JobSpec
-from airflow_kafka_spark.runtime import drivers
+from airflow_kafka_spark.runtime import local_start
 
 UNREACHABLE = "hdfs://127.0.0.1:9"   # the discard port: nothing listens, the connection is refused at once
 
@@ -47,7 +47,7 @@ def test_the_first_commit_wait_on_an_unreachable_store_ends_with_the_driver_and_
     proc.wait()
     gone = DriverInfo(kind=DriverKind.LOCAL.value, id=str(proc.pid), host=socket.gethostname())
     t = time.monotonic()
-    assert drivers.wait_first_commit_local(gone, f"{UNREACHABLE}/ck", None, timeout_s=30) is None
+    assert local_start.wait_first_commit_local(gone, f"{UNREACHABLE}/ck", None, timeout_s=30) is None
     assert time.monotonic() - t < 10
 
 
