@@ -72,7 +72,9 @@ def pytest_unconfigure(config):
     import traceback
 
     frames = sys._current_frames()
-    left = [t for t in threading.enumerate() if t is not threading.main_thread() and not t.daemon and t.is_alive()]
+    # concurrent.futures' own exit hook ends its idle pool workers: they never hold the exit
+    left = [t for t in threading.enumerate() if t is not threading.main_thread() and not t.daemon and t.is_alive()
+            and not t.name.startswith("ThreadPoolExecutor-")]
     for t in left:
         stack = "".join(traceback.format_stack(frames[t.ident])) if t.ident in frames else "(no frame)\n"
         sys.stderr.write(f"non-daemon thread still running at exit: {t.name}\n{stack}")

@@ -18,6 +18,7 @@ from airflow_kafka_spark.ops.backup.precopy import precopy_checkpoint
 from airflow_kafka_spark.ops.backup.reuse import PRECOPY_NAME
 from airflow_kafka_spark.ops.commands import backup_checkpoint
 from airflow_kafka_spark.runtime import drivers as driver
+from airflow_kafka_spark.runtime import local_start
 from airflow_kafka_spark.runtime.stop_precopy import stop_with_precopy
 from devstack import oracle, spark, topics
 from devstack.produce import produce
@@ -41,7 +42,7 @@ def _committed_batches(root) -> int:
 def _running(args: list[str], tmp_path: Path) -> Iterator[Any]:
     """A local driver for the block; killed on the way out if still alive (a failed wait must not
     leave a Spark driver running for the rest of the session)."""
-    d = driver.start_local(spark.submit_command(args), env=spark.spark_env(), log_path=tmp_path / "driver.log")
+    d = local_start.start_local(spark.submit_command(args), env=spark.spark_env(), log_path=tmp_path / "driver.log")
     try:
         yield d
     finally:
@@ -68,7 +69,7 @@ def test_graceful_stop_ends_on_a_batch_boundary_and_passes_beside_its_wait_spare
     with _running(_args(broker.bootstrap_servers, topic_name, tmp_path, "--stop-marker", str(marker)), tmp_path) as d:
         assert driver.local_alive(d)
         # What the safe restart's submit task waits for with a local driver: the new query's first commit.
-        assert driver.wait_first_commit_local(d, ck, None, timeout_s=180) == 0
+        assert local_start.wait_first_commit_local(d, ck, None, timeout_s=180) == 0
         assert (tmp_path / "ck" / "commits" / "0").is_file()
         wait_until(lambda: _committed_batches(tmp_path) >= 2, timeout=180, what="two committed batches")
 
@@ -93,7 +94,7 @@ def test_graceful_stop_ends_on_a_batch_boundary_and_passes_beside_its_wait_spare
     assert not driver.local_alive(d)
     assert not marker.exists(), "the marker is removed so the next start does not stop at once"
     t = time.monotonic()     # an exited driver commits nothing more: the wait ends at once, with no batch
-    assert driver.wait_first_commit_local(d, ck, res.last_committed, timeout_s=60) is None
+    assert local_start.wait_first_commit_local(d, ck, res.last_committed, timeout_s=60) is None
     assert time.monotonic() - t < 5
 
     pre = done.precopy
