@@ -170,7 +170,7 @@ def run_reset(ck: Location, backup_root: str | None, kafka_config: dict, request
 
     if root is None:   # an empty backup root: opening it is the one-line error
         root = open_backup_root(str(backup_root), backup_storage_options)
-    result.backup_id, adoption = _backup(ck, root, job, state, request, op_id, run)
+    result.backup_id, adoption = _backup(ck, root, job, (state, record), request, op_id, run)
     result.backup_adopted = adoption is not None and adoption.manifest is not None
     result.backup_note = adoption.note if adoption is not None else FRESH_NOTE
     result.operation_id = op_id
@@ -189,17 +189,20 @@ def run_reset(ck: Location, backup_root: str | None, kafka_config: dict, request
     return result
 
 
-def _backup(ck: Location, root: Location, job: str, state: CheckpointState, request: ResetRequest, op_id: str,
-            run: RunOptions) -> tuple[str, Adoption | None]:
+def _backup(ck: Location, root: Location, job: str, read: tuple[CheckpointState, LifecycleRecord | None],
+            request: ResetRequest, op_id: str, run: RunOptions) -> tuple[str, Adoption | None]:
     """The reset's verified backup: the newest one adopted when it holds the checkpoint as it is now
-    (``ops.backup.adopt``; not with ``request.fresh_backup``), else a new one; then the checkpoint must
-    still be as planned. Returns the backup id and the adoption tried (None: not tried)."""
+    (``ops.backup.adopt``, with the lifecycle record the reset read; not with ``request.fresh_backup``), else
+    a new one; then the checkpoint must still be as planned. Returns the backup id and the adoption tried
+    (None: not tried)."""
+    state, record = read
     step = run.progress or (lambda _text: None)
     adoption = None
     planned = (frozenset(state.offset_batch_ids), frozenset(state.commit_batch_ids))
     if not request.fresh_backup:
         step("checking whether the job's newest backup holds the checkpoint as it is now")
-        adoption = adopt_backup(ck, job_location(root, job), job, state, seal_key=seal.resolve_key(run.seal_key))
+        adoption = adopt_backup(ck, job_location(root, job), job, state, seal_key=seal.resolve_key(run.seal_key),
+                                record=record)
         if adoption.manifest is not None and adoption.ids != planned:   # changed since planned: refused below
             adoption = Adoption(None, "the checkpoint changed since the reset was planned", ids=adoption.ids)
     _log.info("reset of job %s: %s", job, adoption.note if adoption is not None else FRESH_NOTE)

@@ -35,6 +35,7 @@ from airflow_kafka_spark.checkpoint.initial_offsets import read_initial_offsets
 from airflow_kafka_spark.errors import UserError
 from airflow_kafka_spark.kafka.offsets import TopicPartition, parse_offsets_json
 from airflow_kafka_spark.lifecycle import record as lifecycle
+from airflow_kafka_spark.lifecycle.events import LifecycleEvent
 from airflow_kafka_spark.lifecycle.record import LifecycleRecord
 from airflow_kafka_spark.ops.backup.catalog import list_backups
 from airflow_kafka_spark.ops.backup.store import verify_backup
@@ -157,6 +158,42 @@ def test_backup_restore_reset_round_trip(ck_store, backup_store, stores, hadoop,
     ck = open_location(ck_url)
     assert not siblings_with_prefix(ck, ".operation") and not exists(open_location(record.location + ".lock"))
     assert record.checkpoint_location == ck_url and reset.aside_location.startswith(ck_url + ".reset-")
+
+
+@pytest.mark.parametrize("store", ["hdfs", "s3"])
+def test_a_reset_after_a_recorded_stop_adopts_its_backup_on_the_logs_alone(store, stores, hadoop, s3, broker,
+                                                                            topic_name, tmp_path):
+    """The safe restart's stop task records the stop, then backs up; the reset adopts that backup after listing
+    ``offsets/`` and ``commits/`` only (ops/backup/adopt.py), and what it adopted is the checkpoint it moved
+    aside, byte for byte. A batch committed after the backup: the same reset takes a backup of its own."""
+    run = uuid.uuid4().hex[:8]
+    kafka = {"bootstrap.servers": broker.bootstrap_servers}
+    local = seeded_checkpoint(f"{base_url(store, hadoop, s3, run)}/seed/ck", broker, topic_name, tmp_path)
+    for case in ("unchanged", "committed since"):
+        ck_url = f"{base_url(store, hadoop, s3, run)}/{case.replace(' ', '-')}/{JOB}/ck"
+        root_url = f"{base_url(store, hadoop, s3, run)}/{case.replace(' ', '-')}/backups"
+        upload(local, ck_url)
+        record = LifecycleRecord.create(JOB, ck_url)
+        record.add_event(LifecycleEvent.DRIVER_STOPPED, actor="stop-task", outcome="STOPPED", graceful=True,
+                         killed=False, last_committed=3, replay_batch=None)
+        record.save()
+        m = backup_checkpoint(ck_url, root_url, job=JOB, settle_s=0).manifest
+        if case == "committed since":
+            advance(ck_url, topic_name, 4, 4)
+        before = remote_tree(ck_url)
+        reset = reset_checkpoint(ck_url, root_url, kafka, ResetRequest(mode="preserve"),
+                                 run=RunOptions(backup_settle_s=0))
+        assert remote_tree(reset.aside_location) == before
+        kept = verify_backup(root_url, JOB, reset.backup_id, deep=True)
+        assert {f.path: f.sha256 for f in kept.files} == before, case
+        if case == "unchanged":
+            assert reset.backup_adopted and reset.backup_id == m.backup_id, reset.backup_note
+            assert "after the recorded stop; offsets/ and commits/ unchanged since" in reset.backup_note
+        else:
+            assert not reset.backup_adopted and reset.backup_id != m.backup_id
+            assert "holds batch 3 (pending 4), the checkpoint now 4 (pending None)" in reset.backup_note, \
+                reset.backup_note
+            assert kept.last_committed_batch == 4
 
 
 def aks_reset(ck_url: str, root_url: str, broker, settle: float) -> list[str]:

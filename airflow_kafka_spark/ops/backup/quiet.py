@@ -71,7 +71,7 @@ def stop_witness(record: Any, ids: LogIds) -> float | None:
     offs, coms = ids
     for event in reversed(getattr(record, "history", None) or []):
         kind = event.get("event")
-        if kind in _WRITERS_MOVED:
+        if kind in WRITERS_MOVED:
             return None
         if kind != "driver_stopped":
             continue
@@ -85,7 +85,7 @@ def stop_witness(record: Any, ids: LogIds) -> float | None:
 
 
 #: Events after which a stop no longer speaks for the checkpoint: something may write there again.
-_WRITERS_MOVED = frozenset({"driver_submitted", "lease_acquired", "lease_taken_over", "checkpoint_reset",
+WRITERS_MOVED = frozenset({"driver_submitted", "lease_acquired", "lease_taken_over", "checkpoint_reset",
                             "checkpoint_restored"})
 
 
