@@ -349,6 +349,8 @@ def test_auto_with_a_checkpoint_breaking_change_resets_preserve_and_the_sink_sta
     # the reset adopted the backup task's verified backup of the stopped checkpoint (ops/backup/adopt.py)
     assert reset["backup_adopted"] is True and reset["backup_id"] == r.xcom("stop", "backup")["backup_id"], \
         reset["backup_note"]
+    # proven on the two logs alone: the stop task recorded the stop before its backup
+    assert "after the recorded stop; offsets/ and commits/ unchanged since" in reset["backup_note"]
     after = read_checkpoint(str(stack.checkpoint))
     assert after.query_id != before.query_id
     gate = r.xcom("health_gate")
