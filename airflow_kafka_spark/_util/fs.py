@@ -38,7 +38,9 @@ from airflow_kafka_spark._util.localfs import (
 from airflow_kafka_spark._util.stores import (
     hdfs_as_webhdfs,
     is_webhdfs,
+    webhdfs_cat,
     webhdfs_rename,
+    webhdfs_write,
 )
 from airflow_kafka_spark._util.text import one_line
 from airflow_kafka_spark.errors import Unreachable, UserError, is_unreachable
@@ -296,9 +298,11 @@ def write_atomic(loc: Location, data: bytes) -> None:
         elif loc.object_store:
             fs.pipe_file(path, data)
         elif is_webhdfs(fs):
+            # One CREATE with the body (it makes the parents), then rename2: three requests, not fsspec's
+            # MKDIRS, empty CREATE and APPEND (an HDFS append reopens the block: ~0.3 s on the minicluster
+            # for every lifecycle record, journal and lease write; docs/benchmarks.md, round 18).
             tmp = posixpath.join(parent, f".{posixpath.basename(path)}.{os.urandom(4).hex()}.tmp")
-            fs.makedirs(parent, exist_ok=True)
-            fs.pipe_file(tmp, data)
+            webhdfs_write(fs, tmp, data, overwrite=False)
             webhdfs_rename(fs, tmp, path, overwrite=True)
         else:
             tmp = f"{path}.{os.urandom(4).hex()}.tmp"
@@ -321,7 +325,8 @@ def read_bytes(loc: Location, *, limit: int | None = None, follow_links: bool = 
         if loc.local:
             with open_regular(loc, follow_links=follow_links) as fh:
                 return read_bounded(fh, limit, loc)
-        data = loc.fs.cat_file(loc.path)
+        # WebHDFS: one OPEN (and the DataNode it redirects to), not fsspec's GETFILESTATUS first.
+        data = webhdfs_cat(loc.fs, loc.path, limit) if is_webhdfs(loc.fs) else loc.fs.cat_file(loc.path)
         TRAFFIC.add(read=len(data))
         if limit is not None and len(data) > limit:
             raise UserError(f"{loc.url} is larger than {limit:,} bytes; it cannot be what it should be")

@@ -167,6 +167,20 @@ def webhdfs_read(fs: Any, path: str, limit: int) -> bytes:
     return fs._call("OPEN", "get", path, offset=0, length=limit).content
 
 
+def webhdfs_cat(fs: Any, path: str, limit: int | None = None) -> bytes:
+    """The whole file at ``path`` in one ``OPEN`` (at most ``limit + 1`` bytes with a ``limit``, so that the
+    caller can tell a file larger than it). ``FileNotFoundError`` when there is none, ``IsADirectoryError``
+    for a folder (the NameNode answers "Path is not a file")."""
+    try:
+        if limit is None:
+            return fs._call("OPEN", "get", path).content
+        return fs._call("OPEN", "get", path, offset=0, length=limit + 1).content
+    except FileNotFoundError as exc:
+        if "is not a file" in str(exc):
+            raise IsADirectoryError(str(exc).splitlines()[0]) from None
+        raise
+
+
 def webhdfs_write(fs: Any, path: str, data: bytes, *, overwrite: bool) -> None:
     """A file at ``path`` holding ``data``: ``CREATE`` without following its redirect, then the body to the
     DataNode it names. ``CREATE`` makes missing parent folders (WebHDFS's ``createParent``): no ``MKDIRS``.
