@@ -350,8 +350,11 @@ def launch_phases(stopped: float, submitted: float, launch_s: float, planned_at:
     row's: reading the record and the checkpoint); ``launch_to_plan_s`` is spark-submit's return to the
     first planned batch (the cluster allocating, the driver starting), the same work in every row.
     """
+    from cpu_share import during
+
     return {"to_launch_s": round(submitted - launch_s - stopped, 3), "launch_s": launch_s,
-            "launch_to_plan_s": round(planned_at - submitted, 3)}
+            "launch_to_plan_s": round(planned_at - submitted, 3), **during(submitted - launch_s, planned_at,
+                                                                            "launch_to_plan")}
 
 
 def backup_summary(b: dict) -> dict:

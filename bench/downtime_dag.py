@@ -193,11 +193,13 @@ def summary(rows: list[dict]) -> dict:
     if "dag" in by:
         keys = [k for k in by["dag"][0] if k.endswith("_s") and k != "downtime_s"]
         out["dag_median_phases_s"] = {k: statistics.median(r[k] for r in by["dag"] if k in r) for k in keys}
-    common = ("stop_after_last_commit_s", "to_launch_s", "launch_s", "launch_to_plan_s", "first_batch_s")
+    common = ("stop_after_last_commit_s", "to_launch_s", "launch_s", "launch_to_plan_s", "first_batch_s",
+              "launch_to_plan_airflow_cpu_s", "launch_to_plan_machine_busy")
     for kind, rows_k in by.items():   # the window of every kind split the same way (launch_phases)
         rows_k = [r for r in rows_k if "to_launch_s" in r]
         if rows_k:
-            out[f"{kind}_median_common_phases_s"] = {k: statistics.median(r[k] for r in rows_k) for k in common}
+            out[f"{kind}_median_common_phases_s"] = {k: statistics.median(r[k] for r in rows_k if k in r)
+                                                     for k in common if any(k in r for r in rows_k)}
     return out
 
 
@@ -221,6 +223,9 @@ def main() -> int:
     ap.add_argument("--json", type=Path, default=REPO / ".cache" / "downtime-dag.json")
     ap.add_argument("--logs", type=Path, default=None, help="keep Airflow's task logs here (the run's own are deleted)")
     args = ap.parse_args()
+    import cpu_share
+
+    cpu_share.start()   # Airflow's CPU while each row's driver starts (the cluster shares these cores here)
     from states import compile_package
 
     compile_package()   # task processes and commands load the package as an installed wheel does

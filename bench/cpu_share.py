@@ -1,0 +1,87 @@
+"""Whose CPU a downtime window spent: Airflow's processes against the machine's (issue 28's benches).
+
+Why: on the devstack the YARN "cluster" (ResourceManager, NodeManager, the driver's and executors'
+JVMs, HDFS, Kafka) runs on the same 2 cores as Airflow, which it never does in production. A DAG
+row's driver starts while Airflow's scheduler, the submit task's end and the health gate's task
+process run; a bare row's starts beside an idle scheduler. This sampler tells the two apart: every
+0.25 s it reads ``/proc`` (utime + stime of every process run as the ``airflow`` command or forked by it, each
+process's own counter kept after it exits, and the machine's busy ticks from ``/proc/stat``), and
+:func:`during` answers how many CPU seconds Airflow took between two wall times and how busy the
+machine was. Linux only; without ``/proc`` it answers nothing.
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+import threading
+import time
+
+_TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+_INTERVAL_S = 0.25
+
+
+class _Sampler(threading.Thread):
+    def __init__(self) -> None:
+        super().__init__(name="cpu-share", daemon=True)
+        self.walls: list[float] = []
+        self.airflow: list[float] = []    # cumulative CPU seconds of Airflow's processes
+        self.busy: list[float] = []       # cumulative busy CPU seconds of the machine
+        self._seen: dict[int, tuple[int, int]] = {}   # pid -> (start time, last utime+stime ticks)
+        self._done = 0                    # ticks of Airflow processes that exited
+
+    def run(self) -> None:
+        while True:
+            self._sample()
+            time.sleep(_INTERVAL_S)
+
+    def _sample(self) -> None:
+        alive: dict[int, tuple[int, int]] = {}
+        for name in os.listdir("/proc"):
+            if not name.isdigit():
+                continue
+            try:
+                with open(f"/proc/{name}/cmdline", "rb") as fh:
+                    cmd = fh.read()
+                if b"bin/airflow\x00" not in cmd:   # the airflow command and what it forks, not the Spark job
+                    continue
+                with open(f"/proc/{name}/stat") as fh:
+                    fields = fh.read().rpartition(")")[2].split()
+            except OSError:
+                continue
+            alive[int(name)] = (int(fields[19]), int(fields[11]) + int(fields[12]))   # starttime, utime + stime
+        for pid, (start, ticks) in self._seen.items():
+            if alive.get(pid, (None,))[0] != start:
+                self._done += ticks
+        self._seen = alive
+        with open("/proc/stat") as fh:
+            cpu = [int(x) for x in fh.readline().split()[1:]]
+        self.walls.append(time.time())
+        self.airflow.append((self._done + sum(t for _, t in alive.values())) / _TICK)
+        self.busy.append((sum(cpu) - cpu[3] - (cpu[4] if len(cpu) > 4 else 0)) / _TICK)   # all but idle, iowait
+
+    def at(self, series: list[float], wall: float) -> float:
+        i = min(max(bisect.bisect_left(self.walls, wall), 0), len(self.walls) - 1)
+        return series[i]
+
+
+_SAMPLER: _Sampler | None = None
+
+
+def start() -> None:
+    """Start sampling (once per process); a no-op where ``/proc`` is missing."""
+    global _SAMPLER
+    if _SAMPLER is None and os.path.exists("/proc/stat"):
+        _SAMPLER = _Sampler()
+        _SAMPLER.start()
+
+
+def during(t0: float, t1: float, what: str) -> dict:
+    """``<what>_airflow_cpu_s`` (Airflow's CPU seconds from ``t0`` to ``t1``) and ``<what>_machine_busy``
+    (the machine's busy CPU seconds over the same span, per core-second), or ``{}`` when not sampling."""
+    s = _SAMPLER
+    if s is None or len(s.walls) < 2 or t1 <= t0 or s.walls[0] > t0:
+        return {}
+    cores = os.cpu_count() or 1
+    return {f"{what}_airflow_cpu_s": round(s.at(s.airflow, t1) - s.at(s.airflow, t0), 2),
+            f"{what}_machine_busy": round((s.at(s.busy, t1) - s.at(s.busy, t0)) / ((t1 - t0) * cores), 2)}
