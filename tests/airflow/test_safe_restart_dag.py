@@ -231,10 +231,19 @@ def test_block_verdict_stops_the_run_before_anything_changes(stack, capfd):
     assert_no_secret(r, out, err)
 
 
+def _leased(stack) -> bool:
+    rec = LifecycleRecord.load(str(stack.checkpoint))
+    return rec is not None and rec.lease is not None
+
+
 def test_two_runs_triggered_at_once_start_one_driver(stack):
     """Two runs for the same job at the same moment, from two processes (an ``airflow dags test``
     subprocess and this one): the run lease lets one through; the other fails in its first task and
-    changes nothing. Exactly one driver runs afterwards. (This is also the job's first start.)"""
+    changes nothing. Exactly one driver runs afterwards. (This is also the job's first start.)
+
+    This process's run starts once the subprocess's run holds the lease (or ended): on a loaded machine
+    the subprocess's start alone once outlasted this process's whole run, so the two never overlapped and
+    both succeeded one after the other, which tests nothing about two at once."""
     conf = stack.conf("auto", reason="two at once")
     started = time.perf_counter()
     with stack.feed:
@@ -242,6 +251,9 @@ def test_two_runs_triggered_at_once_start_one_driver(stack):
                                   "-c", json.dumps(conf)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                  text=True, env=dict(os.environ))
         try:
+            deadline = time.monotonic() + 180
+            while other.poll() is None and time.monotonic() < deadline and not _leased(stack):
+                time.sleep(0.1)
             here = stack.run(conf, "two runs at once (this process)")
         finally:
             other_out = other.communicate(timeout=600)[0]
