@@ -298,9 +298,9 @@ def write_atomic(loc: Location, data: bytes) -> None:
         elif loc.object_store:
             fs.pipe_file(path, data)
         elif is_webhdfs(fs):
-            # One CREATE with the body (it makes the parents), then rename2: three requests, not fsspec's
-            # MKDIRS, empty CREATE and APPEND (an HDFS append reopens the block: ~0.3 s on the minicluster
-            # for every lifecycle record, journal and lease write; docs/benchmarks.md, round 18).
+            # One CREATE with the body (it makes the parents), then rename2: not fsspec's MKDIRS, empty
+            # CREATE and APPEND. The DataNode's leg of a small write still costs ~0.3 s on the minicluster
+            # (block completion), with or without APPEND (docs/benchmarks.md, round 18).
             tmp = posixpath.join(parent, f".{posixpath.basename(path)}.{os.urandom(4).hex()}.tmp")
             webhdfs_write(fs, tmp, data, overwrite=False)
             webhdfs_rename(fs, tmp, path, overwrite=True)

@@ -44,7 +44,7 @@ from airflow_kafka_spark.checkpoint.model import CheckpointState
 from airflow_kafka_spark.errors import UserError
 from airflow_kafka_spark.lifecycle.record import LifecycleRecord
 from airflow_kafka_spark.ops.backup.manifest import Manifest
-from airflow_kafka_spark.ops.backup.quiet import WRITERS_MOVED, log_listing
+from airflow_kafka_spark.ops.backup.quiet import last_stop, log_listing
 from airflow_kafka_spark.ops.backup.reuse import published_newest_first, stat_of
 from airflow_kafka_spark.ops.backup.selection import layout_misfit, log_ids, select_files
 
@@ -98,17 +98,13 @@ class Adoption:
 def stop_before(record: LifecycleRecord | None, m: Manifest) -> int | None:
     """When (ms) the product's own stop, recorded before backup ``m`` at the batch it holds, saw the driver
     exit, with no event since after which anything may write to the checkpoint; else None."""
-    for event in reversed(record.history if record is not None else []):
-        kind = event.get("event")
-        if kind in WRITERS_MOVED:
-            return None
-        if kind != "driver_stopped":
-            continue
-        at, last = event.get("at_ms"), (event.get("details") or {}).get("last_committed")
-        if not isinstance(at, int) or at > m.created_at_ms or last != m.last_committed_batch:
-            return None
-        return at
-    return None
+    event = last_stop(record)
+    if event is None:
+        return None
+    at, last = event.get("at_ms"), (event.get("details") or {}).get("last_committed")
+    if not isinstance(at, int) or at > m.created_at_ms or last != m.last_committed_batch:
+        return None
+    return at
 
 
 def checkpoint_now(ck: Location, state: CheckpointState, scope: tuple[str, ...] = ()

@@ -69,18 +69,27 @@ def stop_witness(record: Any, ids: LogIds) -> float | None:
     anyway. The second listing is still taken after the copy and still refuses a checkpoint that moved.
     """
     offs, coms = ids
+    event = last_stop(record)
+    if event is None:
+        return None
+    d = event.get("details") or {}
+    n, at = d.get("last_committed"), event.get("at_ms")
+    if not d.get("graceful") or d.get("killed") or d.get("replay_batch") is not None \
+            or not offs or not coms or max(offs) != n or max(coms) != n or not isinstance(at, int):
+        return None
+    return at / 1000.0
+
+
+def last_stop(record: Any) -> dict[str, Any] | None:
+    """The lifecycle record's newest ``driver_stopped`` event when no event since (:data:`WRITERS_MOVED`) lets
+    anything write to the checkpoint again; else None. The one walk of the history that both the backup's
+    settle period (:func:`stop_witness`) and a reset's adoption (``adopt.stop_before``) rest on."""
     for event in reversed(getattr(record, "history", None) or []):
         kind = event.get("event")
         if kind in WRITERS_MOVED:
             return None
-        if kind != "driver_stopped":
-            continue
-        d = event.get("details") or {}
-        n, at = d.get("last_committed"), event.get("at_ms")
-        if not d.get("graceful") or d.get("killed") or d.get("replay_batch") is not None \
-                or not offs or not coms or max(offs) != n or max(coms) != n or not isinstance(at, int):
-            return None
-        return at / 1000.0
+        if kind == "driver_stopped":
+            return event
     return None
 
 
