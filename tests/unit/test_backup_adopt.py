@@ -122,7 +122,8 @@ def test_after_a_recorded_stop_only_the_logs_are_matched(stopped_then_backed_up,
     got = adopt_with_record(ck, root)
     assert got.manifest is not None and got.manifest.backup_id == m.backup_id, got.why_not
     assert listed == ["logs"] and got.scope == ("offsets/", "commits/")
-    assert "after the recorded stop; offsets/ and commits/ unchanged since, no driver submitted since" in got.note
+    assert ("after the recorded stop; offsets/ and commits/ unchanged since, no submit, lease, reset or restore "
+            "recorded since") in got.note
     assert got.ids == (frozenset(range(5)), frozenset(range(4)))
 
 

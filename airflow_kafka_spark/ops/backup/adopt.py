@@ -90,7 +90,8 @@ class Adoption:
             return f"took its own backup: {self.why_not}"
         if self.scope:
             return (f"adopted verified backup {self.manifest.backup_id} (taken {self.age_s:.0f}s ago, after the "
-                    "recorded stop; offsets/ and commits/ unchanged since, no driver submitted since)")
+                    "recorded stop; offsets/ and commits/ unchanged since, no submit, lease, reset or restore "
+                    "recorded since)")
         return (f"adopted verified backup {self.manifest.backup_id} (taken {self.age_s:.0f}s ago; the checkpoint "
                 "unchanged since)")
 
