@@ -69,13 +69,15 @@ class SafeRestartStopOperator(StopStreamingJobOperator):
 
     def run(self, context: Any) -> dict[str, Any]:
         _, spec = self.load()
-        stopped = self.stop_spec(spec, context)
+        done = self.stop_spec(spec, context)
+        stopped = done.xcom
         ti = context["ti"]
         ti.xcom_push(key="return_value", value=stopped)   # the stop happened, whatever the backup does next
         # a stop that saw a commit says the checkpoint has batches: the backup need not look first (missing_ok)
         step = BackupStep(dry_run=flag(self.dry_run, name="dry_run"), reason=optional_text(self.backup_reason),
                           missing_ok=stopped.get("last_committed") is None,
-                          seal_key=seal_key_from_connection(self.seal_key_conn_id), prune=False)
+                          seal_key=seal_key_from_connection(self.seal_key_conn_id), prune=False,
+                          precopy=done.precopy)
         try:
             backup = steps_for(spec).backup(spec, context, step, self.log)
         except UserError as exc:

@@ -26,7 +26,9 @@ one is quick, and more passes beside the stop's wait for a batch boundary while 
 (``runtime.stop_precopy``): the state files are copied and hashed before the stream stands still,
 and the backup after the stop reads only the files of the batches after the last pass. A pre-copy
 that fails is logged and the stop goes on: the backup then reads those files itself, as it did
-before pre-copies.
+before pre-copies. The passes beside the wait keep their entry list in memory
+(``ops.backup.precopy.PassChain``): :meth:`StopStreamingJobOperator.stop_spec` hands it to the
+backup the same task takes, never through XCom.
 
 These operators only resolve the connections and who acts; the rules (lease, liveness, what is
 recorded) live in :mod:`airflow_kafka_spark.runtime.start_stop`.
@@ -34,6 +36,7 @@ recorded) live in :mod:`airflow_kafka_spark.runtime.start_stop`.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from airflow_kafka_spark.airflow_glue.jobs import actor, flag, kafka_config, task_holder
@@ -42,7 +45,8 @@ from airflow_kafka_spark.airflow_glue.spark import spark_target
 from airflow_kafka_spark.lifecycle.record import LifecycleRecord
 from airflow_kafka_spark.operators._common import StreamingJobOperator
 from airflow_kafka_spark.operators.links import SparkApplicationLink
-from airflow_kafka_spark.ops.backup.precopy import precopy_checkpoint
+from airflow_kafka_spark.ops.backup.manifest import Manifest
+from airflow_kafka_spark.ops.backup.precopy import PassChain, passes_until_quiet
 from airflow_kafka_spark.registry.model import JobSpec
 from airflow_kafka_spark.runtime import start_stop
 from airflow_kafka_spark.runtime.start_stop import DEFAULT_LEASE_TTL_S
@@ -98,6 +102,15 @@ def stop_job(spec: JobSpec, *, context: Any, log: Any, timeout_s: float | None =
                                timeout_s=timeout_s, poll_s=poll_s, only_driver_id=only_driver_id)
 
 
+@dataclass(frozen=True)
+class StopDone:
+    """A stop's XCom, and the pre-copy its passes kept in memory for the backup the same task takes
+    (``precopy``: None when none found anything new; never in XCom: 20,000 entries)."""
+
+    xcom: dict[str, Any]
+    precopy: Manifest | None = None
+
+
 class StopStreamingJobOperator(StreamingJobOperator):
     """Stop the job gracefully on a batch boundary (stop marker), kill after ``timeout_s``; push the StopResult.
 
@@ -122,30 +135,32 @@ class StopStreamingJobOperator(StreamingJobOperator):
         self.precopy_backup = precopy_backup
 
     def run(self, context: Any) -> dict[str, Any]:
-        return self.stop_spec(self.load()[1], context)
+        return self.stop_spec(self.load()[1], context).xcom
 
-    def stop_spec(self, spec: JobSpec, context: Any) -> dict[str, Any]:
+    def stop_spec(self, spec: JobSpec, context: Any) -> StopDone:
         """The stop of ``spec`` (already read from the registry: a subclass that backs up after reads it once)."""
         if flag(self.dry_run, name="dry_run"):
             record = LifecycleRecord.load(spec.checkpoint)
             alive = driver_alive(spec, record)
             d = record.driver if record is not None else None
-            return {"job": spec.name, "outcome": "DRY_RUN", "driver_alive": alive,
+            return StopDone({"job": spec.name, "outcome": "DRY_RUN", "driver_alive": alive,
                     "driver": None if d is None else {"kind": d.kind, "id": d.id, "host": d.host},
                     "would": ("pre-copy the backup (publishes nothing), then " if self._precopies(spec)
                               and alive else "")
                     + (f"write {spec.stop_marker}, wait up to {self.timeout_s or spec.stop_timeout_s:.0f}s for "
-                              "a batch boundary, then kill") if alive else "nothing: no driver runs"}
+                              "a batch boundary, then kill") if alive else "nothing: no driver runs"})
 
         def stop() -> dict[str, Any]:
             return stop_job(spec, context=context, log=self.log, timeout_s=self.timeout_s, poll_s=self.poll_s)
 
+        chain = PassChain(spec.checkpoint, spec.backup_root, job=spec.name)
         if self._precopies(spec):
+            def alive() -> bool:
+                return driver_alive(spec, LifecycleRecord.load(spec.checkpoint))
+
             done = stop_with_precopy(
-                stop, job=spec.name, log=self.log,
-                one_pass=lambda abandon: precopy_checkpoint(spec.checkpoint, spec.backup_root, job=spec.name,
-                                                            abandon=abandon),
-                still_running=lambda: driver_alive(spec, LifecycleRecord.load(spec.checkpoint)),
+                stop, job=spec.name, log=self.log, one_pass=chain.beside, still_running=alive,
+                before=lambda: passes_until_quiet(chain.before, still_running=alive),
                 beside=beside_rule(spec.checkpoint))
             out = done.stop
             if done.precopy is not None:   # None: no driver ran, so nothing was pre-copied
@@ -155,10 +170,11 @@ class StopStreamingJobOperator(StreamingJobOperator):
         if out["outcome"] == "STOPPED_MID_BATCH":
             self.log.warning("job %s was killed inside batch %s; Spark replays it on the next start", spec.name,
                              out.get("replay_batch"))
-        return out
+        return StopDone(out, chain.newest)
 
     def _precopies(self, spec: JobSpec) -> bool:
         return self.precopy_backup and steps_for(spec).precopies_backup
 
 
-__all__ = ["StopStreamingJobOperator", "SubmitStreamingJobOperator", "driver_alive", "stop_job", "submit_job"]
+__all__ = ["StopDone", "StopStreamingJobOperator", "SubmitStreamingJobOperator", "driver_alive", "stop_job",
+           "submit_job"]

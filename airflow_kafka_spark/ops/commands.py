@@ -40,8 +40,8 @@ if TYPE_CHECKING:   # reset and restore ask Kafka: imported when run, so a backu
     from airflow_kafka_spark.ops.reset_plan import ResetRequest
     from airflow_kafka_spark.ops.restore import RestoreResult
 
-__all__ = ["Progress", "Retention", "RunOptions", "SinkFacts", "Stores", "backup_checkpoint", "prune_backups",
-           "reset_checkpoint", "restore_checkpoint"]
+__all__ = ["BackupRequest", "Progress", "Retention", "RunOptions", "SinkFacts", "Stores", "backup_as_requested",
+           "backup_checkpoint", "prune_backups", "reset_checkpoint", "restore_checkpoint"]
 
 
 def backup_checkpoint(checkpoint_location: str, backup_root: str, *, job: str | None = None,
@@ -59,13 +59,20 @@ def backup_checkpoint(checkpoint_location: str, backup_root: str, *, job: str | 
     the steps of a run that takes more than a second).
     """
     run = with_legacy(run, legacy, where="backup_checkpoint")
+    return backup_as_requested(checkpoint_location, backup_root,
+                               BackupRequest(job=job, reason=reason, force=force, now_ms=now_ms),
+                               retention=retention, run=replace(run, backup_settle_s=settle_s))
+
+
+def backup_as_requested(checkpoint_location: str, backup_root: str, request: BackupRequest, *,
+                        retention: Retention = NO_RETENTION, run: RunOptions = DEFAULT_RUN) -> BackupResult:
+    """:func:`backup_checkpoint` for a caller that composes the :class:`BackupRequest` itself: the safe
+    restart's stop task, which hands the backup its pre-copy in memory (``BackupRequest.precopy``)."""
     ck = open_location(checkpoint_location, run.stores.checkpoint, what="checkpoint location")
     refuse_if_interrupted(ck)
     if run.progress:
         run.progress("copying and hashing the checkpoint's files, then verifying the backup")
-    return take_backup(ck, open_backup_root(backup_root, run.stores.backup),
-                       BackupRequest(job=job, reason=reason, force=force, now_ms=now_ms),
-                       retention=retention, run=replace(run, backup_settle_s=settle_s))
+    return take_backup(ck, open_backup_root(backup_root, run.stores.backup), request, retention=retention, run=run)
 
 
 def prune_backups(backup_root: str, job: str, retention: Retention, *, now_ms: int | None = None,

@@ -6,8 +6,9 @@ Spark writes while the stop waits for a batch boundary: 17–28 s on YARN, 63–
 HDFS minicluster, read one WebHDFS round trip at a time after the stop (docs/benchmarks.md, round 9
 and "After round 9"). So :func:`stop_with_precopy` runs the passes until quiet before the stop
 (``ops.backup.precopy.passes_until_quiet``), then, while the stop callable waits, further passes in
-a thread: each reuses the ``<job>/precopy.json`` of the one before and reads only what was written
-since.
+a thread: each reuses the entries of the one before and reads only what was written since (the stop
+task's passes hand them on in memory, ``ops.backup.precopy.PassChain``; the bench's through
+``<job>/precopy.json``).
 
 The rules of the thread:
 
@@ -23,7 +24,7 @@ The rules of the thread:
   stop's "returned" as its ``abandon``; ``ops.backup.precopy.PassAbandoned``): its listing is
   what the backup after the stop redoes anyway (the stop task waited 0.4-1.4 s on YARN for the pass
   in flight, docs/benchmarks.md round 14, whatever step it was in). A pass already reading finishes:
-  its reads are ones the backup would make, and its ``precopy.json`` hands them on.
+  its reads are ones the backup would make, and its entries hand them on.
 * The stop returns only after the thread is joined: the backup task that follows takes the job's
   backup lock, which a pass holds while it runs.
 * The pre-copy never delays or breaks the stop: the stop callable runs as without it (its timeout

@@ -26,7 +26,7 @@ from airflow_kafka_spark.ops.backup.catalog import list_backups
 from airflow_kafka_spark.ops.backup.precopy import PassAbandoned, precopy_checkpoint
 from airflow_kafka_spark.ops.backup.reuse import PRECOPY_NAME
 from airflow_kafka_spark.ops.backup.store import verify_backup
-from airflow_kafka_spark.ops.commands import backup_checkpoint, prune_backups
+from airflow_kafka_spark.ops.commands import BackupRequest, backup_as_requested, backup_checkpoint, prune_backups
 from airflow_kafka_spark.ops.options import Retention, RunOptions
 from tests.support.checkpoint_factory import write_checkpoint
 from tests.unit.test_backup import JOB, add_batches, tree
@@ -35,6 +35,9 @@ from tests.unit.test_backup import JOB, add_batches, tree
 @pytest.fixture
 def ck(tmp_path):
     return write_checkpoint(tmp_path / "ck", batches=5, state=True)
+
+
+SETTLED = RunOptions(backup_settle_s=0)
 
 
 def entries(m) -> list[tuple[str, int, str]]:
@@ -234,3 +237,44 @@ def test_the_stop_pre_copies_again_while_a_pass_was_slow_each_pass_reading_only_
                                               quiet_s=-1.0)
     assert (len(quick), len(stopped), batches) == (1, 1, [5, 6])
     assert quick[0].files_read == 0 and stopped[0].files_read == 0
+
+
+def test_the_stop_tasks_passes_beside_the_wait_hand_their_entries_on_in_memory(ck, tmp_path):
+    """``PassChain``: the pass before the stop writes ``precopy.json``; the passes beside the wait write
+    nothing, each reading only what came since the one before (its entries in memory, not the older file);
+    the backup given the newest in memory reads only what came after it and is the backup a twin checkpoint
+    gets without any pre-copy; the file on the store is still consumed."""
+    twin = write_checkpoint(tmp_path / "twin", batches=5, state=True)
+    root = tmp_path / "b"
+    chain = precopy_mod.PassChain(ck.location, str(root), job=JOB)
+    first = chain.before()
+    path = root / JOB / PRECOPY_NAME
+    on_disk = path.read_bytes()
+    assert first.sealed and first.files_read == first.files and chain.newest is first.manifest
+    beside = []
+    for b in (5, 6):
+        add_batches(ck, b, 1)
+        add_batches(twin, b, 1)
+        beside.append(chain.beside(precopy_mod.never_abandon))
+    assert [(r.files_read, r.sealed) for r in beside] == [(4, False), (4, False)]   # not the first's 4 again
+    assert path.read_bytes() == on_disk and chain.newest is beside[-1].manifest     # nothing written beside
+    assert beside[-1].to_dict()["sealed"] is False and "manifest" not in beside[-1].to_dict()
+    add_batches(ck, 7, 1)
+    add_batches(twin, 7, 1)
+    after = backup_as_requested(ck.location, str(root), BackupRequest(job=JOB, precopy=chain.newest), run=SETTLED)
+    plain = backup_checkpoint(twin.location, str(tmp_path / "b2"), job=JOB, settle_s=0)
+    assert after.files_hashed == 4 and after.files_from_precopy == after.files - 4
+    assert entries(after.manifest) == entries(plain.manifest)
+    assert verify_backup(str(root), JOB, after.backup_id, deep=True).backup_id == after.backup_id
+    assert not path.exists()                                                        # consumed
+
+
+def test_a_handed_precopy_of_another_query_is_not_used_and_the_store_s_file_is(ck, tmp_path):
+    root = str(tmp_path / "b")
+    precopy_checkpoint(ck.location, root, job=JOB)
+    other = write_checkpoint(tmp_path / "ck2", batches=5, state=True, query_id="0" * 8 + "-0000-0000-0000-" + "0" * 12)
+    stranger = precopy_mod.PassChain(other.location, str(tmp_path / "c"), job=JOB)
+    stranger.before()
+    add_batches(ck, 5, 1)
+    r = backup_as_requested(ck.location, root, BackupRequest(job=JOB, precopy=stranger.newest), run=SETTLED)
+    assert r.files_hashed == 4 and r.files_from_precopy == r.files - 4            # precopy.json's entries

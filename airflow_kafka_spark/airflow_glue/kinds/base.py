@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from airflow_kafka_spark.ops.backup.manifest import Manifest
 from airflow_kafka_spark.registry.model import JobSpec
 
 
@@ -43,6 +44,8 @@ class BackupStep:
     #: False: the job's retention is not applied here but by :meth:`KindSteps.prune` after the restart
     #: window (the safe restart's finish task): reading every kept manifest is seconds at 20,000 files
     prune: bool = True
+    #: the stop's pre-copy held in memory by this task (``ops.backup.precopy.PassChain``), not read back
+    precopy: Manifest | None = None
 
 
 @dataclass(frozen=True)

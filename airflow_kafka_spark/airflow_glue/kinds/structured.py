@@ -90,7 +90,7 @@ class StructuredSteps:
         return result
 
     def backup(self, spec: JobSpec, context: Any, step: BackupStep, log: Any) -> dict[str, Any]:
-        from airflow_kafka_spark.ops.commands import backup_checkpoint
+        from airflow_kafka_spark.ops.commands import BackupRequest, backup_as_requested
 
         # Only a step that may find no batches reads the logs first: the backup reads them itself, and this read is
         # 11 small reads (0.2 s on HDFS) inside a safe restart's window when the stop already saw a commit.
@@ -105,9 +105,10 @@ class StructuredSteps:
         retention = Retention(keep_last=kept.keep_last, max_age_s=kept.max_age_s,
                               keep_ids=[step.keep_backup_id] if step.keep_backup_id else []) \
             if step.prune else NO_RETENTION
-        result = backup_checkpoint(spec.checkpoint, spec.backup_root, job=spec.name,
-                                   reason=step.reason or f"backup by {actor(context)}", retention=retention,
-                                   run=RunOptions(seal_key=step.seal_key))
+        result = backup_as_requested(spec.checkpoint, spec.backup_root,
+                                     BackupRequest(job=spec.name, reason=step.reason or f"backup by {actor(context)}",
+                                                   precopy=step.precopy),
+                                     retention=retention, run=RunOptions(seal_key=step.seal_key))
         log.info("job %s: backup %s of batch %s (%d files, %d new blobs, %.1fs)", spec.name, result.backup_id,
                  result.manifest.last_committed_batch, result.files, result.blobs_written, result.seconds)
         return {"job": spec.name, "backup_id": result.backup_id, **result.to_dict()}

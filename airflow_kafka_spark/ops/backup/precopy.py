@@ -43,6 +43,14 @@ entries from the same two manifests, so sealing 20,000 unchanged entries would o
 pass beside the stop's wait that is told to give up (``abandon``: the stop returned) does so after its
 listing and before its first read, raising :class:`PassAbandoned`: the backup after the stop lists
 and reads those files itself, so finishing the pass would only move the stop task's end later.
+
+**Passes that keep their entries in memory** (:class:`PassChain`). The stop task runs its passes and
+the backup after the stop in one process. A pass beside the stop's wait that sealed and wrote
+``precopy.json`` (20,000 entries: ~0.5 s on HDFS) only for the next pass and the backup to read it
+back put that write in the window when it was the pass in flight at the stop's return
+(docs/benchmarks.md, round 18). So those passes hand their entry list on in memory; the passes
+before the stop still write it, for a stop task that dies before its backup (its retry then reads
+only the files of the stop's wait).
 """
 
 from __future__ import annotations
@@ -50,7 +58,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from airflow_kafka_spark._util.fs import Location, list_files, write_atomic
@@ -103,7 +111,10 @@ class PrecopyResult:
     files_vouched: int = 0     # new files whose sha256 the store kept: copied by the store, never read here
     bytes_copied_by_store: int = 0
     read_seconds: float = 0.0  # of ``seconds``, reading (or a store copying) new files; the rest lists and seals
-    sealed: bool = True        # False: nothing new, so no ``precopy.json`` was written (module doc)
+    sealed: bool = True        # False: no ``precopy.json`` written (nothing new, or kept in memory: ``manifest``)
+    #: the entry list of a pass that found something new (sealed or not): a pass or backup after it in this
+    #: process takes it instead of reading ``precopy.json`` back (``PassChain``); never in the XCom
+    manifest: Manifest | None = field(default=None, repr=False, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
         return {"job": self.job, "seconds": round(self.seconds, 3), "files": self.files, "bytes": self.bytes,
@@ -116,13 +127,17 @@ class PrecopyResult:
 def precopy_checkpoint(checkpoint_location: str, backup_root: str, *, job: str | None = None,
                        storage_options: dict | None = None, backup_storage_options: dict | None = None,
                        seal_key: bytes | None = None, now_ms: int | None = None,
-                       abandon: Callable[[], bool] = never_abandon) -> PrecopyResult:
+                       abandon: Callable[[], bool] = never_abandon, chain: PassChain | None = None) -> PrecopyResult:
     """Store the bodies of a (running or stopped) checkpoint's files and seal their entries; see the module doc.
 
     Changes nothing beside the job's blob store and ``<job>/precopy.json``: no lifecycle record is
     written, no backup published. Raises :class:`UserError` for bad input (unknown checkpoint, a
     job name the lifecycle record contradicts, links or special files in the checkpoint), and
     :class:`PassAbandoned` when ``abandon()`` is true after the listing, before any read.
+
+    ``chain``: a pass of :class:`PassChain` that keeps its entries in memory: it takes the chain's
+    newest entries instead of ``precopy.json`` (when of the same checkpoint and query) and writes none;
+    its entries are the result's ``manifest`` either way.
     """
     t0 = time.monotonic()
     seal_key = seal.resolve_key(seal_key)
@@ -136,7 +151,8 @@ def precopy_checkpoint(checkpoint_location: str, backup_root: str, *, job: str |
     with LockFile(store_path(job_loc, LOCK_NAME), what=f"backups of job {job}"):
         listing = list_files(ck)
         previous = known_entries(previous_manifest(job_loc, job, ck, state.query_id, seal_key),
-                                 precopied(job_loc, job, ck, state.query_id, seal_key))
+                                 precopied(job_loc, job, ck, state.query_id, seal_key,
+                                           handed=chain.newest if chain is not None else None))
         writer = snapshot_writer(ck, job_loc, job, None, previous) or BlobWriter(   # None: no snapshot yet
             job_loc, blob_index(job_loc, trusted={f.sha256: f.size for f in previous.values()}), kind_for(ck, job_loc))
         index = writer.index
@@ -171,21 +187,28 @@ def precopy_checkpoint(checkpoint_location: str, backup_root: str, *, job: str |
         if len(entries) == reused:   # nothing new: the two manifests it reused already say all of it
             return _result(job, time.monotonic() - t0, entries, writer, skipped, read_s,
                            sealed=False)
-        created = now_ms if now_ms is not None else int(time.time() * 1000)
-        committed = max(ids[1]) if ids[1] else None
-        cache = Manifest(
-            backup_id=new_backup_id(created, committed), job=job, created_at_ms=created,
-            reason="pre-copy while the query ran (never published: a stat cache for the backup after the stop)",
-            checkpoint_location=ck.url, query_id=state.query_id, last_committed_batch=committed,
-            committed_offsets=None, pending_batch=None, pending_offsets=None, initial_offsets=None,
-            spark_version=None, kafka_cluster_id=None, topics={}, forced=True, running=True,
-            state={}, problems=[], files=tuple(entries),
-            stats={"files_hashed": writer.files_hashed, "bytes_hashed": writer.bytes_hashed,
-                   "blobs_written": len(writer.written), "bytes_written": writer.bytes_written})
-        sealed, written = cache.sealed_json(seal_key)
-        write_atomic(store_path(job_loc, PRECOPY_NAME), written)
-        remember(written, sealed, seal_key)   # the next pass and the backup after the stop read it unparsed
-    return _result(job, time.monotonic() - t0, entries, writer, skipped, read_s)
+        cache = _cache(job, now_ms, ck, state.query_id, max(ids[1]) if ids[1] else None, entries, writer)
+        if chain is None:
+            sealed, written = cache.sealed_json(seal_key)
+            write_atomic(store_path(job_loc, PRECOPY_NAME), written)
+            remember(written, sealed, seal_key)   # the next pass and the backup after the stop read it unparsed
+    return replace(_result(job, time.monotonic() - t0, entries, writer, skipped, read_s, sealed=chain is None),
+                   manifest=cache)
+
+
+def _cache(job: str, now_ms: int | None, ck: Location, query_id: str | None, committed: int | None,
+           entries: list[FileEntry], writer: BlobWriter | SnapshotWriter) -> Manifest:
+    """A pass's entries as a manifest that is never published (``precopy.json``'s body)."""
+    created = now_ms if now_ms is not None else int(time.time() * 1000)
+    return Manifest(
+        backup_id=new_backup_id(created, committed), job=job, created_at_ms=created,
+        reason="pre-copy while the query ran (never published: a stat cache for the backup after the stop)",
+        checkpoint_location=ck.url, query_id=query_id, last_committed_batch=committed,
+        committed_offsets=None, pending_batch=None, pending_offsets=None, initial_offsets=None,
+        spark_version=None, kafka_cluster_id=None, topics={}, forced=True, running=True,
+        state={}, problems=[], files=tuple(entries),
+        stats={"files_hashed": writer.files_hashed, "bytes_hashed": writer.bytes_hashed,
+               "blobs_written": len(writer.written), "bytes_written": writer.bytes_written})
 
 
 def _read_new(writer: BlobWriter | SnapshotWriter, todo: list[tuple[str, Location, int, float, float | None]],
@@ -232,6 +255,29 @@ def _same_stat(src: Location, size: int, mtime: float, ctime: float | None) -> b
         return False
     listed = stat_of({"size": st.st_size, "mtime": st.st_mtime, "created": st.st_ctime}, local=True)
     return listed == (size, mtime, ctime)
+
+
+class PassChain:
+    """The stop task's passes, each handing its entry list to the next and to the backup after the stop
+    (:attr:`newest`) in this process; see the module doc."""
+
+    def __init__(self, checkpoint_location: str, backup_root: str, *, job: str) -> None:
+        self.checkpoint_location, self.backup_root, self.job = checkpoint_location, backup_root, job
+        self.newest: Manifest | None = None   # the newest pass's entries that found something new
+
+    def before(self) -> PrecopyResult:
+        """A pass before the stop: written to ``precopy.json`` too (a retry of a dead stop task reads it)."""
+        return self._kept(precopy_checkpoint(self.checkpoint_location, self.backup_root, job=self.job))
+
+    def beside(self, abandon: Callable[[], bool]) -> PrecopyResult:
+        """A pass beside the stop's wait: in memory only, for the next pass and the backup after the stop."""
+        return self._kept(precopy_checkpoint(self.checkpoint_location, self.backup_root, job=self.job,
+                                             abandon=abandon, chain=self))
+
+    def _kept(self, r: PrecopyResult) -> PrecopyResult:
+        if r.manifest is not None:
+            self.newest = r.manifest
+        return r
 
 
 #: A pass this short leaves about as many new files as one stop's wait for a batch boundary writes anyway.

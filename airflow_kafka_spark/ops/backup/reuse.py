@@ -91,22 +91,30 @@ def published_newest_first(job_loc: Location, job: str, seal_key: bytes | None) 
 
 
 def precopied(job_loc: Location, job: str, ck: Location, query_id: str | None,
-              seal_key: bytes | None) -> Manifest | None:
+              seal_key: bytes | None, *, handed: Manifest | None = None) -> Manifest | None:
     """The pre-copy of the same checkpoint and query, when its seals hold; None otherwise (never an error).
 
     A pre-copy that does not parse, is sealed with another key, or names another checkpoint or query
     is ignored: the backup then reads those files itself, which is what it did before pre-copies.
+    ``handed``: the entries of a pass in this process (``precopy.PassChain``), newer than the store's
+    file and never through the store, so there is no seal to check: taken when of the same checkpoint
+    and query, without reading ``precopy.json``.
     """
+    if handed is not None and _of(handed, job, ck, query_id):
+        return handed
     with contextlib.suppress(UserError):
         loc = store_path(job_loc, PRECOPY_NAME)
         raw = read_manifest(loc)
         if raw is None:
             return None
         m = parsed(raw, where=loc.url, seal_key=seal_key)
-        if m.job == job and m.query_id == query_id and comparable(
-                open_location(m.checkpoint_location, None)) == comparable(ck):
+        if _of(m, job, ck, query_id):
             return m
     return None
+
+
+def _of(m: Manifest, job: str, ck: Location, query_id: str | None) -> bool:
+    return m.job == job and m.query_id == query_id and same_location(m, ck)
 
 
 def known_entries(last: Manifest | None, pre: Manifest | None) -> dict[str, FileEntry]:

@@ -77,12 +77,15 @@ class BackupRequest:
     """One backup asked for, apart from how it runs (``RunOptions``: stores, settle time, seal key, the Spark
     version to record) and what it prunes after (``Retention``): under which job (default: the lifecycle
     record's, else the folder's name), why, whether a running query's last committed batch may be captured
-    (``force``), and the clock (``now_ms``: tests pin it)."""
+    (``force``), the clock (``now_ms``: tests pin it), and the pre-copy the caller holds in memory
+    (``precopy``: the stop task's passes, ``precopy.PassChain``; taken instead of ``precopy.json`` when
+    of the same checkpoint and query: what is copied is the same, only its cost changes)."""
 
     job: str | None = None
     reason: str = "manual"
     force: bool = False
     now_ms: int | None = None
+    precopy: Manifest | None = None
 
 
 DEFAULT_BACKUP = BackupRequest()
@@ -257,7 +260,7 @@ def _list(cap: _Capture, state: CheckpointState) -> _Listed:
     # thread, which made the pair take 590 ms instead of 350 ms one after the other (40,000 files).
     listing = list_files(ck)
     last = previous_manifest(job_loc, cap.job, ck, state.query_id, seal_key)
-    pre = precopied(job_loc, cap.job, ck, state.query_id, seal_key)
+    pre = precopied(job_loc, cap.job, ck, state.query_id, seal_key, handed=cap.request.precopy)
     previous = known_entries(last, pre)
     before = log_ids(listing)
     committed = max(before[1]) if before[1] else None
