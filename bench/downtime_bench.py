@@ -352,7 +352,8 @@ def launch_phases(stopped: float, submitted: float, launch_s: float, planned_at:
     """
     from cpu_share import during
 
-    return {"to_launch_s": round(submitted - launch_s - stopped, 3), "launch_s": launch_s,
+    return {"submitted_at": round(submitted, 3), "to_launch_s": round(submitted - launch_s - stopped, 3),
+            "launch_s": launch_s,
             "launch_to_plan_s": round(planned_at - submitted, 3), **during(submitted - launch_s, planned_at,
                                                                             "launch_to_plan")}
 

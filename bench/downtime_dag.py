@@ -248,6 +248,10 @@ def main() -> int:
                 import shutil
 
                 shutil.copytree(work / "airflow" / "logs", args.logs, dirs_exist_ok=True)
+            if args.logs is not None and hadoop is not None:   # where each driver's start went (yarn_timeline)
+                import yarn_timeline
+
+                yarn_timeline.save(hadoop, args.logs)
         result["where"] = "yarn+hdfs" if args.yarn else "local"
         # A deployment's scheduler setting (Airflow's default 1 s), when the caller's environment sets it.
         result["scheduler_idle_sleep_time"] = os.environ.get("AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME", "1")

@@ -1,0 +1,98 @@
+"""Where a YARN driver's start goes, per restart of a downtime bench: the ResourceManager's times and the
+driver's own log, so that a dag row's slower "to the first plan" (docs/benchmarks.md, rounds 17-18) can be
+put in a step rather than guessed at.
+
+:func:`save` (called by ``downtime_dag.py --yarn --logs DIR`` after the run, while the minicluster still
+runs) writes ``DIR/yarn-apps.json`` (the RM's ``/ws/v1/cluster/apps``) and copies each application's
+driver ``stderr`` (its first container: in cluster mode the ApplicationMaster runs the driver) to
+``DIR/drivers/<application id>.log``. :func:`steps` reads them back: for each application, the seconds
+from the RM's accepting it to each step the driver logs. Run on a saved run:
+``.venv/bin/python bench/yarn_timeline.py .cache/r19-logs-yp .cache/r19-yarn-preserve-2g.json``
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import sys
+import urllib.request
+from datetime import datetime
+from pathlib import Path
+
+#: (step, a regular expression on the driver's log line), in the order a start takes them.
+STEPS = (
+    ("driver_log_starts", r"."),
+    ("am_registered", r"ApplicationMaster: Registering the ApplicationMaster|YarnRMClient: Registering"),
+    ("spark_context", r"SparkContext: Running Spark version"),
+    ("executors_requested", r"YarnAllocator: Will request \d+ executor container"),
+    ("executor_launched", r"YarnAllocator: Launching container"),
+    ("executor_registered", r"Registered executor NettyRpcEndpointRef"),
+    ("query_started", r"MicroBatchExecution: Starting |Starting new streaming query"),
+)
+_STAMP = re.compile(r"^(\d\d/\d\d/\d\d \d\d:\d\d:\d\d(?:[.,]\d{3})?)")
+
+
+def save(hadoop, into: Path) -> None:
+    """The RM's applications and each one's driver log, into ``into`` (see the module doc)."""
+    into.mkdir(parents=True, exist_ok=True)
+    with urllib.request.urlopen(f"{hadoop.rm_url}/ws/v1/cluster/apps", timeout=10) as r:
+        apps = (json.load(r).get("apps") or {}).get("app") or []
+    (into / "yarn-apps.json").write_text(json.dumps(apps, indent=1))
+    drivers = into / "drivers"
+    drivers.mkdir(exist_ok=True)
+    for stderr in (hadoop.data_dir / "nm-logs").glob("application_*/container_*_01_000001/stderr"):
+        shutil.copyfile(stderr, drivers / f"{stderr.parent.parent.name}.log")
+
+
+def _when(line: str) -> float | None:
+    m = _STAMP.match(line)
+    if m is None:
+        return None
+    text = m.group(1).replace(",", ".")
+    fmt = "%y/%m/%d %H:%M:%S.%f" if "." in text else "%y/%m/%d %H:%M:%S"
+    return datetime.strptime(text, fmt).timestamp()   # the driver logs local time, as this process reads it
+
+
+def steps(logs: Path) -> dict[str, dict]:
+    """Application id -> {name, accepted (epoch s), launched_am_s, and each :data:`STEPS` step's seconds
+    after acceptance (the first line that matches)}."""
+    out: dict[str, dict] = {}
+    for app in json.loads((logs / "yarn-apps.json").read_text()):
+        accepted = app["startedTime"] / 1000
+        row = {"name": app.get("name"), "accepted": accepted,
+               "launched_am_s": round(app["launchTime"] / 1000 - accepted, 3) if app.get("launchTime") else None}
+        log = logs / "drivers" / f"{app['id']}.log"
+        if log.is_file():
+            patterns = [(name, re.compile(rx)) for name, rx in STEPS]
+            for line in log.read_text(errors="replace").splitlines():
+                for name, rx in patterns:
+                    if name not in row and rx.search(line) and (t := _when(line)) is not None:
+                        row[name] = round(t - accepted, 3)
+        out[app["id"]] = row
+    return out
+
+
+def by_row(logs: Path, result: dict) -> list[dict]:
+    """Each restart of a bench result with the application that started within its window (accepted after
+    the previous restart's end): the kind, the round, and the application's steps."""
+    apps = sorted(steps(logs).items(), key=lambda kv: kv[1]["accepted"])
+    rows = []
+    for r in result["restarts"]:
+        at = r.get("submitted_at")
+        match = None
+        if at is not None:
+            match = min(apps, key=lambda kv: abs(kv[1]["accepted"] - at), default=None)
+        rows.append({"kind": r["kind"], "round": r.get("round"), "launch_to_plan_s": r.get("launch_to_plan_s"),
+                     "app": match[0] if match else None, **(match[1] if match else {})})
+    return rows
+
+
+if __name__ == "__main__":
+    logs = Path(sys.argv[1])
+    if len(sys.argv) > 2:
+        for row in by_row(logs, json.loads(Path(sys.argv[2]).read_text())):
+            print(json.dumps(row))
+    else:
+        for app, row in sorted(steps(logs).items(), key=lambda kv: kv[1]["accepted"]):
+            print(app, json.dumps(row))
