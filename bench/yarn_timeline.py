@@ -28,7 +28,8 @@ STEPS = (
     ("executors_requested", r"YarnAllocator: Will request \d+ executor container"),
     ("executor_launched", r"YarnAllocator: Launching container"),
     ("executor_registered", r"Registered executor NettyRpcEndpointRef"),
-    ("query_started", r"MicroBatchExecution: Starting |Starting new streaming query"),
+    # the streaming query's plan analysed: Spark 4 warns here that AQE is off for streaming (on by default)
+    ("query_resolved", r"ResolveWriteToStream|Starting new streaming query"),
 )
 _STAMP = re.compile(r"^(\d\d/\d\d/\d\d \d\d:\d\d:\d\d(?:[.,]\d{3})?)")
 
@@ -83,16 +84,31 @@ def by_row(logs: Path, result: dict) -> list[dict]:
         match = None
         if at is not None:
             match = min(apps, key=lambda kv: abs(kv[1]["accepted"] - at), default=None)
-        rows.append({"kind": r["kind"], "round": r.get("round"), "launch_to_plan_s": r.get("launch_to_plan_s"),
-                     "app": match[0] if match else None, **(match[1] if match else {})})
+        row = {"kind": r["kind"], "round": r.get("round"), "launch_to_plan_s": r.get("launch_to_plan_s"),
+               "app": match[0] if match else None, **(match[1] if match else {})}
+        if match and at is not None and r.get("launch_to_plan_s") is not None:   # offsets/<first>'s mtime
+            row["planned"] = round(at + r["launch_to_plan_s"] - match[1]["accepted"], 3)
+        rows.append(row)
     return rows
+
+
+def medians(rows: list[dict]) -> dict[str, dict[str, float]]:
+    """Per kind, the median seconds of each step after acceptance (docs/benchmarks.md, round 19)."""
+    import statistics
+
+    keys = ["launched_am_s", *(name for name, _ in STEPS), "planned"]
+    return {kind: {k: statistics.median(r[k] for r in rows if r["kind"] == kind and r.get(k) is not None)
+                   for k in keys if any(r["kind"] == kind and r.get(k) is not None for r in rows)}
+            for kind in sorted({r["kind"] for r in rows})}
 
 
 if __name__ == "__main__":
     logs = Path(sys.argv[1])
     if len(sys.argv) > 2:
-        for row in by_row(logs, json.loads(Path(sys.argv[2]).read_text())):
+        matched = by_row(logs, json.loads(Path(sys.argv[2]).read_text()))
+        for row in matched:
             print(json.dumps(row))
+        print(json.dumps(medians(matched), indent=1))
     else:
         for app, row in sorted(steps(logs).items(), key=lambda kv: kv[1]["accepted"]):
             print(app, json.dumps(row))
