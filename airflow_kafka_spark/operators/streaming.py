@@ -153,8 +153,8 @@ class StopStreamingJobOperator(StreamingJobOperator):
         def stop() -> dict[str, Any]:
             return stop_job(spec, context=context, log=self.log, timeout_s=self.timeout_s, poll_s=self.poll_s)
 
-        chain = PassChain(spec.checkpoint, spec.backup_root, job=spec.name)
-        if self._precopies(spec):
+        chain = PassChain(spec.checkpoint, spec.backup_root, job=spec.name) if self._precopies(spec) else None
+        if chain is not None:
             def alive() -> bool:
                 return driver_alive(spec, LifecycleRecord.load(spec.checkpoint))
 
@@ -170,7 +170,7 @@ class StopStreamingJobOperator(StreamingJobOperator):
         if out["outcome"] == "STOPPED_MID_BATCH":
             self.log.warning("job %s was killed inside batch %s; Spark replays it on the next start", spec.name,
                              out.get("replay_batch"))
-        return StopDone(out, chain.newest)
+        return StopDone(out, chain.newest if chain is not None else None)
 
     def _precopies(self, spec: JobSpec) -> bool:
         return self.precopy_backup and steps_for(spec).precopies_backup

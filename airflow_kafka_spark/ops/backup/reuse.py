@@ -57,7 +57,7 @@ def previous_manifest(job_loc: Location, job: str, ck: Location, query_id: str |
                       seal_key: bytes | None) -> Manifest | None:
     """The newest backup of the same checkpoint and query: its entries are the stat cache of unchanged files."""
     for m in published_newest_first(job_loc, job, seal_key):
-        if m.query_id == query_id and same_location(m, ck):
+        if _of_query(m, job, ck, query_id):
             return m
     return None
 
@@ -100,7 +100,7 @@ def precopied(job_loc: Location, job: str, ck: Location, query_id: str | None,
     file and never through the store, so there is no seal to check: taken when of the same checkpoint
     and query, without reading ``precopy.json``.
     """
-    if handed is not None and _of(handed, job, ck, query_id):
+    if handed is not None and _of_query(handed, job, ck, query_id):
         return handed
     with contextlib.suppress(UserError):
         loc = store_path(job_loc, PRECOPY_NAME)
@@ -108,12 +108,13 @@ def precopied(job_loc: Location, job: str, ck: Location, query_id: str | None,
         if raw is None:
             return None
         m = parsed(raw, where=loc.url, seal_key=seal_key)
-        if _of(m, job, ck, query_id):
+        if _of_query(m, job, ck, query_id):
             return m
     return None
 
 
-def _of(m: Manifest, job: str, ck: Location, query_id: str | None) -> bool:
+def _of_query(m: Manifest, job: str, ck: Location, query_id: str | None) -> bool:
+    """Whether ``m`` is of this job, checkpoint (any spelling of it) and query: the one test of every stat cache."""
     return m.job == job and m.query_id == query_id and same_location(m, ck)
 
 
