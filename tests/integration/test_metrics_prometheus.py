@@ -1,11 +1,12 @@
 """Issue 13 acceptance, metrics: ``aks serve-metrics`` scraped over HTTP while the reference job runs.
 
 The reference job runs under spark-submit on the real broker with a 120 s processing trigger and
-``maxOffsetsPerTrigger`` 60 over a 300-record backlog: its first batch commits 60 records, then the
-job sits between triggers with a lag of 240 that does not move (no producer). In that window the
+``maxOffsetsPerTrigger`` 60 over a 300-record backlog: each batch commits 60 records, and between
+triggers the lag does not move (no producer). The trigger fires on wall-clock multiples of 120 s, so a
+second batch may follow the first at once; the test reads which batch was committed around its look. In that window the
 endpoint is scraped and ``aks lag --json`` run; both must report the same lag per partition, the
 same total and the same status, and the positions must be what Spark committed (Spark is the
-oracle: 60 records read). The server is a subprocess started the way an operator starts it. The
+oracle: 60 records read per committed batch). The server is a subprocess started the way an operator starts it. The
 scrape and the ``aks lag --json`` document are kept in ``test-artifacts/metrics/`` (git-ignored).
 """
 
@@ -159,8 +160,13 @@ def test_scrape_equals_aks_lag_json_while_the_reference_job_runs(job, server):
     total = one("kafka_consumergroup_group_sum_lag", group="metered")
     positions = sum(p["position"] for p in by_partition.values())
     MEASURED["lag records (scrape / aks lag)"] = (total, doc["lag_records"])
-    assert total == doc["lag_records"] == RECORDS - PER_TRIGGER       # Spark read exactly one trigger's worth
-    assert positions == PER_TRIGGER
+    # Spark read one trigger's worth per committed batch. Its processing-time trigger fires on wall-clock
+    # multiples of the interval, so the second batch can follow the first by anything from 0 to 120 s: the
+    # committed batch looked at around the scrape says how many triggers' worth were read.
+    read = PER_TRIGGER * (before + 1)
+    assert read < RECORDS, "the job must still have a backlog for the lag to mean anything"
+    assert total == doc["lag_records"] == RECORDS - read
+    assert positions == read
     assert one("aks_job_status", group="metered", status=doc["status"]) == 1
     # seconds: the same first unread records, looked at a moment apart (the CLI ran after the scrape)
     seconds = one("kafka_consumergroup_group_max_lag_seconds", group="metered")
