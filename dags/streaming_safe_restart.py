@@ -105,6 +105,10 @@ def _job_param() -> Param:
     the REST API, before a run exists). A registry that cannot be read must not break the DAG
     import: the field then takes any registry-style name and the first task reports the registry
     error.
+
+    The default is None, which the schema refuses: a run must still name a job (a conf without one is
+    refused like an unknown name), and Airflow 3.3's triggerer can render the health gate's template
+    fields (it cannot when a param has no default at all; see the health gate's ``start_from_trigger``).
     """
     try:
         names = load_registry(default_registry_path(Path(__file__).parent)).names()
@@ -112,9 +116,9 @@ def _job_param() -> Param:
     except Exception as exc:  # parse time: report in the form, never fail the import
         names, problem = [], str(exc)
     if names:
-        return Param(type="string", enum=names, pattern=f"^{NAME_PATTERN}$", title="Job",
+        return Param(None, type="string", enum=names, pattern=f"^{NAME_PATTERN}$", title="Job",
                      description="The streaming job, as declared in the job registry.")
-    return Param(type="string", pattern=f"^{NAME_PATTERN}$", title="Job",
+    return Param(None, type="string", pattern=f"^{NAME_PATTERN}$", title="Job",
                  description=f"The job registry could not be read ({problem or 'no jobs declared'}).")
 
 
@@ -170,8 +174,9 @@ with DAG(
         accept_data_loss=approve.output["accept_data_loss"], max_records_skipped=approve.output["max_records_skipped"],
         backup_id=plan.output["restore_backup_id"], override=dry, dry_run=dry, reason=REASON,
         trigger_rule=TriggerRule.NONE_FAILED)   # approve is an upstream (its XCom) and skips when nothing is lost
+    # Started in the triggerer: no worker process starts beside the new driver's JVMs (Airflow 3.3+).
     health_gate = StreamingHealthSensor(task_id=HEALTH_GATE, job=JOB, dry_run=dry, deferrable=True,
-                                        poke_interval=HEALTH_POLL_S, retries=GATE_RETRIES,
+                                        start_from_trigger=True, poke_interval=HEALTH_POLL_S, retries=GATE_RETRIES,
                                         retry_delay=timedelta(seconds=5))
     health_gate.operator_extra_links = (SparkApplicationLink(),)   # sensors may not import operators/links
     rollback = SafeRestartRollbackOperator(task_id=ROLLBACK, job=JOB, reason=REASON,

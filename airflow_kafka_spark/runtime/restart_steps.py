@@ -297,18 +297,20 @@ class HealthSummary:
     promoted: bool | None = None
     idle: bool | None = None
     dry_run: bool | None = None
+    #: where the gate took its first look: "worker", or "triggerer" (started from the triggerer)
+    first_look: str | None = None
 
     def to_dict(self) -> Json:
         return {"state": self.state, "reason": self.reason, "new_batches": self.new_batches,
                 "last_committed": self.last_committed, "lag_records": self.lag_records, "status": self.status,
-                "promoted": self.promoted, "idle": self.idle, "dry_run": self.dry_run}
+                "promoted": self.promoted, "idle": self.idle, "dry_run": self.dry_run, "first_look": self.first_look}
 
     @classmethod
     def _read(cls, doc: Mapping[str, Any]) -> HealthSummary:
         return cls(state=doc.get("state"), reason=doc.get("reason"), new_batches=doc.get("new_batches"),
                    last_committed=doc.get("last_committed"), lag_records=doc.get("lag_records"),
                    status=doc.get("status"), promoted=doc.get("promoted"), idle=doc.get("idle"),
-                   dry_run=doc.get("dry_run"))
+                   dry_run=doc.get("dry_run"), first_look=doc.get("first_look"))
 
 
 @dataclass(frozen=True)

@@ -5,10 +5,17 @@ before the start, the query id) and succeeds once the job has committed ``min_ba
 batches and its lag is not growing; it fails as soon as the driver is gone, and on timeout. The
 rules live in :mod:`airflow_kafka_spark.triggers.health`.
 
-Deferrable by default in the safe-restart DAG: one cheap probe on the worker (a healthy job is
-done without deferring), then :class:`~airflow_kafka_spark.triggers.health.StreamingHealthTrigger`
-waits in the triggerer and no worker slot is held. ``deferrable=False`` gives the classic poke loop
-(``mode="reschedule"`` works too, at the price of forgetting the lag samples between pokes).
+Three ways to wait, one first look (:func:`airflow_kafka_spark.airflow_glue.gate.open_gate`: the
+registry, the lifecycle record, an earlier try's verdict):
+
+* ``deferrable=True, start_from_trigger=True`` (the safe-restart DAG): the scheduler hands the gate
+  to the triggerer and no worker runs it until the verdict
+  (:class:`~airflow_kafka_spark.triggers.health.StreamingHealthStartTrigger`). A restart's gate
+  starts while the new driver's JVMs do; on a worker it is a process start beside them.
+* ``deferrable=True``: one cheap probe on the worker (a healthy job is done without deferring), then
+  :class:`~airflow_kafka_spark.triggers.health.StreamingHealthTrigger` waits in the triggerer.
+* ``deferrable=False``: the classic poke loop (``mode="reschedule"`` works too, at the price of
+  forgetting the lag samples between pokes).
 
 Give a deferrable gate ``retries=1``, as the safe-restart DAG does: Airflow 3.3 can fail a deferred
 task around its resume before any of its code runs (apache/airflow#72716). A retry after such a
@@ -25,23 +32,32 @@ them (not at submit time: a driver that dies at start must not use them up).
 from __future__ import annotations
 
 import time
+import warnings
 from datetime import timedelta
 from typing import Any
 
+from airflow import __version__ as airflow_version
 from airflow.sdk import BaseSensorOperator, PokeReturnValue, conf
+from airflow.sdk.definitions._internal.types import NOTSET
+from airflow.sdk.definitions.xcom_arg import PlainXComArg, XComArg
 from airflow.sdk.exceptions import AirflowException
+from airflow.triggers.base import StartTriggerArgs
 
+from airflow_kafka_spark.airflow_glue.gate import (
+    GateAsk,
+    GateOpening,
+    GateTarget,
+    Opening,
+    gate_min_batches,
+    open_gate,
+)
 from airflow_kafka_spark.airflow_glue.jobs import (
     actor,
-    cluster_endpoint,
     fail,
     fail_health_gate,
     flag,
-    kafka_config,
     load_job,
-    optional_text,
     push_failure,
-    recorded_gate_failure,
     run_holder,
     run_reporting_failure,
 )
@@ -49,9 +65,9 @@ from airflow_kafka_spark.airflow_glue.kinds import GateStep, steps_for
 from airflow_kafka_spark.airflow_glue.stats import gate_outcome
 from airflow_kafka_spark.checkpoint.reader import read_checkpoint
 from airflow_kafka_spark.errors import UserError
-from airflow_kafka_spark.lifecycle.events import DriverKind, LifecycleEvent
+from airflow_kafka_spark.hooks.streaming import StreamingKafkaHook
+from airflow_kafka_spark.lifecycle.events import LifecycleEvent
 from airflow_kafka_spark.lifecycle.record import LifecycleRecord
-from airflow_kafka_spark.registry.model import JobSpec
 from airflow_kafka_spark.runtime import app_versions, submit
 from airflow_kafka_spark.runtime.health import (
     FAILED,
@@ -63,8 +79,20 @@ from airflow_kafka_spark.runtime.health import (
     make_control,
     probe_or_wait,
 )
-from airflow_kafka_spark.triggers.health import StreamingHealthTrigger
+from airflow_kafka_spark.triggers.health import StreamingHealthStartTrigger, StreamingHealthTrigger
 from airflow_kafka_spark.watch.metrics import group_label
+
+_AIRFLOW_VERSION = tuple(int(p) for p in airflow_version.split(".")[:2] if p.isdigit())
+
+
+def _params_without_default(task: BaseSensorOperator) -> list[str]:
+    """The names of the task's and its DAG's params that have no default (``Param(type=...)`` alone)."""
+    found: set[str] = set()
+    for params in (getattr(getattr(task, "dag", None), "params", None), getattr(task, "params", None)):
+        for name in params or {}:
+            if getattr(params.get_param(name), "value", None) is NOTSET:
+                found.add(name)
+    return sorted(found)
 
 
 class StreamingHealthSensor(BaseSensorOperator):
@@ -78,6 +106,9 @@ class StreamingHealthSensor(BaseSensorOperator):
     :param promote: on success, record the submitted application as the last good one.
     :param dry_run: succeed at once (a safe-restart dry run starts nothing to wait for).
     :param deferrable: wait in the triggerer instead of a worker slot.
+    :param start_from_trigger: with ``deferrable``, start the gate in the triggerer: no worker runs it
+        until its verdict (Airflow 3.3+, which renders the template fields there; older releases start
+        it on a worker, with a warning). A ``dry_run`` that is another task's plain XCom is pulled there.
     """
 
     template_fields = ("job", "min_batches", "dry_run")
@@ -86,7 +117,7 @@ class StreamingHealthSensor(BaseSensorOperator):
     def __init__(self, *, job: str, min_batches: int | str | None = None, gate_timeout_s: float | None = None,
                  registry_path: str | None = None, promote: bool = True, dry_run: bool | str = False,
                  deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
-                 **kwargs: Any) -> None:
+                 start_from_trigger: bool = False, **kwargs: Any) -> None:
         kwargs.setdefault("poke_interval", 15.0)
         super().__init__(**kwargs)
         self.job = job
@@ -97,62 +128,64 @@ class StreamingHealthSensor(BaseSensorOperator):
         self.dry_run = dry_run
         self.deferrable = deferrable
         self._samples: list[list[Any]] = []
-        self._spec: JobSpec | None = None
-        self._gate: dict[str, Any] | None = None
+        self._target: GateTarget | None = None
+        self.start_from_trigger = False
+        if start_from_trigger:
+            self._start_in_triggerer()
 
-    # -- setup ---------------------------------------------------------------------------------------
+    def _start_in_triggerer(self) -> None:
+        """Set ``start_trigger_args`` so the scheduler defers the gate to the triggerer without a worker."""
+        if not self.deferrable:
+            raise ValueError(f"{self.task_id}: start_from_trigger needs deferrable=True (it waits in the triggerer)")
+        why_not = None
+        if _AIRFLOW_VERSION < (3, 3):
+            why_not = f"Airflow {airflow_version} renders no template field in the triggerer (3.3 does)"
+        elif any(isinstance(v, XComArg) for v in (self.job, self.min_batches)):
+            why_not = "job and min_batches must not be XCom arguments (the triggerer renders templates only)"
+        elif isinstance(self.dry_run, XComArg) and not isinstance(self.dry_run, PlainXComArg):
+            why_not = "dry_run may be one task's XCom, not a derived one"
+        elif required := _params_without_default(self):
+            # Airflow 3.3.2's triggerer builds the template context from the serialized DAG, whose params it
+            # cannot resolve when one has no default: the trigger runner process dies, and with it every
+            # deferred task of the deployment (tests/airflow/test_operators.py shows the ParamValidationError).
+            why_not = (f"the DAG's param(s) {', '.join(required)} have no default, which Airflow 3.3's triggerer "
+                       "cannot render (give them a default, e.g. None, that their schema refuses)")
+        if why_not:
+            warnings.warn(f"{self.task_id}: the gate starts on a worker: {why_not}", UserWarning, stacklevel=3)
+            return
+        dry_run, dry_run_task, dry_run_key = self.dry_run, None, None
+        if isinstance(dry_run, PlainXComArg):
+            dry_run, dry_run_task, dry_run_key = None, dry_run.operator.task_id, dry_run.key
+        self.start_from_trigger = True
+        self.start_trigger_args = StartTriggerArgs(
+            trigger_cls=f"{StreamingHealthStartTrigger.__module__}.{StreamingHealthStartTrigger.__qualname__}",
+            next_method="execute_complete",
+            trigger_kwargs={"job": self.job, "min_batches": self.min_batches, "dry_run": dry_run,
+                            "dry_run_task": dry_run_task, "dry_run_key": dry_run_key,
+                            "gate_timeout_s": self.gate_timeout_s, "registry_path": self.registry_path,
+                            "poll_interval_s": float(self.poke_interval)},
+            # The trigger ends on its own deadline with the last reason; this is only a backstop.
+            timeout=timedelta(seconds=self.gate_timeout_s + max(60.0, self.poke_interval * 2))
+            if self.gate_timeout_s else None)
 
-    def _prepare(self) -> tuple[JobSpec, dict[str, Any]]:
-        _, spec = load_job(self.job, self.registry_path)
-        record = LifecycleRecord.load(spec.checkpoint)
-        sub = app_versions.submitted_app(record)
-        if record is None or sub is None or record.driver is None:
-            raise UserError(f"job {spec.name}: no submitted driver is recorded beside {spec.checkpoint}; "
-                            "submit the job before gating it")
-        if record.driver.id != (sub.get("driver") or {}).get("id"):
-            raise UserError(f"job {spec.name}: the recorded driver {record.driver.id} is not the one of the last "
-                            "submit")
-        min_batches = self._min_batches(spec)
-        self.timeout = float(self.gate_timeout_s or spec.health_gate.timeout_s)
-        endpoint = None
-        if sub["driver"]["kind"] != DriverKind.LOCAL:
-            endpoint = cluster_endpoint(spec, sub)
-        gate = {"checkpoint": spec.checkpoint, "topics": list(spec.topics), "kafka_conn_id": spec.kafka_conn_id,
-                "min_batches": min_batches, "baseline_batch": sub.get("committed_before"),
-                "baseline_query_id": sub.get("query_id_before"), "driver": dict(sub["driver"]),
-                "endpoint": endpoint, "log_path": sub.get("log_path"),
-                "idle_pass_s": spec.health_gate.idle_pass_s, "submitted_at_ms": sub["driver"].get("started_at")}
-        self._spec, self._gate = spec, gate
-        return spec, gate
-
-    def _min_batches(self, spec: JobSpec) -> int:
-        raw = optional_text(self.min_batches)
-        try:
-            min_batches = int(raw) if raw is not None else spec.health_gate.min_batches
-        except ValueError:
-            raise UserError(f"min_batches must be a whole number, got {raw!r}") from None
-        if min_batches < 1:
-            raise UserError(f"min_batches must be at least 1, got {min_batches}")
-        return min_batches
-
-    def _probe(self, spec: JobSpec, gate: dict[str, Any]) -> HealthProbe:
+    def _probe(self, target: GateTarget) -> HealthProbe:
         config: dict[str, Any] = {}
 
         def get_config() -> dict[str, Any]:
             if "c" not in config:
-                config["c"] = kafka_config(spec)
+                config["c"] = StreamingKafkaHook(target.kafka_conn_id).kafka_config()
             return config["c"]
 
-        ctl = make_control(gate["driver"], endpoint=gate["endpoint"])
-        local_tail = lambda: submit.log_tail(gate["log_path"], kafka_config=config.get("c"))  # noqa: E731
+        ctl = make_control(target.driver, endpoint=target.endpoint)
+        local_tail = lambda: submit.log_tail(target.log_path, kafka_config=config.get("c"))  # noqa: E731
         look = HealthLook(
-            checkpoint=gate["checkpoint"], topics=gate["topics"], kafka_config=get_config,
-            min_batches=gate["min_batches"], baseline_batch=gate["baseline_batch"],
-            baseline_query_id=gate["baseline_query_id"], alive=ctl.is_alive, log_tail=failed_gate_log(ctl, local_tail),
-            samples=self._samples, idle_pass_s=gate["idle_pass_s"], submitted_at_ms=gate["submitted_at_ms"])
+            checkpoint=target.checkpoint, topics=target.topics, kafka_config=get_config,
+            min_batches=target.min_batches, baseline_batch=target.baseline_batch,
+            baseline_query_id=target.baseline_query_id, alive=ctl.is_alive, log_tail=failed_gate_log(ctl, local_tail),
+            samples=self._samples, idle_pass_s=target.idle_pass_s, submitted_at_ms=target.submitted_at_ms)
         probe = probe_or_wait(lambda: check_health(look), self._samples)
         self._samples = probe.samples
-        self.log.info("health gate %s: %s", spec.name, probe.reason)
+        self.log.info("health gate %s: %s", self.job, probe.reason)
         return probe
 
     # -- modes -----------------------------------------------------------------------------------------
@@ -161,58 +194,62 @@ class StreamingHealthSensor(BaseSensorOperator):
         return run_reporting_failure(self, context, lambda: self._execute(context))
 
     def _execute(self, context: Any) -> Any:
-        if flag(self.dry_run, name="dry_run"):
-            return {"job": str(self.job), "dry_run": True, "state": "skipped (dry run: nothing was started)"}
-        _, spec = load_job(self.job, self.registry_path)
-        self._repeat_an_earlier_verdict(context, spec)
-        step = GateStep(min_batches=self._min_batches(spec), promote=self.promote, poll_s=self.poke_interval,
-                        timeout_s=float(self.gate_timeout_s or spec.health_gate.timeout_s))
-        on_worker = steps_for(spec).worker_gate(spec, context, step, self.log)
-        if on_worker is not None:
-            return on_worker
-        spec, gate = self._prepare()
+        ti = context.get("ti")
+        opening = open_gate(GateAsk(
+            job=self.job, min_batches=self.min_batches, gate_timeout_s=self.gate_timeout_s,
+            registry_path=self.registry_path, dry_run=flag(self.dry_run, name="dry_run"),
+            run=run_holder(context) if ti is not None else "", try_number=int(getattr(ti, "try_number", 1) or 1)))
+        if opening.kind is not Opening.WATCH or opening.target is None:
+            return self._act_on(context, opening)
+        self.timeout, self._target = opening.timeout_s, opening.target
         if not self.deferrable:
             return super().execute(context)
         started = time.time()
-        first = self._probe(spec, gate)
+        first = self._probe(opening.target)
         if first.state != "waiting":
-            return self._finish(context, spec, {**first.to_dict(), "waited_s": 0.0})
-        trigger = StreamingHealthTrigger(**gate, deadline_epoch_s=started + self.timeout,
+            return self._finish(context, {**first.to_dict(), "waited_s": 0.0})
+        trigger = StreamingHealthTrigger(**opening.target.trigger_kwargs(), deadline_epoch_s=started + self.timeout,
                                          poll_interval_s=self.poke_interval)
         # The trigger reports its own timeout with the last reason; the task timeout is only a backstop.
         self.defer(trigger=trigger, method_name="execute_complete",
                    timeout=timedelta(seconds=self.timeout + max(60.0, self.poke_interval * 2)))
 
-    def _repeat_an_earlier_verdict(self, context: Any, spec: JobSpec) -> None:
-        """A retry of a gate that already failed this run repeats that verdict instead of judging again.
+    def _act_on(self, context: Any, opening: GateOpening) -> Any:
+        """What a gate that does not watch the checkpoint does, on the worker, wherever its first look ran.
 
-        The gate is retried for the failures that leave no verdict: Airflow can fail a deferred task
-        whose trigger fired quickly before any of its code runs (a stale executor event from the
-        deferring worker's exit, apache/airflow#72716), and a worker can be killed. Those retries look
-        again; a gate that did judge (``health_gate_failed`` in the record) must not pass on a second look.
+        A retry repeats the verdict an earlier try of this run gave (``REPEAT``) instead of judging
+        again: the gate is retried for the failures that leave no verdict (Airflow can fail a deferred
+        task around its resume before any of its code runs, apache/airflow#72716; a worker can be
+        killed), and a gate that did judge (``health_gate_failed`` in the record) must not pass on a
+        second look.
         """
-        ti = context.get("ti")
-        if ti is None or int(getattr(ti, "try_number", 1) or 1) <= 1:
-            return
-        earlier = recorded_gate_failure(spec, run_holder(context))
-        if earlier:
-            fail(context, f"health gate of job {spec.name} failed in an earlier try of this run: {earlier}")
-        self.log.info("health gate %s: try %s looks again (no earlier try of this run gave a verdict)",
-                      spec.name, ti.try_number)
+        if opening.kind is Opening.DRY_RUN:
+            return {"job": opening.job, "dry_run": True, "state": opening.message}
+        if opening.kind is Opening.REFUSED:
+            raise UserError(opening.message)
+        if opening.kind is Opening.REPEAT:
+            fail(context, opening.message)
+        _, spec = load_job(self.job, self.registry_path)
+        step = GateStep(min_batches=gate_min_batches(self.min_batches, spec), promote=self.promote,
+                        poll_s=self.poke_interval, timeout_s=opening.timeout_s)
+        return steps_for(spec).worker_gate(spec, context, step, self.log)
 
     def poke(self, context: Any) -> bool | PokeReturnValue:
-        spec, gate = (self._spec, self._gate) if self._spec and self._gate else self._prepare()
-        probe = self._probe(spec, gate)
+        if self._target is None:
+            raise UserError(f"health gate of job {self.job}: poked before its first look")
+        probe = self._probe(self._target)
         if probe.state == "waiting":
             return False
-        return PokeReturnValue(is_done=True, xcom_value=self._finish(context, spec, probe.to_dict()))
+        return PokeReturnValue(is_done=True, xcom_value=self._finish(context, probe.to_dict()))
 
     def execute_complete(self, context: Any, event: dict[str, Any] | None = None) -> Any:
         def body() -> Any:
             if not event:
                 raise UserError("the health gate trigger ended without an event")
-            _, spec = load_job(self.job, self.registry_path)
-            return self._finish(context, spec, dict(event))
+            opening = GateOpening.from_event(event)
+            if opening is not None:   # the start trigger's first look decided not to watch
+                return self._act_on(context, opening)
+            return self._finish(context, dict(event))
 
         return run_reporting_failure(self, context, body)
 
@@ -225,9 +262,11 @@ class StreamingHealthSensor(BaseSensorOperator):
 
     # -- outcome ---------------------------------------------------------------------------------------
 
-    def _finish(self, context: Any, spec: JobSpec, result: dict[str, Any]) -> dict[str, Any]:
+    def _finish(self, context: Any, result: dict[str, Any]) -> dict[str, Any]:
+        _, spec = load_job(self.job, self.registry_path)
         result.pop("samples", None)
         result["job"] = spec.name
+        result.setdefault("first_look", "worker")
         gate_outcome(group_label(spec), "health", "passed" if result.get("state") == HEALTHY else "failed")
         state, reason = str(result.get("state")), str(result.get("reason"))
         if state != HEALTHY:

@@ -1,7 +1,9 @@
-"""The health gate's trigger: polls :func:`airflow_kafka_spark.runtime.health.check_health` from the triggerer.
+"""The health gate's triggers: poll :func:`airflow_kafka_spark.runtime.health.check_health` from the triggerer.
 
 The rules of the gate (what counts as healthy, idle, failed) live in :mod:`airflow_kafka_spark.runtime.health`,
-shared with the sensor's poke mode. This class path is stored by Airflow with deferred tasks: it never moves.
+shared with the sensor's poke mode. :class:`StreamingHealthTrigger` is the gate a worker deferred after its
+first look; :class:`StreamingHealthStartTrigger` is the whole gate started from the triggerer, first look
+included. These class paths are stored by Airflow with deferred tasks: they never move.
 """
 
 from __future__ import annotations
@@ -14,6 +16,9 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
+from airflow_kafka_spark.airflow_glue.gate import GateAsk, GateOpening, Opening, open_gate
+from airflow_kafka_spark.airflow_glue.jobs import flag
+from airflow_kafka_spark.errors import UserError
 from airflow_kafka_spark.runtime import submit
 from airflow_kafka_spark.runtime.drivers import WrongHost
 from airflow_kafka_spark.runtime.health import (
@@ -89,10 +94,16 @@ class StreamingHealthTrigger(BaseTrigger):
                                        idle_pass_s=self.idle_pass_s, submitted_at_ms=self.submitted_at_ms))
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
+        async for event in self.watch(look_now=False):   # the worker has just looked
+            yield event
+
+    async def watch(self, *, look_now: bool) -> AsyncIterator[TriggerEvent]:
+        """Look every ``poll_interval_s`` until a verdict or the deadline; the first look at once if ``look_now``."""
         samples: list[list[Any]] = []
         started = time.time()
-        self.log.info("health gate: waiting in the triggerer; first look in %.0f s", self.poll_interval_s)
-        await first_look(self.poll_interval_s, self.deadline_epoch_s)   # the worker has just looked
+        if not look_now:
+            self.log.info("health gate: waiting in the triggerer; first look in %.0f s", self.poll_interval_s)
+            await first_look(self.poll_interval_s, self.deadline_epoch_s)
         while True:
             try:   # an unreachable broker is WAITING (check_or_wait), until the deadline
                 check = await asyncio.to_thread(check_or_wait, functools.partial(self._check, samples), samples)
@@ -113,3 +124,82 @@ class StreamingHealthTrigger(BaseTrigger):
                 return
             self.log.info("health gate: %s", check.reason)
             await asyncio.sleep(max(0.1, min(self.poll_interval_s, self.deadline_epoch_s - time.time())))
+
+
+_FIRST_LOOK_S = 300.0
+
+
+class StreamingHealthStartTrigger(BaseTrigger):
+    """The whole gate in the triggerer (``start_from_trigger``): its first look, then :class:`StreamingHealthTrigger`.
+
+    Airflow's scheduler creates this trigger straight from the operator's ``start_trigger_args``: no
+    worker runs the task until the trigger's event resumes it in ``execute_complete``. ``job``,
+    ``min_batches`` and ``dry_run`` are the operator's template fields, rendered here by Airflow
+    (3.3+) before :meth:`run`. A dry-run flag that is another task's XCom arrives as ``dry_run_task``
+    and ``dry_run_key`` and is pulled here, in a thread. The first look
+    (:func:`airflow_kafka_spark.airflow_glue.gate.open_gate`: registry, lifecycle record, an earlier
+    try's verdict) runs in a thread as well; anything but a checkpoint gate to watch ends the trigger
+    with the opening as its event, which the worker acts on; a gate to watch looks at the job one poll
+    interval later, then as :class:`StreamingHealthTrigger` does.
+    """
+
+    def __init__(self, *, job: str, min_batches: Any = None, dry_run: Any = False,
+                 dry_run_task: str | None = None, dry_run_key: str | None = None, gate_timeout_s: float | None = None,
+                 registry_path: str | None = None, poll_interval_s: float = 15.0) -> None:
+        super().__init__()
+        self.job = job
+        self.min_batches = min_batches
+        self.dry_run = dry_run
+        self.dry_run_task = dry_run_task
+        self.dry_run_key = dry_run_key
+        self.gate_timeout_s = gate_timeout_s
+        self.registry_path = registry_path
+        self.poll_interval_s = float(poll_interval_s)
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return (f"{type(self).__module__}.{type(self).__qualname__}", {
+            "job": self.job, "min_batches": self.min_batches, "dry_run": self.dry_run,
+            "dry_run_task": self.dry_run_task, "dry_run_key": self.dry_run_key, "gate_timeout_s": self.gate_timeout_s,
+            "registry_path": self.registry_path, "poll_interval_s": self.poll_interval_s})
+
+    def _open(self) -> GateOpening:
+        ti = self.task_instance
+        dry_run: Any = self.dry_run
+        if self.dry_run_task and ti is not None:
+            # one value by its full key (GetXCom): the triggerer's supervisor answers it, not the slices
+            # a task instance's xcom_pull asks for
+            from airflow.sdk.execution_time.xcom import XCom
+
+            dry_run = XCom.get_one(key=self.dry_run_key or "return_value", dag_id=ti.dag_id,
+                                   task_id=self.dry_run_task, run_id=ti.run_id, map_index=-1)
+        try:
+            dry = flag(dry_run, name="dry_run")
+        except UserError as exc:
+            return GateOpening(Opening.REFUSED, str(self.job), str(exc))
+        return open_gate(GateAsk(job=self.job, min_batches=self.min_batches, gate_timeout_s=self.gate_timeout_s,
+                                 registry_path=self.registry_path, dry_run=dry,
+                                 run=f"{ti.dag_id}/{ti.run_id}" if ti is not None else "",
+                                 try_number=int(getattr(ti, "try_number", 1) or 1)))
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        started = time.time()
+        try:
+            opening = await asyncio.wait_for(asyncio.to_thread(self._open), timeout=_FIRST_LOOK_S)
+        except TimeoutError:
+            # No verdict on the job (nothing was judged): the trigger fails, Airflow fails the try, and
+            # the gate's retry looks again.
+            raise RuntimeError(f"health gate {self.job}: the first look (registry, lifecycle record, the plan's "
+                               f"XCom) did not answer in {_FIRST_LOOK_S:.0f} s") from None
+        if opening.kind is not Opening.WATCH or opening.target is None:
+            self.log.info("health gate %s: %s %s", opening.job, opening.kind.value, opening.message)
+            yield TriggerEvent(opening.to_event())
+            return
+        self.log.info("health gate %s: first look in the triggerer (no worker started the gate); its reads took "
+                      "%.1f s", opening.job, time.time() - started)
+        watch = StreamingHealthTrigger(**opening.target.trigger_kwargs(), deadline_epoch_s=started + opening.timeout_s,
+                                       poll_interval_s=self.poll_interval_s)
+        # The job is looked at one poll interval later: the gate starts as the new driver's JVMs do, and a
+        # look now would find nothing to judge while taking CPU from them (a driver that dies at start is
+        # still seen at the next look).
+        async for event in watch.watch(look_now=False):
+            yield TriggerEvent({**event.payload, "first_look": "triggerer"})

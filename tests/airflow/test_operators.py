@@ -553,6 +553,91 @@ def test_health_trigger_serializes_round_trip_and_reports_a_dead_driver(env):
     assert time.perf_counter() - started >= 0.5
 
 
+def test_the_gate_started_in_the_triggerer_takes_its_first_look_there(env):
+    """``start_from_trigger``: the scheduler's copy of the task (the DAG serialised and read back) carries the
+    trigger's kwargs as plain values, a dry-run flag that is another task's XCom as a reference to it; the
+    trigger built from them as the triggerer builds it reads the registry and the record at once and looks
+    at the job one poll interval later (the new driver is starting): a dead driver fails at that look, an
+    unknown job is refused with the registry's line at once, a dry run ends without a look. The real
+    scheduler and triggerer run it in ``tests/airflow/test_scheduled_run.py``."""
+    from airflow.providers.standard.operators.empty import EmptyOperator
+    from airflow.serialization.decoders import smart_decode_trigger_kwargs
+    from airflow.serialization.serialized_objects import DagSerialization
+
+    from airflow_kafka_spark.sensors.health import StreamingHealthSensor
+    from airflow_kafka_spark.triggers.health import StreamingHealthStartTrigger
+
+    fake_checkpoint(env, "beta", batches=2)
+    record_fake_submit(env, "beta", dead_pid())
+    with new_dag() as dag:
+        plan = EmptyOperator(task_id="plan")
+        StreamingHealthSensor(task_id="gate", job="beta", dry_run=plan.output["dry_run"], deferrable=True,
+                              start_from_trigger=True, poke_interval=1.5, gate_timeout_s=60)
+    task = DagSerialization.from_dict(DagSerialization.to_dict(dag)).get_task("gate")
+    args = task.start_trigger_args
+    assert task.start_from_trigger and args.next_method == "execute_complete"
+    assert args.trigger_cls == "airflow_kafka_spark.triggers.health.StreamingHealthStartTrigger"
+    kwargs = smart_decode_trigger_kwargs(args.trigger_kwargs)
+    assert (kwargs["job"], kwargs["dry_run"], kwargs["dry_run_task"], kwargs["dry_run_key"]) == (
+        "beta", None, "plan", "dry_run")
+    assert SECRET not in json.dumps(kwargs)
+
+    def first_event(**change: Any) -> dict[str, Any]:
+        # no task instance outside the triggerer: the dry-run flag is given, not pulled
+        trigger = StreamingHealthStartTrigger(**{**kwargs, "dry_run_task": None, **change})
+        assert trigger.serialize()[1] == {**kwargs, "dry_run_task": None, **change}
+
+        async def first() -> Any:
+            return await trigger.run().__anext__()
+
+        return asyncio.run(first()).payload
+
+    started = time.perf_counter()
+    dead = first_event()
+    assert dead["state"] == "failed" and "driver exited" in dead["reason"], dead
+    assert dead["first_look"] == "triggerer"
+    assert 1.5 <= time.perf_counter() - started < 10.0     # at the look one poll interval after the start
+    started = time.perf_counter()
+    refused = first_event(job="no-such-job")
+    assert time.perf_counter() - started < 1.5
+    assert refused["opening"] == "refused" and "no-such-job" in refused["message"], refused
+    dry = first_event(dry_run="True")
+    assert (dry["opening"], dry["job"]) == ("dry_run", "beta"), dry
+    assert first_event(dry_run="maybe")["message"] == "dry_run must be true or false, got 'maybe'"
+
+
+def test_a_gate_in_a_dag_with_a_param_without_default_starts_on_a_worker():
+    """Airflow 3.3.2's triggerer builds a ``start_from_trigger`` task's template context from the serialized
+    DAG (``process_params``, shown here as the triggerer calls it); a param with no default fails to resolve
+    there even when the run's conf gives it, and the trigger runner process dies with every deferred task
+    of the deployment. So the gate starts from the triggerer only in a DAG whose params all have a
+    default; otherwise on a worker, with a warning naming the param. The safe-restart DAG's ``job`` has
+    the default None, which its schema refuses (tests/airflow/test_rest_trigger.py: a conf without a job
+    is still refused)."""
+    from airflow.sdk import Param
+    from airflow.sdk.definitions.param import process_params
+    from airflow.sdk.exceptions import ParamValidationError
+    from airflow.serialization.serialized_objects import DagSerialization
+
+    from airflow_kafka_spark.sensors.health import StreamingHealthSensor
+
+    def gate_in(job: Param) -> tuple[Any, Any]:
+        with new_dag(params={"job": job, "mode": Param("auto", type="string")}) as dag:
+            gate = StreamingHealthSensor(task_id="gate", job="{{ params.job }}", deferrable=True,
+                                         start_from_trigger=True)
+        back = DagSerialization.from_dict(DagSerialization.to_dict(dag))
+        return gate, lambda: process_params(back, back.get_task("gate"), {"job": "orders"}, suppress_exception=False)
+
+    with pytest.warns(UserWarning, match=r"param\(s\) job have no default"):
+        gate, params = gate_in(Param(type="string", enum=["orders"]))
+    assert not gate.start_from_trigger
+    with pytest.raises(ParamValidationError, match="No value passed"):
+        params()                                           # what kills Airflow 3.3.2's trigger runner
+    gate, params = gate_in(Param(None, type="string", enum=["orders"]))
+    assert gate.start_from_trigger
+    assert params() == {"job": "orders", "mode": "auto"}
+
+
 def test_health_sensor_defers_then_passes_promotes_and_consumes_starting_offsets(env):
     """The deferrable sensor (trigger run inline by dag.test) and the poke sensor, in real Airflow."""
     from airflow_kafka_spark.sensors.health import StreamingHealthSensor

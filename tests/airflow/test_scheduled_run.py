@@ -5,13 +5,15 @@ triggers inline. Here nothing is inline: ``airflow api-server``, ``airflow sched
 (LocalExecutor: each task in its own process, talking to the API server's execution API) and
 ``airflow triggerer`` run as separate processes on this session's SQLite DB. The run is created
 by ``POST /api/v2/dags/streaming_safe_restart/dagRuns`` with the conf the UI's trigger form sends;
-the health gate defers to the real triggerer; the reference job is really started by spark-submit.
+the health gate starts in the real triggerer (``start_from_trigger``: no worker runs it before its
+verdict); the reference job is really started by spark-submit.
 
-Checked: the run succeeds; the health gate was deferred (its try went through the triggerer and
-its log says so); one driver runs and commits batches; the sink holds exactly what Kafka
+Checked: the run succeeds; the health gate started and waited in the triggerer (its log and its
+XCom say so); one driver runs and commits batches; the sink holds exactly what Kafka
 acknowledged; the audit entry names the REST user who triggered the run and the reason from the form.
 A second run (``keep``) on the now quiet topic passes its gate as *idle* instead of timing out and
-rolling back a good deploy.
+rolling back a good deploy. A dry run's gate reads the plan's ``dry_run`` XCom from the triggerer and
+starts nothing.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import os
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -53,7 +56,7 @@ def cluster(broker, airflow_home, tmp_path_factory):
          "application_args": ["--trigger", "processing:1s", "--shuffle-partitions", "2"],
          "spark_conf": {"spark.sql.shuffle.partitions": "2", "spark.driver.memory": "768m"},
          # min_batches 5: the submit task returns after the first commit (first_batch_wait_s), so a gate of one
-         # batch would pass at its first look on the worker; five make it defer to the triggerer, which this proves
+         # batch would pass at its first look; five make it judge what the new driver did
          "health_gate": {"idle_pass_s": IDLE_PASS_S, "min_batches": 5}}])
     mp = pytest.MonkeyPatch()
     mp.setenv("AKS_DATA_DIR", str(data))
@@ -97,9 +100,16 @@ def _trigger(services: AirflowServices, client, conf: dict) -> tuple[str, str, d
     return run_id, state, tis
 
 
-def _ui_conf(mode: str, reason: str) -> dict:
-    return {"job": JOB, "mode": mode, "backup_id": None, "datetime": None, "dry_run": False,
+def _ui_conf(mode: str, reason: str, *, dry_run: bool = False) -> dict:
+    return {"job": JOB, "mode": mode, "backup_id": None, "datetime": None, "dry_run": dry_run,
             "accept_data_loss": False, "reason": reason}
+
+
+def _xcom(client, run_id: str, task_id: str, key: str = "return_value") -> Any:
+    r = client.get(f"/api/v2/dags/{DAG_ID}/dagRuns/{run_id}/taskInstances/{task_id}/xcomEntries/{key}",
+                   params={"deserialize": True, "stringify": False})
+    assert r.status_code == 200, r.text
+    return r.json()["value"]
 
 
 def _caught_up(checkpoint: Path, feed: Feed) -> bool:
@@ -130,7 +140,7 @@ def test_a_run_triggered_through_the_rest_api_runs_to_the_end_in_scheduler_and_t
     assert states["submit"] == states["health_gate"] == states["finish"] == "success", states
     assert states["rollback"] == "skipped" and not {"reset", "restore"} & set(states), states
 
-    # The health gate went through the triggerer (in some try: a retried gate may pass at its first look).
+    # The health gate started in the triggerer (every try does: the scheduler defers it there).
     gate = tis["health_gate"]
     entries = []
     for n in range(1, gate["try_number"] + 1):
@@ -140,19 +150,19 @@ def test_a_run_triggered_through_the_rest_api_runs_to_the_end_in_scheduler_and_t
             continue   # a try failed by the race below: the API no longer finds it; its files are read below
         assert log.status_code == 200, log.text
         entries += [e for e in log.json()["content"] if isinstance(e, dict)]
-    # Airflow 3.3.2 can fail a deferred try whose trigger fired before the scheduler took in the worker's
-    # exit (the QUEUED and RUNNING variants of apache/airflow#66374, open upstream as #67287 and #72716;
-    # seen here on a loaded 2-core machine, where the task's process took 5 s to exit after deferring and
-    # the trigger's first look came at 2 s). The gate's retry then passes at its first look, and the API
-    # answers 404 for the failed try ("TaskInstance not found"): its trigger's lines stay in the try's
-    # trigger log file.
+    # Airflow 3.3.2 could fail a deferred try whose trigger fired before the scheduler took in the worker's
+    # exit (apache/airflow#66374, open upstream as #67287 and #72716). Started from the triggerer, a try has
+    # no worker before its trigger; should a try still fail around its resume, the API answers 404 for it
+    # ("TaskInstance not found") and its trigger's lines stay in the try's trigger log file.
     tries = AIRFLOW_HOME / "logs" / f"dag_id={DAG_ID}" / f"run_id={run_id}" / "task_id=health_gate"
     for f in sorted(tries.glob("attempt=*.log.trigger.*.log")):
         entries += [json.loads(line) for line in f.read_text().splitlines() if line.startswith("{")]
-    # The triggerer routes a trigger's log lines into the deferred task's log: lines whose logger is
-    # the trigger class prove the waiting happened in the triggerer process, not in a worker slot.
-    from_trigger = [e["event"] for e in entries if str(e.get("logger", "")).endswith("StreamingHealthTrigger")]
-    assert from_trigger and all(m.startswith("health gate:") for m in from_trigger), entries[-30:]
+    # The triggerer routes a trigger's log lines into the deferred task's log: lines whose logger is the
+    # start trigger's class prove the gate started in the triggerer process (start_from_trigger), with no
+    # worker before its verdict; its XCom says where the first look was taken.
+    started_there = [e["event"] for e in entries if str(e.get("logger", "")).endswith("StreamingHealthStartTrigger")]
+    assert any("first look in the triggerer" in m for m in started_there), entries[-30:]
+    assert _xcom(client, run_id, "health_gate")["first_look"] == "triggerer"
 
     rec = LifecycleRecord.load(str(checkpoint))
     assert rec is not None and rec.driver is not None and drivers.local_alive(rec.driver)
@@ -180,6 +190,8 @@ def test_a_keep_restart_on_a_quiet_topic_passes_the_gate_as_idle(cluster):
     health = details["health"]
     assert health["idle"] is True and health["new_batches"] == 0 and health["lag_records"] == 0, health
     assert "not proven" in health["reason"]
+    # idle: it waited in the triggerer the whole idle window (the driver lived IDLE_PASS_S), no worker held
+    assert health["first_look"] == "triggerer"
     now = LifecycleRecord.load(str(checkpoint)).driver
     assert now.id != before.id and drivers.local_alive(now) and not drivers.local_alive(before)
     # ... and the restarted job still works: new records arrive, get committed, the sink stays exact.
@@ -187,3 +199,17 @@ def test_a_keep_restart_on_a_quiet_topic_passes_the_gate_as_idle(cluster):
     wait_until(lambda: _caught_up(checkpoint, feed), timeout=180, interval=1.0, what="the restarted job to catch up")
     cmp = oracle.compare(feed.produced, oracle.read_sink(sink, "idempotent"))
     assert cmp.exact, cmp.summary()
+
+
+def test_a_dry_run_gate_started_in_the_triggerer_reads_the_plans_flag_and_starts_nothing(cluster):
+    """The gate's ``dry_run`` is the plan task's XCom: started from the triggerer, the trigger pulls it there."""
+    services, client, checkpoint, _, _ = cluster
+    before = LifecycleRecord.load(str(checkpoint))
+    run_id, state, tis = _trigger(services, client, _ui_conf("keep", "dry run from the form", dry_run=True))
+    assert state == "success", ({k: v["state"] for k, v in tis.items()}, services.tail("scheduler"))
+    gate = _xcom(client, run_id, "health_gate")
+    assert gate["dry_run"] is True and gate["state"].startswith("skipped (dry run"), gate
+    assert _xcom(client, run_id, "finish")["outcome"] == "DRY_RUN"
+    after = LifecycleRecord.load(str(checkpoint))
+    assert after.driver.id == before.driver.id and drivers.local_alive(after.driver)
+    assert len(after.history) == len(before.history)

@@ -107,7 +107,8 @@ def test_the_audits_summaries_keep_what_they_always_kept():
     assert from_xcom(StopSummary, {}).to_dict() == dict.fromkeys(
         ("outcome", "graceful", "killed", "last_committed", "replay_batch", "driver"))
     health = {"state": "PASSED", "reason": "2 batches", "new_batches": 2, "last_committed": 6, "lag_records": 0,
-              "status": "OK", "promoted": True, "idle": False, "dry_run": False}
+              "status": "OK", "promoted": True, "idle": False, "dry_run": False,
+              "first_look": "triggerer"}
     assert from_xcom(HealthSummary, {**health, "extra": 1}).to_dict() == health
     approval = {"decision": "approved", "by": "bob", "comment": "ok", "at": "2026-01-01T00:00:00Z",
                 "max_records_skipped": 10, "request": {"reasons": ["r"], "skipped": 3, "replayed": 0,
