@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass
 from enum import StrEnum
 from typing import Any
 
+from airflow_kafka_spark._util.text import redact_url_secrets
 from airflow_kafka_spark.airflow_glue.jobs import cluster_endpoint, load_job, optional_text, recorded_gate_failure
 from airflow_kafka_spark.airflow_glue.kinds import steps_for
 from airflow_kafka_spark.errors import UserError
@@ -143,5 +144,5 @@ def open_gate(ask: GateAsk) -> GateOpening:
             return GateOpening(Opening.ON_WORKER, spec.name, timeout_s=timeout_s)
         return GateOpening(Opening.WATCH, spec.name, target=last_submit_target(spec, min_batches),
                            timeout_s=timeout_s)
-    except UserError as exc:
-        return GateOpening(Opening.REFUSED, job, str(exc))
+    except UserError as exc:   # it travels in a trigger event (stored, logged): redacted as a task failure is
+        return GateOpening(Opening.REFUSED, job, redact_url_secrets(str(exc)))
