@@ -25,10 +25,12 @@ from airflow_kafka_spark._util.text import redact_url_secrets
 from airflow_kafka_spark.airflow_glue.jobs import cluster_endpoint, load_job, optional_text, recorded_gate_failure
 from airflow_kafka_spark.airflow_glue.kinds import steps_for
 from airflow_kafka_spark.errors import UserError
+from airflow_kafka_spark.hooks.streaming import StreamingKafkaHook
 from airflow_kafka_spark.lifecycle.events import DriverKind
 from airflow_kafka_spark.lifecycle.record import LifecycleRecord
 from airflow_kafka_spark.registry.model import JobSpec
-from airflow_kafka_spark.runtime import app_versions
+from airflow_kafka_spark.runtime import app_versions, submit
+from airflow_kafka_spark.runtime.health import HealthLook, failed_gate_log, make_control
 
 #: the key of a trigger event that carries an opening rather than a health verdict
 OPENING_KEY = "opening"
@@ -64,6 +66,27 @@ class GateTarget:
 
     def trigger_kwargs(self) -> dict[str, Any]:
         return asdict(self)
+
+    def look(self, samples: list[list[Any]]) -> HealthLook:
+        """One look at the job (``runtime.health.check_health``), for the worker's probe and the trigger alike.
+
+        The Kafka config is read from the connection when the look needs it (never carried), and the
+        driver's log tail is redacted with it.
+        """
+        config: dict[str, Any] = {}
+
+        def kafka_config() -> dict[str, Any]:
+            if "c" not in config:
+                config["c"] = StreamingKafkaHook(self.kafka_conn_id).kafka_config()
+            return config["c"]
+
+        ctl = make_control(self.driver, endpoint=self.endpoint)
+        local_tail = lambda: submit.log_tail(self.log_path, kafka_config=config.get("c"))  # noqa: E731
+        return HealthLook(checkpoint=self.checkpoint, topics=self.topics, kafka_config=kafka_config,
+                          min_batches=self.min_batches, baseline_batch=self.baseline_batch,
+                          baseline_query_id=self.baseline_query_id, alive=ctl.is_alive,
+                          log_tail=failed_gate_log(ctl, local_tail), samples=samples,
+                          idle_pass_s=self.idle_pass_s, submitted_at_ms=self.submitted_at_ms)
 
 
 @dataclass(frozen=True)

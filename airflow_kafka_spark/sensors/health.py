@@ -65,18 +65,14 @@ from airflow_kafka_spark.airflow_glue.kinds import GateStep, steps_for
 from airflow_kafka_spark.airflow_glue.stats import gate_outcome
 from airflow_kafka_spark.checkpoint.reader import read_checkpoint
 from airflow_kafka_spark.errors import UserError
-from airflow_kafka_spark.hooks.streaming import StreamingKafkaHook
 from airflow_kafka_spark.lifecycle.events import LifecycleEvent
 from airflow_kafka_spark.lifecycle.record import LifecycleRecord
 from airflow_kafka_spark.runtime import app_versions, submit
 from airflow_kafka_spark.runtime.health import (
     FAILED,
     HEALTHY,
-    HealthLook,
     HealthProbe,
     check_health,
-    failed_gate_log,
-    make_control,
     probe_or_wait,
 )
 from airflow_kafka_spark.triggers.health import StreamingHealthStartTrigger, StreamingHealthTrigger
@@ -169,21 +165,7 @@ class StreamingHealthSensor(BaseSensorOperator):
             if self.gate_timeout_s else None)
 
     def _probe(self, target: GateTarget) -> HealthProbe:
-        config: dict[str, Any] = {}
-
-        def get_config() -> dict[str, Any]:
-            if "c" not in config:
-                config["c"] = StreamingKafkaHook(target.kafka_conn_id).kafka_config()
-            return config["c"]
-
-        ctl = make_control(target.driver, endpoint=target.endpoint)
-        local_tail = lambda: submit.log_tail(target.log_path, kafka_config=config.get("c"))  # noqa: E731
-        look = HealthLook(
-            checkpoint=target.checkpoint, topics=target.topics, kafka_config=get_config,
-            min_batches=target.min_batches, baseline_batch=target.baseline_batch,
-            baseline_query_id=target.baseline_query_id, alive=ctl.is_alive, log_tail=failed_gate_log(ctl, local_tail),
-            samples=self._samples, idle_pass_s=target.idle_pass_s, submitted_at_ms=target.submitted_at_ms)
-        probe = probe_or_wait(lambda: check_health(look), self._samples)
+        probe = probe_or_wait(lambda: check_health(target.look(self._samples)), self._samples)
         self._samples = probe.samples
         self.log.info("health gate %s: %s", self.job, probe.reason)
         return probe

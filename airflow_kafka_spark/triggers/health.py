@@ -16,20 +16,16 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from airflow_kafka_spark.airflow_glue.gate import GateAsk, GateOpening, Opening, open_gate
+from airflow_kafka_spark.airflow_glue.gate import GateAsk, GateOpening, GateTarget, Opening, open_gate
 from airflow_kafka_spark.airflow_glue.jobs import flag
 from airflow_kafka_spark.errors import UserError
-from airflow_kafka_spark.runtime import submit
 from airflow_kafka_spark.runtime.drivers import WrongHost
 from airflow_kafka_spark.runtime.health import (
     FAILED,
     HEALTHY,
     HealthCheck,
-    HealthLook,
     check_health,
     check_or_wait,
-    failed_gate_log,
-    make_control,
 )
 from airflow_kafka_spark.triggers._pace import first_look
 
@@ -76,22 +72,12 @@ class StreamingHealthTrigger(BaseTrigger):
             "idle_pass_s": self.idle_pass_s, "submitted_at_ms": self.submitted_at_ms, "endpoint": self.endpoint})
 
     def _check(self, samples: list[list[Any]]) -> HealthCheck:
-        from airflow_kafka_spark.hooks.streaming import StreamingKafkaHook
-
-        config_cache: dict[str, Any] = {}
-
-        def config() -> dict[str, Any]:
-            if "c" not in config_cache:
-                config_cache["c"] = StreamingKafkaHook(self.kafka_conn_id).kafka_config()
-            return config_cache["c"]
-
-        ctl = make_control(self.driver, endpoint=self.endpoint)
-        local_tail = lambda: submit.log_tail(self.log_path, kafka_config=config_cache.get("c"))  # noqa: E731
-        return check_health(HealthLook(checkpoint=self.checkpoint, topics=self.topics, kafka_config=config,
-                                       min_batches=self.min_batches, baseline_batch=self.baseline_batch,
-                                       baseline_query_id=self.baseline_query_id, alive=ctl.is_alive,
-                                       log_tail=failed_gate_log(ctl, local_tail), samples=samples,
-                                       idle_pass_s=self.idle_pass_s, submitted_at_ms=self.submitted_at_ms))
+        target = GateTarget(checkpoint=self.checkpoint, topics=self.topics, kafka_conn_id=self.kafka_conn_id,
+                            min_batches=self.min_batches, baseline_batch=self.baseline_batch,
+                            baseline_query_id=self.baseline_query_id, driver=self.driver, endpoint=self.endpoint,
+                            log_path=self.log_path, idle_pass_s=self.idle_pass_s,
+                            submitted_at_ms=self.submitted_at_ms)
+        return check_health(target.look(samples))
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         async for event in self.watch(look_now=False):   # the worker has just looked
