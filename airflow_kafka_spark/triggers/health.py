@@ -46,50 +46,32 @@ class StreamingHealthTrigger(BaseTrigger):
                  idle_pass_s: float | None = None, submitted_at_ms: int | None = None,
                  endpoint: dict[str, Any] | None = None) -> None:
         super().__init__()
-        self.checkpoint = checkpoint
-        self.topics = list(topics)
-        self.kafka_conn_id = kafka_conn_id
-        self.min_batches = int(min_batches)
-        self.baseline_batch = baseline_batch
-        self.baseline_query_id = baseline_query_id
-        self.driver = dict(driver)
+        # The target is what the gate watches (airflow_glue.gate); the kwargs stay flat for Airflow's row.
+        self.target = GateTarget(checkpoint=checkpoint, topics=list(topics), kafka_conn_id=kafka_conn_id,
+                                 min_batches=int(min_batches), baseline_batch=baseline_batch,
+                                 baseline_query_id=baseline_query_id, driver=dict(driver),
+                                 endpoint=dict(endpoint) if endpoint else None, log_path=log_path,
+                                 idle_pass_s=idle_pass_s, submitted_at_ms=submitted_at_ms)
         self.deadline_epoch_s = float(deadline_epoch_s)
         self.poll_interval_s = float(poll_interval_s)
         self.master = master                # kept for triggers serialised by older releases; unused
         self.spark_binary = spark_binary    # idem: a cluster driver is reached through ``endpoint``
-        self.endpoint = dict(endpoint) if endpoint else None
-        self.log_path = log_path
-        self.idle_pass_s = idle_pass_s
-        self.submitted_at_ms = submitted_at_ms
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (f"{type(self).__module__}.{type(self).__qualname__}", {
-            "checkpoint": self.checkpoint, "topics": list(self.topics), "kafka_conn_id": self.kafka_conn_id,
-            "min_batches": self.min_batches, "baseline_batch": self.baseline_batch,
-            "baseline_query_id": self.baseline_query_id, "driver": dict(self.driver),
-            "deadline_epoch_s": self.deadline_epoch_s, "poll_interval_s": self.poll_interval_s,
-            "master": self.master, "spark_binary": self.spark_binary, "log_path": self.log_path,
-            "idle_pass_s": self.idle_pass_s, "submitted_at_ms": self.submitted_at_ms, "endpoint": self.endpoint})
+            **self.target.trigger_kwargs(), "deadline_epoch_s": self.deadline_epoch_s,
+            "poll_interval_s": self.poll_interval_s, "master": self.master, "spark_binary": self.spark_binary})
 
     def _check(self, samples: list[list[Any]]) -> HealthCheck:
-        target = GateTarget(checkpoint=self.checkpoint, topics=self.topics, kafka_conn_id=self.kafka_conn_id,
-                            min_batches=self.min_batches, baseline_batch=self.baseline_batch,
-                            baseline_query_id=self.baseline_query_id, driver=self.driver, endpoint=self.endpoint,
-                            log_path=self.log_path, idle_pass_s=self.idle_pass_s,
-                            submitted_at_ms=self.submitted_at_ms)
-        return check_health(target.look(samples))
+        return check_health(self.target.look(samples))
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        async for event in self.watch(look_now=False):   # the worker has just looked
-            yield event
-
-    async def watch(self, *, look_now: bool) -> AsyncIterator[TriggerEvent]:
-        """Look every ``poll_interval_s`` until a verdict or the deadline; the first look at once if ``look_now``."""
+        """Look every ``poll_interval_s``, the first one interval from now, until a verdict or the deadline."""
         samples: list[list[Any]] = []
         started = time.time()
-        if not look_now:
-            self.log.info("health gate: waiting in the triggerer; first look in %.0f s", self.poll_interval_s)
-            await first_look(self.poll_interval_s, self.deadline_epoch_s)
+        # A worker has just looked, or (started from the triggerer) the new driver is just starting.
+        self.log.info("health gate: waiting in the triggerer; first look in %.0f s", self.poll_interval_s)
+        await first_look(self.poll_interval_s, self.deadline_epoch_s)
         while True:
             try:   # an unreachable broker is WAITING (check_or_wait), until the deadline
                 check = await asyncio.to_thread(check_or_wait, functools.partial(self._check, samples), samples)
@@ -187,5 +169,5 @@ class StreamingHealthStartTrigger(BaseTrigger):
         # The job is looked at one poll interval later: the gate starts as the new driver's JVMs do, and a
         # look now would find nothing to judge while taking CPU from them (a driver that dies at start is
         # still seen at the next look).
-        async for event in watch.watch(look_now=False):
+        async for event in watch.run():
             yield TriggerEvent({**event.payload, "first_look": "triggerer"})
