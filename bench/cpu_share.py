@@ -8,6 +8,11 @@ process run; a bare row's starts beside an idle scheduler. This sampler tells th
 process's own counter kept after it exits, and the machine's busy ticks from ``/proc/stat``), and
 :func:`during` answers how many CPU seconds Airflow took between two wall times and how busy the
 machine was. Linux only; without ``/proc`` it answers nothing.
+
+The same samples also split every process's CPU by what it is (:data:`GROUPS`, first match of its
+command line): Airflow, the Spark application (spark-submit, the AM with the driver, executors and
+their Python workers), the Hadoop daemons, the Kafka broker, and the rest (this bench, the OS), so a
+slower driver start can be put on whoever took the cores.
 """
 
 from __future__ import annotations
@@ -19,6 +24,17 @@ import time
 
 _TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 _INTERVAL_S = 0.25
+#: group -> command-line substrings; the first group with a match takes the process.
+GROUPS: tuple[tuple[str, tuple[bytes, ...]], ...] = (
+    ("airflow", (b"bin/airflow\x00",)),
+    ("spark", (b"org.apache.spark", b"pyspark", b"/usercache/", b"reference_job")),
+    ("hadoop", (b"MiniCluster", b"org.apache.hadoop")),
+    ("kafka", (b"kafka.Kafka", b"kafka_", b"KafkaRaftServer")),
+)
+
+
+def group_of(cmd: bytes) -> str:
+    return next((name for name, keys in GROUPS if any(k in cmd for k in keys)), "other")
 
 
 class _Sampler(threading.Thread):
@@ -29,6 +45,9 @@ class _Sampler(threading.Thread):
         self.busy: list[float] = []       # cumulative busy CPU seconds of the machine
         self._seen: dict[int, tuple[int, int]] = {}   # pid -> (start time, last utime+stime ticks)
         self._done = 0                    # ticks of Airflow processes that exited
+        self.groups: list[dict[str, float]] = []   # cumulative CPU seconds per group (GROUPS)
+        self._all: dict[int, tuple[int, int, str]] = {}   # pid -> (start, ticks, group), every process
+        self._group_done: dict[str, int] = {}
 
     def run(self) -> None:
         while True:
@@ -37,23 +56,33 @@ class _Sampler(threading.Thread):
 
     def _sample(self) -> None:
         alive: dict[int, tuple[int, int]] = {}
+        every: dict[int, tuple[int, int, str]] = {}
         for name in os.listdir("/proc"):
             if not name.isdigit():
                 continue
             try:
                 with open(f"/proc/{name}/cmdline", "rb") as fh:
                     cmd = fh.read()
-                if b"bin/airflow\x00" not in cmd:   # the airflow command and what it forks, not the Spark job
-                    continue
                 with open(f"/proc/{name}/stat") as fh:
                     fields = fh.read().rpartition(")")[2].split()
             except OSError:
                 continue
-            alive[int(name)] = (int(fields[19]), int(fields[11]) + int(fields[12]))   # starttime, utime + stime
+            start, ticks = int(fields[19]), int(fields[11]) + int(fields[12])   # starttime, utime + stime
+            every[int(name)] = (start, ticks, group_of(cmd))
+            if b"bin/airflow\x00" in cmd:   # the airflow command and what it forks, not the Spark job
+                alive[int(name)] = (start, ticks)
         for pid, (start, ticks) in self._seen.items():
             if alive.get(pid, (None,))[0] != start:
                 self._done += ticks
         self._seen = alive
+        for pid, (start, ticks, group) in self._all.items():
+            if every.get(pid, (None,))[0] != start:
+                self._group_done[group] = self._group_done.get(group, 0) + ticks
+        self._all = every
+        now = dict(self._group_done)
+        for _, ticks, group in every.values():
+            now[group] = now.get(group, 0) + ticks
+        self.groups.append({g: t / _TICK for g, t in now.items()})
         with open("/proc/stat") as fh:
             cpu = [int(x) for x in fh.readline().split()[1:]]
         self.walls.append(time.time())
@@ -83,5 +112,7 @@ def during(t0: float, t1: float, what: str) -> dict:
     if s is None or len(s.walls) < 2 or t1 <= t0 or s.walls[0] > t0:
         return {}
     cores = os.cpu_count() or 1
+    g0, g1 = s.at(s.groups, t0), s.at(s.groups, t1)
     return {f"{what}_airflow_cpu_s": round(s.at(s.airflow, t1) - s.at(s.airflow, t0), 2),
-            f"{what}_machine_busy": round((s.at(s.busy, t1) - s.at(s.busy, t0)) / ((t1 - t0) * cores), 2)}
+            f"{what}_machine_busy": round((s.at(s.busy, t1) - s.at(s.busy, t0)) / ((t1 - t0) * cores), 2),
+            f"{what}_cpu_by_group_s": {g: round(g1.get(g, 0.0) - g0.get(g, 0.0), 2) for g in sorted(g1)}}

@@ -201,6 +201,14 @@ def warm(b: Bench, below: float = 2.5, timeout: float = 600.0) -> dict:
     return out
 
 
+def asked_phases(alignment: dict | None, last_mtime: float) -> dict:
+    """Where the stop's request fell (``runtime/stop_align.py``): the alignment, and the request's second
+    after the last commit (this machine's clock against the store's mtime; one machine here)."""
+    if not alignment:
+        return {}
+    return {"stop_alignment": alignment, "asked_after_last_commit_s": round(alignment["asked_at"] - last_mtime, 3)}
+
+
 class Bench:
     """One job ``dt`` in a registry of its own; ``data`` is where its checkpoint, sink and backups live
     (a local folder, or an ``hdfs://`` URL for the YARN runs); ``job`` adds registry keys to the entry."""
@@ -261,6 +269,7 @@ class Bench:
             raise RuntimeError(f"stop: {out}")
         commits = log_files(self.ck)
         row["stop_after_last_commit_s"] = round(returned - commits[max(commits)], 3)
+        row.update(asked_phases(out.get("alignment"), commits[max(commits)]))
         return max(commits), commits[max(commits)]
 
     def command(self, row: dict, name: str, argv: list[str], ok: tuple[int, ...] = (0,)) -> str:

@@ -127,7 +127,7 @@ class DagRestarts:
         offsets = log_files(self.b.ck, "offsets")
         first = min(b for b in offsets if b > after)
         committed = wait_for("the new query's first batch committed", lambda: log_files(self.b.ck).get(first))
-        from downtime_bench import launch_phases
+        from downtime_bench import asked_phases, launch_phases
 
         submitted = self.xcom(run_id, "submit")
         row.update(self.phases(tis, last_mtime, offsets[first], committed))
@@ -135,6 +135,7 @@ class DagRestarts:
             row.update(launch_phases(epoch(tis["stop"]["end_date"]), submitted["submitted_at_ms"] / 1000,
                                      submitted["launch_s"], offsets[first]))
         backup = self.xcom(run_id, "stop", "backup")   # the backup inside the stop task, after the driver's exit
+        row.update(asked_phases(stop.get("alignment"), last_mtime))
         row.update(last_batch=last, first_new_batch=first, stop_outcome=stop.get("outcome"),
                    backup_s=backup.get("seconds"), backup_files=backup.get("files"),
                    precopy=stop.get("precopy"), load_1m_end=load_1m())
@@ -193,8 +194,8 @@ def summary(rows: list[dict]) -> dict:
     if "dag" in by:
         keys = [k for k in by["dag"][0] if k.endswith("_s") and k != "downtime_s"]
         out["dag_median_phases_s"] = {k: statistics.median(r[k] for r in by["dag"] if k in r) for k in keys}
-    common = ("stop_after_last_commit_s", "to_launch_s", "launch_s", "launch_to_plan_s", "first_batch_s",
-              "launch_to_plan_airflow_cpu_s", "launch_to_plan_machine_busy")
+    common = ("asked_after_last_commit_s", "stop_after_last_commit_s", "to_launch_s", "launch_s", "launch_to_plan_s",
+              "first_batch_s", "launch_to_plan_airflow_cpu_s", "launch_to_plan_machine_busy")
     for kind, rows_k in by.items():   # the window of every kind split the same way (launch_phases)
         rows_k = [r for r in rows_k if "to_launch_s" in r]
         if rows_k:

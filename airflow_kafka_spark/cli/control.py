@@ -164,6 +164,9 @@ def _stop_arguments(p: argparse.ArgumentParser) -> None:
                    help="how long to wait for the batch boundary before killing (default: the registry's "
                         "stop_timeout_s)")
     p.add_argument("--actor", metavar="NAME", help="who stops (lifecycle record; default: the login name)")
+    p.add_argument("--at-once", action="store_true",
+                   help="ask at once instead of just after the job's next commit (that wait is at most "
+                        "1.5 of its recent batch gaps, 30s at most; it keeps the stop from starting mid-batch)")
     add_execute_argument(p, "write the stop marker, wait for the batch boundary, kill after --wait", old_dry_run=False)
     add_json_argument(p)
 
@@ -179,8 +182,9 @@ def _stop(args: argparse.Namespace) -> int:
     wait = args.wait if args.wait is not None else spec.stop_timeout_s
     if not execute:
         state = driver_state(spec, LifecycleRecord.load(spec.checkpoint))
-        would = (f"write {spec.stop_marker}, wait up to {wait:.0f}s for the job to end on a batch boundary, then "
-                 "kill it" if state["state"] == RUNNING else
+        first = "" if args.at_once else "wait for the job's next commit (30s at most), "
+        would = (f"{first}write {spec.stop_marker}, wait up to {wait:.0f}s for the job to end on a batch boundary, "
+                 "then kill it" if state["state"] == RUNNING else
                  f"do nothing: the driver is {state['state']} ({state['detail']})")
         doc = {"job": spec.name, "outcome": "PLAN", **state, "would": would}
         if args.json:
@@ -190,7 +194,7 @@ def _stop(args: argparse.Namespace) -> int:
                         "plan only: nothing was done; pass --execute to stop")
         return ExitCode.OK
     out = start_stop.stop_job(spec, target=lambda: _no_target(spec), actor=args.actor or getpass.getuser(),
-                              log=_StderrLog(), timeout_s=wait)
+                              log=_StderrLog(), timeout_s=wait, align=not args.at_once)
     if args.json:
         report.emit(report.dump_json(out))
     else:

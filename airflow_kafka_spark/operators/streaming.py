@@ -96,10 +96,10 @@ class SubmitStreamingJobOperator(StreamingJobOperator):
 
 
 def stop_job(spec: JobSpec, *, context: Any, log: Any, timeout_s: float | None = None, poll_s: float | None = None,
-             only_driver_id: str | None = None) -> dict[str, Any]:
+             only_driver_id: str | None = None, align: bool = True) -> dict[str, Any]:
     """The body of :class:`StopStreamingJobOperator` (also the rollback task's)."""
     return start_stop.stop_job(spec, target=lambda: spark_target(spec), actor=actor(context), log=log,
-                               timeout_s=timeout_s, poll_s=poll_s, only_driver_id=only_driver_id)
+                               timeout_s=timeout_s, poll_s=poll_s, only_driver_id=only_driver_id, align=align)
 
 
 @dataclass(frozen=True)
@@ -121,14 +121,19 @@ class StopStreamingJobOperator(StreamingJobOperator):
     :param precopy_backup: a verified backup follows the stop: pre-copy it while the driver runs, before
         the stop and (not on a local disk, ``stop_precopy.beside_rule``) beside its wait (only then;
         never in a dry run), so the backup after the stop copies only the newest files.
+    :param align_to_commit: ask the job to stop just after its next commit (at most 1.5 of its recent
+        batch gaps, 30 s at most: ``runtime/stop_align.py``), so the window starts at a commit rather
+        than inside a batch; False asks at once.
     """
 
     template_fields = ("job", "reason", "dry_run")
     operator_extra_links = (SparkApplicationLink(),)
 
     def __init__(self, *, job: str, timeout_s: float | None = None, poll_s: float | None = None,
-                 dry_run: bool | str = False, precopy_backup: bool = False, **kwargs: Any) -> None:
+                 dry_run: bool | str = False, precopy_backup: bool = False, align_to_commit: bool = True,
+                 **kwargs: Any) -> None:
         super().__init__(job=job, **kwargs)
+        self.align_to_commit = align_to_commit
         self.timeout_s = timeout_s
         self.poll_s = poll_s
         self.dry_run = dry_run
@@ -147,11 +152,13 @@ class StopStreamingJobOperator(StreamingJobOperator):
                     "driver": None if d is None else {"kind": d.kind, "id": d.id, "host": d.host},
                     "would": ("pre-copy the backup (publishes nothing), then " if self._precopies(spec)
                               and alive else "")
+                    + ("wait for the job's next commit (30s at most), " if self.align_to_commit else "")
                     + (f"write {spec.stop_marker}, wait up to {self.timeout_s or spec.stop_timeout_s:.0f}s for "
                               "a batch boundary, then kill") if alive else "nothing: no driver runs"})
 
         def stop() -> dict[str, Any]:
-            return stop_job(spec, context=context, log=self.log, timeout_s=self.timeout_s, poll_s=self.poll_s)
+            return stop_job(spec, context=context, log=self.log, timeout_s=self.timeout_s, poll_s=self.poll_s,
+                            align=self.align_to_commit)
 
         chain = PassChain(spec.checkpoint, spec.backup_root, job=spec.name) if self._precopies(spec) else None
         if chain is not None:

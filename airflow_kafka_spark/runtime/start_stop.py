@@ -36,6 +36,7 @@ from airflow_kafka_spark.runtime import (
     drivers,
     integrations,
     local_start,
+    stop_align,
     submit,
     unrecorded,
 )
@@ -292,8 +293,12 @@ def own_submission(record: LifecycleRecord, holder: str) -> dict[str, Any] | Non
 
 
 def stop_job(spec: JobSpec, *, target: Callable[[], SparkTarget], actor: str, log: Any, timeout_s: float | None = None,
-             poll_s: float | None = None, only_driver_id: str | None = None) -> dict[str, Any]:
+             poll_s: float | None = None, only_driver_id: str | None = None, align: bool = True) -> dict[str, Any]:
     """Stop the job's recorded driver on a batch boundary; kill only after the timeout.
+
+    ``align``: ask (or kill) just after the job's next commit, waiting at most
+    ``stop_align.MAX_ALIGN_S`` while the job runs (``runtime/stop_align.py``: the window then starts at
+    that commit); False asks at once.
 
     ``poll_s``: how often the wait asks whether the driver still runs (default: its control's, 0.2 s
     for a local driver, 1 s through a cluster manager).
@@ -315,12 +320,18 @@ def stop_job(spec: JobSpec, *, target: Callable[[], SparkTarget], actor: str, lo
                  spec.integration)
         timeout = 0.0
     judge = KindStopJudge(spec, lambda: integrations.integration_for(spec).stop_witness(spec))
+    alignment = None
+    if align and drv is not None and ctl.is_alive():
+        alignment = stop_align.wait_for_next_commit(open_location(spec.checkpoint).child("commits"),
+                                                    is_alive=ctl.is_alive)
+        log.info("job %s: %s", spec.name, alignment.line())
     result = drivers.stop(spec.checkpoint, spec.stop_marker, is_alive=ctl.is_alive, kill=ctl.kill, timeout_s=timeout,
                           poll_s=ctl.poll_s if poll_s is None else poll_s, progress=log.info, judge=judge)
     witness = judge.witness
     log.info("job %s: %s — %s", spec.name, result.outcome, result.message)
     out = {"job": spec.name, **result.to_dict(),
-           "driver": None if drv is None else {"kind": drv.kind, "id": drv.id, "host": drv.host}}
+           "driver": None if drv is None else {"kind": drv.kind, "id": drv.id, "host": drv.host},
+           "alignment": None if alignment is None else alignment.to_dict()}
     if witness is not None:
         out["job_reported"] = witness
         if witness.get("stopped_on_boundary") is not None and bool(witness["stopped_on_boundary"]) != (
