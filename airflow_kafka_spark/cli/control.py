@@ -165,8 +165,8 @@ def _stop_arguments(p: argparse.ArgumentParser) -> None:
                         "stop_timeout_s)")
     p.add_argument("--actor", metavar="NAME", help="who stops (lifecycle record; default: the login name)")
     p.add_argument("--at-once", action="store_true",
-                   help="ask at once instead of just after the job's next commit (that wait is at most "
-                        "1.5 of its recent batch gaps, 30s at most; it keeps the stop from starting mid-batch)")
+                   help="a job that watches no stop marker is killed at once, not just after its next commit "
+                        "(that wait is at most 1.5 of its recent batch gaps, 30s at most)")
     add_execute_argument(p, "write the stop marker, wait for the batch boundary, kill after --wait", old_dry_run=False)
     add_json_argument(p)
 
@@ -182,8 +182,7 @@ def _stop(args: argparse.Namespace) -> int:
     wait = args.wait if args.wait is not None else spec.stop_timeout_s
     if not execute:
         state = driver_state(spec, LifecycleRecord.load(spec.checkpoint))
-        first = "" if args.at_once else "wait for the job's next commit (30s at most), "
-        would = (f"{first}write {spec.stop_marker}, wait up to {wait:.0f}s for the job to end on a batch boundary, "
+        would = (f"write {spec.stop_marker}, wait up to {wait:.0f}s for the job to end on a batch boundary, "
                  "then kill it" if state["state"] == RUNNING else
                  f"do nothing: the driver is {state['state']} ({state['detail']})")
         doc = {"job": spec.name, "outcome": "PLAN", **state, "would": would}

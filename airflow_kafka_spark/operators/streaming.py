@@ -121,9 +121,9 @@ class StopStreamingJobOperator(StreamingJobOperator):
     :param precopy_backup: a verified backup follows the stop: pre-copy it while the driver runs, before
         the stop and (not on a local disk, ``stop_precopy.beside_rule``) beside its wait (only then;
         never in a dry run), so the backup after the stop copies only the newest files.
-    :param align_to_commit: ask the job to stop just after its next commit (at most 1.5 of its recent
-        batch gaps, 30 s at most: ``runtime/stop_align.py``), so the window starts at a commit rather
-        than inside a batch; False asks at once.
+    :param align_to_commit: a job that watches no stop marker (killed at once) is killed just after its
+        next commit (at most 1.5 of its recent batch gaps, 30 s at most: ``runtime/stop_align.py``), so
+        the window starts at a commit rather than inside a batch; False kills at once.
     """
 
     template_fields = ("job", "reason", "dry_run")
@@ -152,7 +152,6 @@ class StopStreamingJobOperator(StreamingJobOperator):
                     "driver": None if d is None else {"kind": d.kind, "id": d.id, "host": d.host},
                     "would": ("pre-copy the backup (publishes nothing), then " if self._precopies(spec)
                               and alive else "")
-                    + ("wait for the job's next commit (30s at most), " if self.align_to_commit else "")
                     + (f"write {spec.stop_marker}, wait up to {self.timeout_s or spec.stop_timeout_s:.0f}s for "
                               "a batch boundary, then kill") if alive else "nothing: no driver runs"})
 

@@ -296,9 +296,10 @@ def stop_job(spec: JobSpec, *, target: Callable[[], SparkTarget], actor: str, lo
              poll_s: float | None = None, only_driver_id: str | None = None, align: bool = True) -> dict[str, Any]:
     """Stop the job's recorded driver on a batch boundary; kill only after the timeout.
 
-    ``align``: ask (or kill) just after the job's next commit, waiting at most
-    ``stop_align.MAX_ALIGN_S`` while the job runs (``runtime/stop_align.py``: the window then starts at
-    that commit); False asks at once.
+    ``align``: a stop that kills at once (a job that watches no marker, or ``timeout_s=0``) kills just
+    after the job's next commit, waiting at most ``stop_align.MAX_ALIGN_S`` while the job runs
+    (``runtime/stop_align.py``: the window then starts at that commit, and the kill cuts a batch that
+    has barely begun); False kills at once. A job that watches the marker picks its boundary itself.
 
     ``poll_s``: how often the wait asks whether the driver still runs (default: its control's, 0.2 s
     for a local driver, 1 s through a cluster manager).
@@ -321,7 +322,7 @@ def stop_job(spec: JobSpec, *, target: Callable[[], SparkTarget], actor: str, lo
         timeout = 0.0
     judge = KindStopJudge(spec, lambda: integrations.integration_for(spec).stop_witness(spec))
     alignment = None
-    if align and drv is not None and ctl.is_alive():
+    if align and timeout <= 0 and drv is not None and ctl.is_alive():
         alignment = stop_align.wait_for_next_commit(open_location(spec.checkpoint).child("commits"),
                                                     is_alive=ctl.is_alive)
         log.info("job %s: %s", spec.name, alignment.line())

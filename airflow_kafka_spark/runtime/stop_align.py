@@ -1,28 +1,30 @@
-"""Place a stop request just after a batch commits, so the stop does not start the window mid-batch.
+"""Kill a job that watches no stop marker just after a batch commits, not inside a batch.
 
-Why: the stream stands still from the old query's last ``commits/N`` to the new query's first. A stop
-asked for at a random moment of a busy job's batch cycle starts that window when batch N committed,
-then waits for (or cuts) batch N+1, whose work is lost or re-done: on YARN, where a batch takes
-4-5 s, the DAG's stop landed 1.3-5.9 s later after the last commit than a stop asked for just after
-a commit (docs/benchmarks.md, round 21). Waiting for the next commit before writing the marker (or
-killing a job that does not watch one) moves the window's start to that commit: the stream keeps
-running while the stop task waits, and the request meets the job between two batches.
+Why: the stream stands still from the old query's last ``commits/N`` to the new query's first. A job
+whose integration watches no marker (``integration: none``: a user's application run unchanged,
+without the agent) is killed at once; killed at a random moment of a busy job's batch cycle, the window starts
+when batch N committed and the kill throws away batch N+1's work so far (a batch takes 4-5 s on the
+YARN devstack, docs/benchmarks.md round 21). Waiting for the next commit before the kill moves the
+window's start to that commit, while the stream keeps running, and the kill cuts a batch that has
+barely begun. A job that watches the marker (the agent's gate, the reference job) picks its own
+boundary after the request, so its stop is not delayed by this wait (``start_stop.stop_job``).
 
 The rule, from the checkpoint's own ``commits/`` (no code in the job): the newest commits give the
-job's cadence (the median gap of the last few); the stop waits for a commit newer than the one it
-found, at most 1.5 gaps and never more than :data:`MAX_ALIGN_S`, polling the folder every
-:data:`POLL_S`. Fewer than three commits, or no ``commits/`` at all (a DStream job's checkpoint),
-give no cadence, and the request goes out at once. A job that commits nothing within the bound
-(idle, or stuck) is asked at the bound: the wait only ever delays the request, never skips it.
+job's cadence (the median gap of the last few); the stop waits for ``commits/<found + 1>``, at most
+1.5 gaps and never more than :data:`MAX_ALIGN_S`, looking every :data:`POLL_S` (one stat, however
+long the folder). Fewer than three commits, or no ``commits/`` at all (a DStream job's checkpoint),
+give no cadence, and the kill comes at once. A job that commits nothing within the bound (idle, or
+stuck) is killed at the bound: the wait only ever delays the kill, never skips it.
 
 The store's clock is never compared with this machine's: the bound comes from gaps between the
-store's own modification times, and the wait ends on a new name in the folder.
+store's own modification times, and the wait ends on the next batch's file appearing.
 """
 
 from __future__ import annotations
 
 import itertools
 import os
+import posixpath
 import statistics
 import time
 from collections.abc import Callable
@@ -30,9 +32,9 @@ from dataclasses import asdict, dataclass
 
 from airflow_kafka_spark._util.fs import Location, mtime_of
 
-#: The longest a stop waits for the next commit (a job with a long trigger interval is asked at once after it).
+#: The longest a stop waits for the next commit (a job with a long trigger interval is killed at this bound).
 MAX_ALIGN_S = 30.0
-#: How often ``commits/`` is listed while waiting: the request follows a commit by about half of this.
+#: How often the next ``commits/`` file is looked for while waiting: the kill follows a commit by about half of this.
 POLL_S = 0.2
 #: How often the wait asks whether the driver still runs (a driver that exits ends it).
 ALIVE_EVERY_S = 1.0
@@ -42,25 +44,25 @@ CADENCE_GAPS = 5
 
 @dataclass(frozen=True)
 class Alignment:
-    """Where a stop request fell against the job's batches (the stop's XCom and log say so)."""
+    """Where a kill fell against the job's batches (the stop's XCom and log say so)."""
 
-    waited_s: float            # from the start of the wait to the request
-    bound_s: float             # the longest it would have waited (0: no cadence, asked at once)
+    waited_s: float            # from the start of the wait to its end (the kill)
+    bound_s: float             # the longest it would have waited (0: no cadence, killed at once)
     cadence_s: float | None    # the median gap between the job's newest commits
     found_batch: int | None    # the newest committed batch when the stop began
-    after_batch: int | None    # the commit the request followed; None: none came within the bound
-    asked_at: float            # this machine's epoch seconds when the wait ended (the request follows)
+    after_batch: int | None    # the commit the kill followed; None: none came within the bound
+    asked_at: float            # this machine's epoch seconds when the wait ended (the kill follows)
 
     def to_dict(self) -> dict:
         return asdict(self)
 
     def line(self) -> str:
         if self.bound_s <= 0:
-            return "stop asked at once: fewer than three batches in commits/ give no cadence to wait on"
+            return "killed at once: fewer than three batches in commits/ give no cadence to wait on"
         if self.after_batch is None:
-            return (f"no batch committed within {self.bound_s:.1f}s (cadence {self.cadence_s:.1f}s): stop asked "
+            return (f"no batch committed within {self.bound_s:.1f}s (cadence {self.cadence_s:.1f}s): killed "
                     f"after batch {self.found_batch}")
-        return f"stop asked just after batch {self.after_batch} committed (waited {self.waited_s:.1f}s for it)"
+        return f"killed just after batch {self.after_batch} committed (waited {self.waited_s:.1f}s for it)"
 
 
 def _commit_ids(names) -> list[int]:
@@ -85,16 +87,13 @@ def _listing(commits: Location) -> dict[int, float | None]:
     return out
 
 
-def _newest(commits: Location) -> int | None:
-    try:
-        if commits.local:
-            ids = _commit_ids(os.listdir(commits.path))
-        else:
-            commits.fs.invalidate_cache(commits.path)
-            ids = _commit_ids(p.rstrip("/").rsplit("/", 1)[-1] for p in commits.fs.ls(commits.path, detail=False))
-    except (FileNotFoundError, NotADirectoryError):
-        return None
-    return ids[-1] if ids else None
+def _committed(commits: Location, batch: int) -> bool:
+    """Whether ``commits/<batch>`` exists: one stat, however many batches the folder keeps."""
+    path = posixpath.join(commits.path, str(batch))
+    if commits.local:
+        return os.path.exists(path)
+    commits.fs.invalidate_cache(commits.path)
+    return bool(commits.fs.exists(path))
 
 
 def cadence(listing: dict[int, float | None]) -> float | None:
@@ -128,11 +127,10 @@ def wait_for_next_commit(commits: Location, *, is_alive: Callable[[], bool],
                 break
         time.sleep(poll_s)
         try:
-            newest = _newest(commits)
+            if _committed(commits, found + 1):
+                return _ended(t0, bound, gap, found, found + 1)
         except OSError:
             break
-        if newest is not None and newest > found:
-            return _ended(t0, bound, gap, found, newest)
     return _ended(t0, bound, gap, found, None)
 
 

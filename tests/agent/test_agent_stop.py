@@ -211,3 +211,48 @@ def test_without_the_agent_a_stop_cuts_the_running_batch(broker, tmp_path, topic
     offsets, commits = h.boundary(ck)
     print(f"\n[agent] without the agent: offsets/{offsets}, commits/{commits}")
     assert offsets == commits + 1, f"expected a cut batch, found offsets/{offsets} commits/{commits}"
+
+
+def test_without_the_agent_the_stop_kills_just_after_a_commit(broker, tmp_path, topic_name):
+    """A job that watches no marker (``integration: none``) is killed at once; the product's stop kills it
+    just after its next commit, read from Spark's own ``commits/`` (runtime/stop_align.py)."""
+    import logging
+    import socket
+
+    from airflow_kafka_spark.lifecycle.events import DriverKind
+    from airflow_kafka_spark.lifecycle.model import DriverInfo
+    from airflow_kafka_spark.lifecycle.record import LifecycleRecord
+    from airflow_kafka_spark.registry.model import Integration, JobSpec
+    from airflow_kafka_spark.runtime import start_stop
+
+    rt = runtime("default")
+    create_topic(broker.bootstrap_servers, topic_name, 3)
+    ck, out = tmp_path / "ck", tmp_path / "out"
+    spec = JobSpec(name="orders", application=str(h.PY_JOB), topics=(topic_name,), checkpoint=str(ck),
+                   backup_root=str(tmp_path / "backups"), stop_marker=str(tmp_path / "stop.marker"),
+                   integration=Integration.NONE)
+    producer = h.ContinuousProducer(broker.bootstrap_servers, topic_name, 3, rate=150).start()
+    args = ["--brokers", broker.bootstrap_servers, "--topic", topic_name, "--checkpoint", str(ck), "--out", str(out)]
+    driver = h.submit(rt, h.PY_JOB, args, tmp_path / "driver.log")
+    try:
+        wait_until(lambda: driver.proc.poll() is not None or h.newest(ck, "commits") >= 3,
+                   timeout=START_TIMEOUT, interval=0.2, what="four committed batches")
+        assert driver.proc.poll() is None, driver.text()[-3000:]
+        record = LifecycleRecord.load_or_create(spec.name, spec.checkpoint)
+        record.driver = DriverInfo(kind=DriverKind.LOCAL.value, id=str(driver.proc.pid), host=socket.gethostname(),
+                                   started_at=int(time.time() * 1000))
+        record.save()
+        stopped = start_stop.stop_job(spec, target=lambda: None, actor="test", log=logging.getLogger("test"))
+        driver.wait(STOP_TIMEOUT)
+    finally:
+        producer.stop()
+        if driver.proc.poll() is None:
+            driver.kill()
+    a = stopped["alignment"]
+    committed_at = (ck / "commits" / str(a["after_batch"])).stat().st_mtime
+    print(f"\n[agent] without the agent, the stop's kill: {a}, {a['asked_at'] - committed_at:.3f}s after "
+          f"commits/{a['after_batch']}; outcome {stopped['outcome']}, boundary {h.boundary(ck)}")
+    assert a["after_batch"] == a["found_batch"] + 1 and a["waited_s"] <= a["bound_s"] + 1, a
+    assert 0 <= a["asked_at"] - committed_at < 0.6, (a, committed_at)
+    assert stopped["killed"] and stopped["last_committed"] == a["after_batch"], stopped
+    assert stopped["outcome"] in ("KILLED", "STOPPED_MID_BATCH") and not Path(spec.stop_marker).exists()

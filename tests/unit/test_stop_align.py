@@ -1,8 +1,10 @@
-"""A stop asks the job just after its next commit, and never waits past its bound (runtime/stop_align.py).
+"""A stop that kills at once kills just after the job's next commit, and never waits past its bound
+(runtime/stop_align.py).
 
 The checkpoint is a Spark-shaped one (tests/support/checkpoint_factory.py) whose ``commits/`` a thread
-extends at a steady cadence, as a running query does; the driver is a stand-in that exits once the
-marker appears. The downtime bench shows the same rule against real Spark on YARN (docs/benchmarks.md).
+extends at a steady cadence, as a running query does; the driver is a stand-in that dies when killed.
+The stop is composed as ``start_stop.stop_job`` composes it for a job that watches no marker: the wait,
+then ``drivers.stop`` with no timeout.
 """
 
 from __future__ import annotations
@@ -31,8 +33,9 @@ class _Committer(threading.Thread):
         while not self.stop_event.wait(self.every_s):
             commit = self.ck / "commits" / str(self.next - 1)
             (self.ck / "offsets" / str(self.next - 1)).write_bytes((self.ck / "offsets" / "0").read_bytes())
-            commit.write_bytes((self.ck / "commits" / "0").read_bytes())
-            self.written[self.next - 1] = time.time()
+            data = (self.ck / "commits" / "0").read_bytes()
+            self.written[self.next - 1] = time.time()   # before the file exists: no look can see it earlier
+            commit.write_bytes(data)
             self.next += 1
 
 
@@ -45,27 +48,27 @@ def _spaced(ck: Path, every_s: float) -> None:
 
 
 class _Driver:
+    """A driver that watches no marker: it runs until killed."""
+
     def __init__(self, marker: Path) -> None:
-        self.marker, self.asked_at = marker, None
+        self.marker, self.killed_at = marker, None
 
     def alive(self) -> bool:
-        if self.marker.exists() and self.asked_at is None:
-            self.asked_at = time.time()
-        return self.asked_at is None
+        return self.killed_at is None
 
     def kill(self) -> None:
-        raise AssertionError("a driver that exits on the marker is never killed")
+        self.killed_at = time.time()
 
 
 def _stop(tmp_path: Path, driver: _Driver, align_max_s: float = 30.0) -> tuple[Alignment, drivers.StopResult]:
-    """As ``start_stop.stop_job`` composes them: the wait for the next commit, then the marker's stop."""
+    """As ``start_stop.stop_job`` composes them for a job killed at once: the wait, then the kill."""
     a = wait_for_next_commit(open_location(str(tmp_path / "ck")).child("commits"), is_alive=driver.alive,
                              max_s=align_max_s)
     return a, drivers.stop(str(tmp_path / "ck"), str(driver.marker), is_alive=driver.alive, kill=driver.kill,
-                           timeout_s=30, poll_s=0.01)
+                           timeout_s=0, poll_s=0.01)
 
 
-def test_the_request_follows_the_next_commit(tmp_path):
+def test_the_kill_follows_the_next_commit(tmp_path):
     ck = tmp_path / "ck"
     write_checkpoint(ck, batches=4)
     _spaced(ck, 0.6)
@@ -79,10 +82,11 @@ def test_the_request_follows_the_next_commit(tmp_path):
         committer.join()
     assert a is not None and a.found_batch == 3 and a.after_batch is not None and a.after_batch > 3, a
     assert abs(a.cadence_s - 0.6) < 0.15 and abs(a.bound_s - 0.9) < 0.25, a
-    # the marker appeared after that commit was written, within two polls of it, and the stop is graceful
-    assert committer.written[a.after_batch] <= a.asked_at <= driver.asked_at, (committer.written, a, driver.asked_at)
-    assert a.asked_at - committer.written[a.after_batch] < 0.5, (a.asked_at, committer.written)
-    assert res.outcome == "STOPPED" and a.to_dict()["after_batch"] == a.after_batch
+    # the kill came after that commit was written, within two looks of it, before the next one
+    assert a.after_batch == 4 and committer.written[4] <= a.asked_at <= driver.killed_at, (committer.written, a)
+    assert driver.killed_at - committer.written[4] < 0.5, (driver.killed_at, committer.written)
+    assert 5 not in committer.written or driver.killed_at < committer.written[5], (driver.killed_at, committer.written)
+    assert res.outcome == "KILLED" and res.last_committed >= 4 and a.to_dict()["after_batch"] == 4
 
 
 def test_a_job_that_commits_nothing_is_asked_at_the_bound(tmp_path):
@@ -93,7 +97,7 @@ def test_a_job_that_commits_nothing_is_asked_at_the_bound(tmp_path):
     t = time.monotonic()
     a, res = _stop(tmp_path, driver)
     assert a.after_batch is None and a.found_batch == 3 and 0.7 <= a.waited_s <= 1.2 + 0.5, a
-    assert time.monotonic() - t < 5 and res.outcome == "STOPPED"
+    assert time.monotonic() - t < 5 and res.outcome == "KILLED" and driver.killed_at is not None
     assert "no batch committed within" in a.line() and "after batch 3" in a.line()
 
 
