@@ -34,6 +34,11 @@ class UserError(Exception):
         super().__init__(" ".join(message.split()))
 
 
+class CheckpointWritten(UserError):
+    """A checkpoint file changed while a backup copied it: something still writes there (a running query,
+    or on a cluster manager an executor of a finished application finishing its write)."""
+
+
 class Unreachable(UserError):
     """Kafka or the storage did not answer (refused, timed out, name not resolved): exit 4, not 2."""
 

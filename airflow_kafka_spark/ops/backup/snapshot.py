@@ -72,7 +72,7 @@ from airflow_kafka_spark._util.stores import (
     webhdfs_same_cluster,
     webhdfs_snapshot_root,
 )
-from airflow_kafka_spark.errors import UserError
+from airflow_kafka_spark.errors import CheckpointWritten, UserError
 from airflow_kafka_spark.names import is_backup_id
 from airflow_kafka_spark.ops.backup.catalog import store_path
 from airflow_kafka_spark.ops.backup.kinds import WebHdfs
@@ -120,7 +120,7 @@ def _read_sha256(at: Location, size: int) -> str:
             h.update(chunk)
             left -= len(chunk)
     if left != 1:
-        raise UserError(f"{at.url} has {size + 1 - left:,} bytes, not the {size:,} it was listed with: "
+        raise CheckpointWritten(f"{at.url} has {size + 1 - left:,} bytes, not the {size:,} it was listed with: "
                         "something writes into the checkpoint; stop the query and back up again")
     return h.hexdigest()
 

@@ -31,6 +31,7 @@ backup root once and passes the locations (what may be backed up: ``ops.backup.s
 
 from __future__ import annotations
 
+import logging
 import operator
 import time
 from dataclasses import dataclass, field, replace
@@ -42,7 +43,7 @@ from airflow_kafka_spark._util.lock import LockFile
 from airflow_kafka_spark._util.paths import Contained, check_relative
 from airflow_kafka_spark.checkpoint.model import CheckpointState
 from airflow_kafka_spark.checkpoint.reader import read_checkpoint
-from airflow_kafka_spark.errors import OperationBlocked, UserError
+from airflow_kafka_spark.errors import CheckpointWritten, OperationBlocked, UserError
 from airflow_kafka_spark.kafka.offsets import PartitionOffsets
 from airflow_kafka_spark.lifecycle.record import LifecycleRecord
 from airflow_kafka_spark.names import new_backup_id
@@ -185,11 +186,31 @@ class _Capture:
     t0: float
 
 
+_log = logging.getLogger(__name__)
+
+#: After a file changed under the copy, how long to wait before listing again (``_backup_retrying``).
+WRITTEN_SETTLE_S = 3.0
+
+
 def _backup_retrying(cap: _Capture, state: CheckpointState) -> BackupResult:
-    """:func:`_backup_once`, again on a fresh listing when a listed file vanished and ``force`` allows it."""
+    """:func:`_backup_once`, again on a fresh listing when a listed file vanished and ``force`` allows it,
+    or when a file changed while it was copied.
+
+    Why the second: on a cluster manager the driver's exit does not end every writer. On YARN an
+    executor of a finished application wrote a RocksDB ``.sst`` of the batch the stop cut for
+    seconds after the AM was gone (docs/benchmarks.md, round 21): the backup after the stop listed it
+    with 0 bytes and read more. Such a write ends within seconds (the NodeManager kills the
+    container); a running query's does not, and the third change still fails the backup as before."""
     for attempt in range(3):
         try:
             return _backup_once(cap, state)
+        except CheckpointWritten as exc:
+            if attempt == 2:
+                raise CheckpointWritten(f"{exc} (a file changed in each of 3 attempts, {WRITTEN_SETTLE_S:.0f}s "
+                                        "apart)") from None
+            _log.warning("%s; listing again in %.0fs (attempt %d of 3)", exc, WRITTEN_SETTLE_S, attempt + 2)
+            time.sleep(WRITTEN_SETTLE_S)
+            state = read_checkpoint(cap.ck)
         except FileNotFoundError:
             # A file listed a moment ago vanished: only a running query (purge, state maintenance)
             # does that. Re-list and try again; the blobs already stored are reused.

@@ -21,7 +21,7 @@ from airflow_kafka_spark._util.conditional import rename_file
 from airflow_kafka_spark._util.fs import TRAFFIC, Location, file_kind, open_new, open_regular, os_reason, remove_file
 from airflow_kafka_spark._util.localfs import sync_filesystem
 from airflow_kafka_spark._util.paths import Contained
-from airflow_kafka_spark.errors import UserError
+from airflow_kafka_spark.errors import CheckpointWritten, UserError
 from airflow_kafka_spark.ops.backup.catalog import blob_rel
 from airflow_kafka_spark.ops.backup.kinds import Streamed, Vouched
 from airflow_kafka_spark.ops.backup.manifest import TMP_DIR
@@ -353,8 +353,8 @@ class BlobWriter:
             sync_filesystem(staged[0][1].path)   # the directory entries of the renames
 
 
-def _grew(src: Location, listed_size: int) -> UserError:
-    return UserError(f"{src.url} grew while it was copied (listed with {listed_size:,} bytes): "
+def _grew(src: Location, listed_size: int) -> CheckpointWritten:
+    return CheckpointWritten(f"{src.url} grew while it was copied (listed with {listed_size:,} bytes): "
                      "something writes into the checkpoint; stop the query and back up again")
 
 
