@@ -192,7 +192,8 @@ def summary(rows: list[dict]) -> dict:
         out["ratio_per_round"] = {k: [round(rd[k] / rd["bare"], 3) for _, rd in sorted(rounds.items())
                                       if k in rd and "bare" in rd] for k in med if k != "bare"}
     if "dag" in by:
-        keys = [k for k in by["dag"][0] if k.endswith("_s") and k != "downtime_s"]
+        keys = [k for k in by["dag"][0] if k.endswith("_s") and k != "downtime_s"
+                and isinstance(by["dag"][0][k], int | float)]
         out["dag_median_phases_s"] = {k: statistics.median(r[k] for r in by["dag"] if k in r) for k in keys}
     common = ("asked_after_last_commit_s", "stop_after_last_commit_s", "to_launch_s", "launch_s", "launch_to_plan_s",
               "first_batch_s", "launch_to_plan_airflow_cpu_s", "launch_to_plan_machine_busy")

@@ -13,6 +13,7 @@ without ``commits/N`` (the batch the next run replays).
 
 from __future__ import annotations
 
+import contextlib
 import random
 import signal
 import time
@@ -187,27 +188,35 @@ def test_java_job_stops_on_a_boundary_under_load_spark35(broker, tmp_path, topic
     _run_cycles(broker, tmp_path, topic_name, rt, 2, make_launch, mirror_group=f"aks-mirror-{topic_name}")
 
 
-def test_without_the_agent_a_stop_cuts_the_running_batch(broker, tmp_path, topic_name):
-    """The contrast: no agent, SIGTERM while a batch runs (as a stop that gave up waiting would)."""
+@contextlib.contextmanager
+def _job_without_agent(broker, tmp_path: Path, topic: str, batches: int):
+    """The users' PySpark job run unchanged (no agent) under load, once ``batches`` batches committed:
+    (its driver, its checkpoint); the load stops and the driver is killed on the way out."""
     rt = runtime("default")
-    create_topic(broker.bootstrap_servers, topic_name, 3)
+    create_topic(broker.bootstrap_servers, topic, 3)
     ck, out = tmp_path / "ck", tmp_path / "out"
-    producer = h.ContinuousProducer(broker.bootstrap_servers, topic_name, 3, rate=150).start()
-    args = ["--brokers", broker.bootstrap_servers, "--topic", topic_name, "--checkpoint", str(ck), "--out", str(out)]
+    producer = h.ContinuousProducer(broker.bootstrap_servers, topic, 3, rate=150).start()
+    args = ["--brokers", broker.bootstrap_servers, "--topic", topic, "--checkpoint", str(ck), "--out", str(out)]
     driver = h.submit(rt, h.PY_JOB, args, tmp_path / "driver.log")
     try:
-        wait_until(lambda: driver.proc.poll() is not None or h.newest(ck, "commits") >= 1,
-                   timeout=START_TIMEOUT, interval=0.2, what="two committed batches")
+        wait_until(lambda: driver.proc.poll() is not None or h.newest(ck, "commits") >= batches - 1,
+                   timeout=START_TIMEOUT, interval=0.2, what=f"{batches} committed batches")
         assert driver.proc.poll() is None, driver.text()[-3000:]
+        yield driver, ck
+    finally:
+        producer.stop()
+        if driver.proc.poll() is None:
+            driver.kill()
+
+
+def test_without_the_agent_a_stop_cuts_the_running_batch(broker, tmp_path, topic_name):
+    """The contrast: no agent, SIGTERM while a batch runs (as a stop that gave up waiting would)."""
+    with _job_without_agent(broker, tmp_path, topic_name, 2) as (driver, ck):
         # the moment a batch is planned (offsets/N written, commits/N not yet), stop the driver
         wait_until(lambda: h.newest(ck, "offsets") > h.newest(ck, "commits"), timeout=30, interval=0.01,
                    what="a batch in flight")
         driver.signal(signal.SIGTERM)
         driver.wait(STOP_TIMEOUT)
-    finally:
-        producer.stop()
-        if driver.proc.poll() is None:
-            driver.kill()
     offsets, commits = h.boundary(ck)
     print(f"\n[agent] without the agent: offsets/{offsets}, commits/{commits}")
     assert offsets == commits + 1, f"expected a cut batch, found offsets/{offsets} commits/{commits}"
@@ -225,29 +234,16 @@ def test_without_the_agent_the_stop_kills_just_after_a_commit(broker, tmp_path, 
     from airflow_kafka_spark.registry.model import Integration, JobSpec
     from airflow_kafka_spark.runtime import start_stop
 
-    rt = runtime("default")
-    create_topic(broker.bootstrap_servers, topic_name, 3)
-    ck, out = tmp_path / "ck", tmp_path / "out"
-    spec = JobSpec(name="orders", application=str(h.PY_JOB), topics=(topic_name,), checkpoint=str(ck),
+    spec = JobSpec(name="orders", application=str(h.PY_JOB), topics=(topic_name,), checkpoint=str(tmp_path / "ck"),
                    backup_root=str(tmp_path / "backups"), stop_marker=str(tmp_path / "stop.marker"),
                    integration=Integration.NONE)
-    producer = h.ContinuousProducer(broker.bootstrap_servers, topic_name, 3, rate=150).start()
-    args = ["--brokers", broker.bootstrap_servers, "--topic", topic_name, "--checkpoint", str(ck), "--out", str(out)]
-    driver = h.submit(rt, h.PY_JOB, args, tmp_path / "driver.log")
-    try:
-        wait_until(lambda: driver.proc.poll() is not None or h.newest(ck, "commits") >= 3,
-                   timeout=START_TIMEOUT, interval=0.2, what="four committed batches")
-        assert driver.proc.poll() is None, driver.text()[-3000:]
+    with _job_without_agent(broker, tmp_path, topic_name, 4) as (driver, ck):
         record = LifecycleRecord.load_or_create(spec.name, spec.checkpoint)
         record.driver = DriverInfo(kind=DriverKind.LOCAL.value, id=str(driver.proc.pid), host=socket.gethostname(),
                                    started_at=int(time.time() * 1000))
         record.save()
         stopped = start_stop.stop_job(spec, target=lambda: None, actor="test", log=logging.getLogger("test"))
         driver.wait(STOP_TIMEOUT)
-    finally:
-        producer.stop()
-        if driver.proc.poll() is None:
-            driver.kill()
     a = stopped["alignment"]
     committed_at = (ck / "commits" / str(a["after_batch"])).stat().st_mtime
     print(f"\n[agent] without the agent, the stop's kill: {a}, {a['asked_at'] - committed_at:.3f}s after "
