@@ -3,7 +3,7 @@
 Why: the stream stands still from the old query's last ``commits/N`` to the new query's first. A job
 whose integration watches no marker (``integration: none``: a user's application run unchanged,
 without the agent) is killed at once; killed at a random moment of a busy job's batch cycle, the window starts
-when batch N committed and the kill throws away batch N+1's work so far (a batch takes 4-5 s on the
+when batch N committed and the kill throws away batch N+1's work so far (a batch took 3-9 s on the
 YARN devstack, docs/benchmarks.md round 21). Waiting for the next commit before the kill moves the
 window's start to that commit, while the stream keeps running, and the kill cuts a batch that has
 barely begun. A job that watches the marker (the agent's gate, the reference job) picks its own
