@@ -202,8 +202,9 @@ def warm(b: Bench, below: float = 2.5, timeout: float = 600.0) -> dict:
 
 
 def asked_phases(alignment: dict | None, last_mtime: float) -> dict:
-    """Where the stop's request fell (``runtime/stop_align.py``): the alignment, and the request's second
-    after the last commit (this machine's clock against the store's mtime; one machine here)."""
+    """Where the end of the stop's wait for a commit fell (``runtime/stop_align.py``; only a stop that kills
+    at once waits since ``e925d6d``; round 21's rows waited before every marker): the alignment, and that
+    second after the last commit (this machine's clock against the store's mtime; one machine here)."""
     if not alignment:
         return {}
     return {"stop_alignment": alignment, "asked_after_last_commit_s": round(alignment["asked_at"] - last_mtime, 3)}

@@ -57,12 +57,14 @@ class Alignment:
         return asdict(self)
 
     def line(self) -> str:
+        """What the wait saw (logged before the kill; a driver that exits meanwhile ends the wait)."""
         if self.bound_s <= 0:
-            return "killed at once: fewer than three batches in commits/ give no cadence to wait on"
+            return ("no cadence to wait on (fewer than three batches in commits/, or commits/ unreadable): "
+                    "no wait before the kill")
         if self.after_batch is None:
-            return (f"no batch committed within {self.bound_s:.1f}s (cadence {self.cadence_s:.1f}s): killed "
-                    f"after batch {self.found_batch}")
-        return f"killed just after batch {self.after_batch} committed (waited {self.waited_s:.1f}s for it)"
+            return (f"no batch committed in the {self.waited_s:.1f}s waited (bound {self.bound_s:.1f}s, cadence "
+                    f"{self.cadence_s:.1f}s; newest batch {self.found_batch})")
+        return f"batch {self.after_batch} committed after {self.waited_s:.1f}s of waiting; the kill follows it"
 
 
 def _commit_ids(names) -> list[int]:
