@@ -20,6 +20,47 @@ _names = itertools.count()
 os.environ.setdefault("SPARK_SUBMIT_OPTS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
 
 
+#: How long past its own timeout a test may run before the backstop below ends the process.
+BACKSTOP_GRACE_S = 120
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """A backstop behind pytest-timeout: past the test's timeout + 2 min, print every thread's stack and exit.
+
+    Why: the ``signal`` method is one SIGALRM timer, and Airflow sets and clears that same timer around
+    its own bounded calls (a DAG file's parse, ``resetdb()``): once cleared, a hung test was never
+    failed, and a CI shard waited out its 50-minute limit in ``dag.test()`` with nothing printed of the
+    test (session 28). faulthandler's watchdog is a C thread no signal handler can cancel: the shard
+    ends at once with the stacks that say where it hung, instead of taking CI's budget."""
+    import faulthandler
+
+    marker = item.get_closest_marker("timeout")
+    limit = float(marker.args[0]) if marker and marker.args else float(item.config.getini("timeout") or 0)
+    if limit > 0:
+        faulthandler.dump_traceback_later(limit + BACKSTOP_GRACE_S, exit=True, file=_real_stderr(item.config))
+    try:
+        yield
+    finally:
+        if limit > 0:
+            faulthandler.cancel_dump_traceback_later()
+
+
+_stderr: list = []
+
+
+def _real_stderr(config):
+    """The shard's own stderr, not the capture's file under fd 2 (the process exits before pytest would print
+    a captured line). Through the capture manager's saved descriptor: pytest names no public way to it."""
+    import sys
+
+    if not _stderr:
+        capture = getattr(config.pluginmanager.getplugin("capturemanager"), "_global_capturing", None)
+        fd = getattr(getattr(capture, "err", None), "targetfd_save", None)
+        _stderr.append(os.fdopen(os.dup(fd), "w") if isinstance(fd, int) else sys.stderr)
+    return _stderr[0]
+
+
 @pytest.fixture(scope="session")
 def broker(tmp_path_factory):
     b = LocalBroker(data_dir=tmp_path_factory.mktemp("kafka"))

@@ -51,7 +51,13 @@ def tree(root: Path) -> dict[str, str]:
 
 
 class Responder(threading.Thread):
-    """Answers the first unanswered approval of the DAG through the REST API, as a person would."""
+    """Answers the first unanswered approval of the DAG through the REST API, as a person would.
+
+    A request that fails in transit (the api-server slow or restarting on a loaded machine) is asked again
+    until the deadline. A responder that gives up fails the waiting task in the metadata DB: ``dag.test()``
+    keeps a run whose task awaits input alive for ever, and its DAG parse cancels pytest-timeout's alarm
+    (SIGALRM), so without this a lost answer held CI's shard until its 50-minute limit (session 28's CI).
+    """
 
     def __init__(self, client: Any, option: str, params: dict[str, Any], timeout: float = 240) -> None:
         super().__init__(daemon=True)
@@ -61,26 +67,57 @@ class Responder(threading.Thread):
         self.error: str | None = None
 
     def run(self) -> None:
+        import httpx
+
         deadline = time.monotonic() + self.timeout
-        try:
-            while time.monotonic() < deadline:
-                r = self.client.get(f"/api/v2/dags/{DAG_ID}/dagRuns/~/hitlDetails",
-                                    params={"response_received": "false"})
-                r.raise_for_status()
-                found = list(r.json()["hitl_details"])
-                if found:
-                    self.asked = found[0]
-                    ti = self.asked["task_instance"]
-                    resp = self.client.patch(
-                        f"/api/v2/dags/{DAG_ID}/dagRuns/{ti['dag_run_id']}/taskInstances/{ti['task_id']}/-1/hitlDetails",
-                        json={"chosen_options": [self.option], "params_input": self.params})
-                    assert resp.status_code == 200, resp.text
-                    self.answer = resp.json()
-                    return
+        last = "no approval was asked for"
+        while time.monotonic() < deadline and self.answer is None:
+            try:
+                self._answer_once()
+            except (httpx.TransportError, _ServerError) as exc:   # asked again until the deadline
+                last = repr(exc)
+            except Exception as exc:   # reported by the test
+                last = repr(exc)
+                break
+            if self.answer is None:
                 time.sleep(1)
-            self.error = "no approval was asked for"
-        except Exception as exc:   # reported by the test
-            self.error = repr(exc)
+        if self.answer is None:
+            self.error = last
+            _fail_awaiting_input(DAG_ID)
+
+    def _answer_once(self) -> None:
+        r = self.client.get(f"/api/v2/dags/{DAG_ID}/dagRuns/~/hitlDetails", params={"response_received": "false"})
+        if r.status_code >= 500:
+            raise _ServerError(f"{r.status_code}: {r.text[:200]}")
+        r.raise_for_status()
+        found = list(r.json()["hitl_details"])
+        if not found:
+            return
+        self.asked = found[0]
+        ti = self.asked["task_instance"]
+        resp = self.client.patch(
+            f"/api/v2/dags/{DAG_ID}/dagRuns/{ti['dag_run_id']}/taskInstances/{ti['task_id']}/-1/hitlDetails",
+            json={"chosen_options": [self.option], "params_input": self.params})
+        if resp.status_code >= 500:
+            raise _ServerError(f"{resp.status_code}: {resp.text[:200]}")
+        assert resp.status_code == 200, resp.text
+        self.answer = resp.json()
+
+
+class _ServerError(Exception):
+    """The api-server answered 5xx: asked again."""
+
+
+def _fail_awaiting_input(dag_id: str) -> None:
+    """Fail every task of ``dag_id`` that awaits input, so that ``dag.test()`` ends the run instead of waiting."""
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.utils.session import create_session
+    from airflow.utils.state import TaskInstanceState
+
+    with create_session() as session:
+        for ti in session.query(TaskInstance).filter(TaskInstance.dag_id == dag_id,
+                                                     TaskInstance.state == TaskInstanceState.AWAITING_INPUT):
+            ti.state = TaskInstanceState.FAILED
 
 
 @pytest.fixture(scope="module")

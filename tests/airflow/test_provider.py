@@ -152,11 +152,21 @@ def test_the_deprecation_check_catches_airflow_deprecated_imports(tmp_path):
 
 def test_dags_folder_parses_with_the_3_3_dagbag(airflow_home):
     """The DAGs beside the registry import cleanly. ``airflow.dag_processing.dagbag`` is the 3.3
-    home of DagBag (``airflow.models.dagbag`` warns; ``include_examples`` is gone)."""
+    home of DagBag (``airflow.models.dagbag`` warns; ``include_examples`` is gone).
+
+    And the parse leaves this test's own timeout armed: Airflow bounds a parse with SIGALRM and then
+    sets the timer to 0, which cancelled pytest-timeout's alarm for the rest of the test (a hung
+    ``dag.test()`` held a CI shard for 23 minutes); tests/airflow/conftest.py parses without that timer."""
+    import signal
+
     from airflow.dag_processing.dagbag import DagBag
 
+    # Armed here, as pytest-timeout arms it before the test (the session's resetdb() in an earlier setup
+    # may have cancelled that one: tests/conftest.py's backstop covers such a test).
+    signal.setitimer(signal.ITIMER_REAL, 600)
     bag = DagBag(dag_folder=str(REPO / "dags"))
     assert not bag.import_errors, bag.import_errors
+    assert signal.getitimer(signal.ITIMER_REAL)[0] > 0, "the DAG parse cancelled the test's timeout"
 
 
 def test_hook_has_the_attributes_airflow_requires():
