@@ -13,6 +13,13 @@ The same samples also split every process's CPU by what it is (:data:`GROUPS`, f
 command line): Airflow, the Spark application (spark-submit, the AM with the driver, executors and
 their Python workers), the Hadoop daemons, the Kafka broker, and the rest (this bench, the OS), so a
 slower driver start can be put on whoever took the cores.
+
+Airflow's processes are found by either form of their command line: ``…/bin/airflow scheduler`` as
+started, and the title Airflow gives its forks with setproctitle (``airflow worker -- <task instance>``,
+``airflow api_server -- …``, ``airflow serve-logs``), which no longer holds ``bin/airflow``. Before
+session 29 only the first form counted: every task process and the api-server fell in "the rest".
+Airflow's share is also split by role (:func:`airflow_role`: scheduler, triggerer, dag-processor,
+api-server, task, serve-logs, other).
 """
 
 from __future__ import annotations
@@ -33,7 +40,31 @@ GROUPS: tuple[tuple[str, tuple[bytes, ...]], ...] = (
 )
 
 
+def is_airflow(cmd: bytes) -> bool:
+    """The ``airflow`` command as started, or one of its forks under the title Airflow set for it."""
+    return b"bin/airflow\x00" in cmd or cmd.startswith(b"airflow ")
+
+
+#: the first word after ``airflow`` -> the role it is counted under (``airflow worker --`` is a task's
+#: supervisor and its runner, or an idle LocalExecutor worker; ``dag-processor`` also runs in the scheduler
+#: when no separate one is started).
+_ROLES = {b"scheduler": "scheduler", b"triggerer": "triggerer", b"dag-processor": "dag-processor",
+          b"dag_processor": "dag-processor", b"api-server": "api-server", b"api_server": "api-server",
+          b"worker": "task", b"serve-logs": "serve-logs", b"serve_logs": "serve-logs"}
+
+
+def airflow_role(cmd: bytes) -> str:
+    words = cmd.replace(b"\x00", b" ").split()
+    for i, w in enumerate(words):
+        if w == b"airflow" or w.endswith(b"/bin/airflow"):
+            nxt = words[i + 1] if i + 1 < len(words) else b""
+            return _ROLES.get(nxt.rstrip(b":"), "other")
+    return "other"
+
+
 def group_of(cmd: bytes) -> str:
+    if is_airflow(cmd):
+        return "airflow"
     return next((name for name, keys in GROUPS if any(k in cmd for k in keys)), "other")
 
 
@@ -48,6 +79,9 @@ class _Sampler(threading.Thread):
         self.groups: list[dict[str, float]] = []   # cumulative CPU seconds per group (GROUPS)
         self._all: dict[int, tuple[int, int, str]] = {}   # pid -> (start, ticks, group), every process
         self._group_done: dict[str, int] = {}
+        self.roles: list[dict[str, float]] = []    # cumulative CPU seconds per Airflow role (airflow_role)
+        self._role_of: dict[int, tuple[int, int, str]] = {}   # pid -> (start, ticks, role), Airflow's
+        self._role_done: dict[str, int] = {}
 
     def run(self) -> None:
         while True:
@@ -57,6 +91,7 @@ class _Sampler(threading.Thread):
     def _sample(self) -> None:
         alive: dict[int, tuple[int, int]] = {}
         every: dict[int, tuple[int, int, str]] = {}
+        roles: dict[int, tuple[int, int, str]] = {}
         for name in os.listdir("/proc"):
             if not name.isdigit():
                 continue
@@ -69,8 +104,9 @@ class _Sampler(threading.Thread):
                 continue
             start, ticks = int(fields[19]), int(fields[11]) + int(fields[12])   # starttime, utime + stime
             every[int(name)] = (start, ticks, group_of(cmd))
-            if b"bin/airflow\x00" in cmd:   # the airflow command and what it forks, not the Spark job
+            if is_airflow(cmd):   # the airflow command and what it forks, not the Spark job
                 alive[int(name)] = (start, ticks)
+                roles[int(name)] = (start, ticks, airflow_role(cmd))
         for pid, (start, ticks) in self._seen.items():
             if alive.get(pid, (None,))[0] != start:
                 self._done += ticks
@@ -83,6 +119,14 @@ class _Sampler(threading.Thread):
         for _, ticks, group in every.values():
             now[group] = now.get(group, 0) + ticks
         self.groups.append({g: t / _TICK for g, t in now.items()})
+        for pid, (start, ticks, role) in self._role_of.items():
+            if roles.get(pid, (None,))[0] != start:
+                self._role_done[role] = self._role_done.get(role, 0) + ticks
+        self._role_of = roles
+        by_role = dict(self._role_done)
+        for _, ticks, role in roles.values():
+            by_role[role] = by_role.get(role, 0) + ticks
+        self.roles.append({r: t / _TICK for r, t in by_role.items()})
         with open("/proc/stat") as fh:
             cpu = [int(x) for x in fh.readline().split()[1:]]
         self.walls.append(time.time())
@@ -113,6 +157,8 @@ def during(t0: float, t1: float, what: str) -> dict:
         return {}
     cores = os.cpu_count() or 1
     g0, g1 = s.at(s.groups, t0), s.at(s.groups, t1)
+    r0, r1 = s.at(s.roles, t0), s.at(s.roles, t1)
     return {f"{what}_airflow_cpu_s": round(s.at(s.airflow, t1) - s.at(s.airflow, t0), 2),
             f"{what}_machine_busy": round((s.at(s.busy, t1) - s.at(s.busy, t0)) / ((t1 - t0) * cores), 2),
-            f"{what}_cpu_by_group_s": {g: round(g1.get(g, 0.0) - g0.get(g, 0.0), 2) for g in sorted(g1)}}
+            f"{what}_cpu_by_group_s": {g: round(g1.get(g, 0.0) - g0.get(g, 0.0), 2) for g in sorted(g1)},
+            f"{what}_airflow_cpu_by_role_s": {r: round(r1.get(r, 0.0) - r0.get(r, 0.0), 2) for r in sorted(r1)}}
