@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import sys
 
 import pytest
 
@@ -52,8 +53,6 @@ _stderr: list = []
 def _real_stderr(config):
     """The shard's own stderr, not the capture's file under fd 2 (the process exits before pytest would print
     a captured line). Through the capture manager's saved descriptor: pytest names no public way to it."""
-    import sys
-
     if not _stderr:
         capture = getattr(config.pluginmanager.getplugin("capturemanager"), "_global_capturing", None)
         fd = getattr(getattr(capture, "err", None), "targetfd_save", None)
@@ -100,6 +99,13 @@ def topic_name(request):
     """A fresh topic name per test (topics are never shared between tests)."""
     base = "".join(c if c.isalnum() else "-" for c in request.node.name)[:40]
     return f"{base}-{next(_names)}"
+
+
+def pytest_sessionfinish(session, exitstatus):
+    while _stderr:   # the backstop's descriptor (_real_stderr), once no test runs
+        f = _stderr.pop()
+        if f is not sys.stderr:
+            f.close()
 
 
 def pytest_unconfigure(config):
