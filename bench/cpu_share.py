@@ -68,6 +68,19 @@ def group_of(cmd: bytes) -> str:
     return next((name for name, keys in GROUPS if any(k in cmd for k in keys)), "other")
 
 
+def _cumulative(before: dict[int, tuple[int, int, str]], now: dict[int, tuple[int, int, str]],
+                done: dict[str, int]) -> dict[str, float]:
+    """CPU seconds per label so far: ``done`` (updated here with the processes of ``before`` gone from ``now``:
+    same pid, another start time, or none) plus every live process's own counter."""
+    for pid, (start, ticks, label) in before.items():
+        if now.get(pid, (None,))[0] != start:
+            done[label] = done.get(label, 0) + ticks
+    total = dict(done)
+    for _, ticks, label in now.values():
+        total[label] = total.get(label, 0) + ticks
+    return {label: t / _TICK for label, t in total.items()}
+
+
 class _Sampler(threading.Thread):
     def __init__(self) -> None:
         super().__init__(name="cpu-share", daemon=True)
@@ -111,22 +124,10 @@ class _Sampler(threading.Thread):
             if alive.get(pid, (None,))[0] != start:
                 self._done += ticks
         self._seen = alive
-        for pid, (start, ticks, group) in self._all.items():
-            if every.get(pid, (None,))[0] != start:
-                self._group_done[group] = self._group_done.get(group, 0) + ticks
+        self.groups.append(_cumulative(self._all, every, self._group_done))
         self._all = every
-        now = dict(self._group_done)
-        for _, ticks, group in every.values():
-            now[group] = now.get(group, 0) + ticks
-        self.groups.append({g: t / _TICK for g, t in now.items()})
-        for pid, (start, ticks, role) in self._role_of.items():
-            if roles.get(pid, (None,))[0] != start:
-                self._role_done[role] = self._role_done.get(role, 0) + ticks
+        self.roles.append(_cumulative(self._role_of, roles, self._role_done))
         self._role_of = roles
-        by_role = dict(self._role_done)
-        for _, ticks, role in roles.values():
-            by_role[role] = by_role.get(role, 0) + ticks
-        self.roles.append({r: t / _TICK for r, t in by_role.items()})
         with open("/proc/stat") as fh:
             cpu = [int(x) for x in fh.readline().split()[1:]]
         self.walls.append(time.time())
