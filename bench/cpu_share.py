@@ -85,10 +85,7 @@ class _Sampler(threading.Thread):
     def __init__(self) -> None:
         super().__init__(name="cpu-share", daemon=True)
         self.walls: list[float] = []
-        self.airflow: list[float] = []    # cumulative CPU seconds of Airflow's processes
         self.busy: list[float] = []       # cumulative busy CPU seconds of the machine
-        self._seen: dict[int, tuple[int, int]] = {}   # pid -> (start time, last utime+stime ticks)
-        self._done = 0                    # ticks of Airflow processes that exited
         self.groups: list[dict[str, float]] = []   # cumulative CPU seconds per group (GROUPS)
         self._all: dict[int, tuple[int, int, str]] = {}   # pid -> (start, ticks, group), every process
         self._group_done: dict[str, int] = {}
@@ -102,7 +99,6 @@ class _Sampler(threading.Thread):
             time.sleep(_INTERVAL_S)
 
     def _sample(self) -> None:
-        alive: dict[int, tuple[int, int]] = {}
         every: dict[int, tuple[int, int, str]] = {}
         roles: dict[int, tuple[int, int, str]] = {}
         for name in os.listdir("/proc"):
@@ -118,12 +114,7 @@ class _Sampler(threading.Thread):
             start, ticks = int(fields[19]), int(fields[11]) + int(fields[12])   # starttime, utime + stime
             every[int(name)] = (start, ticks, group_of(cmd))
             if is_airflow(cmd):   # the airflow command and what it forks, not the Spark job
-                alive[int(name)] = (start, ticks)
                 roles[int(name)] = (start, ticks, airflow_role(cmd))
-        for pid, (start, ticks) in self._seen.items():
-            if alive.get(pid, (None,))[0] != start:
-                self._done += ticks
-        self._seen = alive
         self.groups.append(_cumulative(self._all, every, self._group_done))
         self._all = every
         self.roles.append(_cumulative(self._role_of, roles, self._role_done))
@@ -131,7 +122,6 @@ class _Sampler(threading.Thread):
         with open("/proc/stat") as fh:
             cpu = [int(x) for x in fh.readline().split()[1:]]
         self.walls.append(time.time())
-        self.airflow.append((self._done + sum(t for _, t in alive.values())) / _TICK)
         self.busy.append((sum(cpu) - cpu[3] - (cpu[4] if len(cpu) > 4 else 0)) / _TICK)   # all but idle, iowait
 
     def at(self, series: list[float], wall: float) -> float:
@@ -159,7 +149,7 @@ def during(t0: float, t1: float, what: str) -> dict:
     cores = os.cpu_count() or 1
     g0, g1 = s.at(s.groups, t0), s.at(s.groups, t1)
     r0, r1 = s.at(s.roles, t0), s.at(s.roles, t1)
-    return {f"{what}_airflow_cpu_s": round(s.at(s.airflow, t1) - s.at(s.airflow, t0), 2),
+    return {f"{what}_airflow_cpu_s": round(sum(r1.values()) - sum(r0.values()), 2),   # every role's
             f"{what}_machine_busy": round((s.at(s.busy, t1) - s.at(s.busy, t0)) / ((t1 - t0) * cores), 2),
             f"{what}_cpu_by_group_s": {g: round(g1.get(g, 0.0) - g0.get(g, 0.0), 2) for g in sorted(g1)},
             f"{what}_airflow_cpu_by_role_s": {r: round(r1.get(r, 0.0) - r0.get(r, 0.0), 2) for r in sorted(r1)}}
