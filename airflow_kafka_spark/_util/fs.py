@@ -28,6 +28,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from airflow_kafka_spark._util.hadoop_errors import webhdfs_class
 from airflow_kafka_spark._util.hdfs_tree import webhdfs_tree
 from airflow_kafka_spark._util.localfs import (
     LOCAL_FS,
@@ -164,7 +165,7 @@ def open_location(url: str, storage_options: dict | None = None, *, what: str = 
 
         if url.lower().startswith("hdfs://"):
             options, path = hdfs_as_webhdfs(url, storage_options)
-            fs = fsspec.filesystem("webhdfs", **options)
+            fs = webhdfs_class()(**options)
         else:
             fs, path = fsspec.core.url_to_fs(url, **(storage_options or {}))
     except ImportError as exc:

@@ -27,6 +27,7 @@ import time
 from typing import Any, NamedTuple
 from urllib.parse import urlsplit
 
+from airflow_kafka_spark._util.hadoop_errors import datanode_refused
 from airflow_kafka_spark.errors import UserError
 
 HDFS_DEFAULT_HTTP_PORT = 9870
@@ -143,8 +144,7 @@ def webhdfs_create_exclusive(fs: Any, path: str, data: bytes) -> bool:
     if put.status_code >= 400 and any(t in put.text for t in _HDFS_TAKEN[:2]):
         return False
     if put.status_code >= 400:
-        first = (put.text.splitlines() or [""])[0][:200]
-        raise OSError(f"WebHDFS CREATE {path} answered HTTP {put.status_code}: {first}")
+        raise datanode_refused(put, path)
     fs.invalidate_cache(posixpath.dirname(path))
     return True
 
@@ -196,8 +196,7 @@ def webhdfs_write(fs: Any, path: str, data: bytes, *, overwrite: bool) -> None:
     put = fs.session.put(fs._apply_proxy(out.headers["Location"]), data=data,
                          headers={"content-type": "application/octet-stream"})
     if put.status_code >= 400:
-        first = (put.text.splitlines() or [""])[0][:200]
-        raise OSError(f"WebHDFS CREATE {path} answered HTTP {put.status_code}: {first}")
+        raise datanode_refused(put, path)
 
 
 # --------------------------------------------------------------------------- S3: conditional PutObject

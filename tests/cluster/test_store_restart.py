@@ -10,15 +10,20 @@ backup that verifies and holds the checkpoint byte for byte.
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
 import threading
 import time
 import uuid
 from pathlib import Path
+from urllib.parse import parse_qsl, urlsplit
 
 import pytest
 
+from airflow_kafka_spark._util.fs import open_location
+from airflow_kafka_spark._util.hadoop_errors import webhdfs_class
+from airflow_kafka_spark.errors import is_unreachable
 from airflow_kafka_spark.ops.backup.catalog import list_backups
 from airflow_kafka_spark.ops.backup.store import verify_backup
 from tests.cluster.test_ops_cluster import remote_tree, seeded_checkpoint
@@ -34,6 +39,40 @@ def aks_backup(ck_url: str, root_url: str) -> subprocess.CompletedProcess:
                           cwd=REPO, capture_output=True, text=True, timeout=600)
 
 
+class DataNodeRead:
+    """A read sent straight to the DataNode the NameNode redirected to, while the NameNode is down.
+
+    The NameNode is asked for the redirect before the outage; once its HTTP port refuses, the DataNode
+    is sent the ``OPEN`` through the product's WebHDFS class. The DataNode then needs the NameNode
+    (block locations) and cannot reach it: ``answer`` is what the product raised (or the bytes)."""
+
+    def __init__(self, hadoop, url: str) -> None:
+        loc = open_location(url)
+        redirect = loc.fs._call("OPEN", "get", loc.path, redirect=False).headers["Location"]
+        parts = urlsplit(redirect)
+        self.query = {k: v for k, v in parse_qsl(parts.query) if k in ("namenoderpcaddress", "offset")}
+        self.datanode = webhdfs_class()(host=parts.hostname, port=parts.port, user=loc.fs.user,
+                                        skip_instance_cache=True)
+        self.path = loc.path
+        self.namenode = tuple(hadoop.webhdfs_address.rsplit(":", 1))
+        self.answer: object = None
+
+    def read_while_the_namenode_is_down(self) -> None:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                socket.create_connection((self.namenode[0], int(self.namenode[1])), timeout=0.5).close()
+            except OSError:
+                break
+            time.sleep(0.05)
+        else:
+            return
+        try:
+            self.answer = self.datanode._call("OPEN", "get", self.path, **self.query).content
+        except Exception as exc:   # its type is what the test asserts
+            self.answer = exc
+
+
 def test_a_backup_through_a_namenode_restart_publishes_only_whole_backups(hadoop, broker, topic_name, tmp_path,
                                                                           monkeypatch):
     monkeypatch.setenv("HADOOP_CONF_DIR", str(hadoop.conf_dir))   # hdfs:// URLs, for this process and the CLI
@@ -46,6 +85,7 @@ def test_a_backup_through_a_namenode_restart_publishes_only_whole_backups(hadoop
     print(f"\n[hdfs] seeded {len(written)} files in {time.monotonic() - t_seed:.1f}s")
 
     outage: dict[str, float] = {}
+    datanode = DataNodeRead(hadoop, ck_url + "/metadata")
 
     def restart() -> None:
         time.sleep(0.3)
@@ -55,9 +95,16 @@ def test_a_backup_through_a_namenode_restart_publishes_only_whole_backups(hadoop
     t0 = time.monotonic()
     restarter = threading.Thread(target=restart)
     restarter.start()
+    watcher = threading.Thread(target=datanode.read_while_the_namenode_is_down)
+    watcher.start()
     first = aks_backup(ck_url, root_url)
     first_s = time.monotonic() - t0
     restarter.join(240)
+    watcher.join(60)
+    # What CI hit once (session 29): the DataNode, not reaching the NameNode, answers with a RemoteException
+    # that fsspec raises as a bare RuntimeError; the product's WebHDFS raises it as a connection failure.
+    assert datanode.answer is not None, "the NameNode's HTTP port never refused: no outage to read through"
+    assert isinstance(datanode.answer, ConnectionError) and is_unreachable(datanode.answer), repr(datanode.answer)
     assert "started" in outage and outage["started"] - t0 < first_s, "the outage did not overlap the backup"
     assert "Traceback" not in first.stderr, first.stderr[-3000:]
     assert first.returncode in (0, 2, 3, 4), (first.returncode, first.stderr[-2000:])
@@ -72,7 +119,7 @@ def test_a_backup_through_a_namenode_restart_publishes_only_whole_backups(hadoop
     backup_id = json.loads(second.stdout)["backup"]["backup_id"]
     assert {f.path: f.sha256 for f in verify_backup(root_url, "orders", backup_id, deep=True).files} == written
     print(f"\n[hdfs] backup through a NameNode restart (down 4 s, back in {outage['took']:.0f}s): first exit "
-          f"{first.returncode} after {first_s:.1f}s {first.stderr.strip()[:200]!r}; rerun published {backup_id}")
+          f"{first.returncode} after {first_s:.1f}s {first.stderr.strip()[:400]!r}; rerun published {backup_id}")
 
 
 def test_an_empty_lock_file_on_hdfs_is_broken_after_its_grace(hadoop, monkeypatch):
