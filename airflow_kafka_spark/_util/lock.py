@@ -7,7 +7,8 @@ left-over lock counts as stale: operations hold their lock for minutes, a record
 milliseconds.
 
 Exactly one of two racing processes wins: local (or POSIX-shared) file systems create the file with
-``O_CREAT | O_EXCL``, HDFS with WebHDFS ``CREATE overwrite=false``, S3 with ``PutObject`` and
+``O_CREAT | O_EXCL``, HDFS with WebHDFS ``CREATE overwrite=false`` (an empty file, its owner in an
+extended attribute: :mod:`~airflow_kafka_spark._util.hdfs_lock`), S3 with ``PutObject`` and
 ``If-None-Match: *`` (:func:`~airflow_kafka_spark._util.conditional.create_exclusive`). Other
 object stores have no exclusive create through fsspec, so there the lock is **best effort** (write
 the lock object, read it back, back off on a mismatch): it narrows the window, it does not close it.
@@ -24,10 +25,11 @@ import socket
 import time
 import uuid
 
+from airflow_kafka_spark._util import hdfs_lock
 from airflow_kafka_spark._util.conditional import create_exclusive
 from airflow_kafka_spark._util.fs import Location, mtime_of, os_reason, read_bytes, remove_file
 from airflow_kafka_spark._util.proc import pid_alive
-from airflow_kafka_spark._util.stores import cat_checked
+from airflow_kafka_spark._util.stores import cat_checked, is_webhdfs
 from airflow_kafka_spark.errors import UserError
 
 _TOKEN_MAX = 4096   # a token is ~80 bytes; anything longer is not ours
@@ -96,6 +98,11 @@ class LockFile:
                     os.close(fd)
                 return True
             return False
+        if is_webhdfs(self.loc.fs):   # an empty file and its owner's attribute: no DataNode close to wait for
+            try:
+                return hdfs_lock.create_owned(self.loc.fs, self.loc.path, self.token)
+            except OSError as exc:
+                raise UserError(f"cannot create {self.loc.url}: {os_reason(exc)}") from None
         created = create_exclusive(self.loc, self.token.encode())
         if created is not None:
             return created
@@ -116,6 +123,8 @@ class LockFile:
                 raise self._unusable(str(exc)) from None
             return None if data is None else data.decode(errors="replace")
         try:
+            if is_webhdfs(self.loc.fs):
+                return hdfs_lock.owner_of(self.loc.fs, self.loc.path, _TOKEN_MAX)
             return cat_checked(self.loc.fs, self.loc.path)[:_TOKEN_MAX].decode(errors="replace")
         except (FileNotFoundError, OSError):
             return None
