@@ -23,6 +23,7 @@ from typing import Any
 from airflow_kafka_spark._util.fs import open_location, remove_file
 from airflow_kafka_spark.checkpoint.reader import read_checkpoint
 from airflow_kafka_spark.errors import BlockReason, OperationBlocked, UserError
+from airflow_kafka_spark.kafka.offsets import parse_offsets_json
 from airflow_kafka_spark.kafka.secrets import bootstrap_servers_of, scrub
 from airflow_kafka_spark.lifecycle.events import LifecycleEvent
 from airflow_kafka_spark.lifecycle.model import DriverInfo
@@ -122,8 +123,9 @@ def submit_job(spec: JobSpec, *, kafka_config: Mapping[str, Any], target: SparkT
         "deploy_mode": deploy_mode, "detach": mode, "endpoint": endpoint.to_dict() if endpoint else None}
     if dry_run:
         pending = record.next_starting_offsets if record is not None else None
+        needed = pending and _starting_file_needed(run_spec, pending, read_checkpoint(spec.checkpoint))
         command, _ = _build_command(run_spec, target, kafka_config, mode, search,
-                                    submit.starting_offsets_path(spec) if pending else None)
+                                    submit.starting_offsets_path(spec) if needed else None)
         return {**summary, "dry_run": True, "command": scrub(" ".join(command), kafka_config),
                 "would_start_from": pending or "the checkpoint (or startingOffsets for a new one)"}
 
@@ -138,7 +140,7 @@ def submit_job(spec: JobSpec, *, kafka_config: Mapping[str, Any], target: SparkT
         if adopted is not None:
             return {**summary, **adopted}
         state = read_checkpoint(spec.checkpoint)
-        starting_file = _starting_offsets_file(spec, record, state, actor)
+        starting_file = _starting_offsets_file(run_spec, record, state, actor)
         kind = runtime_kind(run_spec)
         if aside := kind.before_start(run_spec, previous=is_previous):
             log.info("DStream checkpoint of another build moved aside to %s: %s starts from its group", aside,
@@ -203,15 +205,32 @@ def _build_command(run_spec: JobSpec, target: SparkTarget, kafka_config: Mapping
 
 
 def _starting_offsets_file(spec: JobSpec, record: LifecycleRecord, state: Any, actor: str) -> str | None:
-    """Where the new driver reads the reset's carried-over offsets, written now; None when there are none."""
+    """Where the new driver reads the reset's carried-over offsets, written now; None when there are none or
+    nothing needs the file (:func:`_starting_file_needed`)."""
     if record.next_starting_offsets and state.offset_batch_ids:
         # A previous driver already planned a batch from them: they are baked into the checkpoint.
         record.take_next_starting_offsets(actor=actor)
-    if not record.next_starting_offsets:
+    if not record.next_starting_offsets or not _starting_file_needed(spec, record.next_starting_offsets, state):
         return None
     starting_file = submit.starting_offsets_path(spec)
     submit.write_starting_offsets(starting_file, record.next_starting_offsets)
     return starting_file
+
+
+def _starting_file_needed(spec: JobSpec, offsets_json: str, state: Any) -> bool:
+    """Whether the job needs ``--starting-offsets-file`` to start at ``offsets_json``.
+
+    Not when it does not read the file (only the reference contract does), nor when the checkpoint's own
+    ``sources/<id>/0`` files already hold exactly these offsets: Spark's Kafka source starts a new query
+    there before it looks at ``startingOffsets`` (ops/reset_start.py). Why it matters: on HDFS the file is
+    a write inside the safe restart's downtime window, and a write with a body waits on the DataNode's
+    close (docs/benchmarks.md, round 24).
+    """
+    if not integrations.integration_for(spec).reads_starting_offsets_file:
+        return False
+    planned = parse_offsets_json(offsets_json, what="the recorded next starting offsets")
+    written = {tp: offset for offsets in state.initial_offsets.values() for tp, offset in (offsets or {}).items()}
+    return written != planned
 
 
 def _adopt_or_refuse_live(spec: JobSpec, record: LifecycleRecord, target: SparkTarget, holder: str, log: Any

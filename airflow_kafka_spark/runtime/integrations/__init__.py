@@ -48,6 +48,8 @@ class JobIntegration(Protocol):
 
     #: True when the job (or the agent in it) watches the stop marker and stops on a batch boundary.
     stops_on_marker: bool
+    #: True when the job reads a reset's offsets from ``--starting-offsets-file`` (only the reference contract).
+    reads_starting_offsets_file: bool
 
     def launch(self, spec: JobSpec, facts: LaunchFacts) -> Launch: ...
 

@@ -26,6 +26,7 @@ from airflow_kafka_spark.runtime.integrations import Launch, LaunchFacts, own_ar
 class AgentIntegration:
     """See the module doc."""
 
+    reads_starting_offsets_file = False
     stops_on_marker = True
 
     def launch(self, spec: JobSpec, facts: LaunchFacts) -> Launch:

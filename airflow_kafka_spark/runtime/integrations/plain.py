@@ -18,6 +18,7 @@ from airflow_kafka_spark.runtime.integrations import Launch, LaunchFacts, own_ar
 class PlainIntegration:
     """See the module doc."""
 
+    reads_starting_offsets_file = False
     stops_on_marker = False
 
     def launch(self, spec: JobSpec, facts: LaunchFacts) -> Launch:

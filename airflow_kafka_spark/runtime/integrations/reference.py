@@ -83,6 +83,7 @@ def job_arguments(
 class ReferenceIntegration:
     """See the module doc."""
 
+    reads_starting_offsets_file = True
     stops_on_marker = True
 
     def launch(self, spec: JobSpec, facts: LaunchFacts) -> Launch:
