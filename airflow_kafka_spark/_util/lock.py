@@ -14,7 +14,8 @@ object stores have no exclusive create through fsspec, so there the lock is **be
 the lock object, read it back, back off on a mismatch): it narrows the window, it does not close it.
 A lock left by a killed process is broken when its owner is provably gone (same host, dead pid) or
 older than ``stale_after_s``; an *empty* lock file (its token never written: a kill or a storage
-outage between the create and the write) after :data:`EMPTY_STALE_AFTER_S`.
+outage between the create and the write) after :data:`EMPTY_STALE_AFTER_S`, which a waiter whose own
+timeout is shorter waits out rather than failing.
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ class LockFile:
     def __enter__(self) -> LockFile:
         deadline = time.monotonic() + self.timeout
         delay = 0.005
+        waited_out_empty = False
         while True:
             if self._try():
                 return self
@@ -66,6 +68,10 @@ class LockFile:
                     remove_file(self.loc)
                 continue
             if time.monotonic() > deadline:
+                if self._owner() == "" and not waited_out_empty:
+                    # An empty lock is broken after its grace: waiting for that beats failing the operation.
+                    deadline, waited_out_empty = time.monotonic() + EMPTY_STALE_AFTER_S, True
+                    continue
                 raise UserError(f"{self.what} is locked by {self._describe(self._owner())} (lock file "
                                 f"{self.loc.url}) for more than {self.timeout:g}s; wait for that operation "
                                 "to finish, or delete the lock file if no airflow-kafka-spark process is "

@@ -10,6 +10,7 @@ backup that verifies and holds the checkpoint byte for byte.
 from __future__ import annotations
 
 import json
+import posixpath
 import socket
 import subprocess
 import sys
@@ -139,15 +140,18 @@ def test_an_empty_lock_file_on_hdfs_is_broken_after_its_grace(hadoop, monkeypatc
     monkeypatch.setattr(lock_module, "EMPTY_STALE_AFTER_S", 2.0)
     loc = open_location(f"{hadoop.default_fs}/aks-nn/{uuid.uuid4().hex[:8]}/backups/orders/.lock")
     loc.fs.pipe_file(loc.path, b"")
-    with pytest.raises(Exception, match="locked by another process"), \
-            lock_module.LockFile(loc, what="backups of job orders", timeout=0.5):
-        pass
-    time.sleep(2.5)
-    with lock_module.LockFile(loc, what="backups of job orders", timeout=5.0) as held:
-        # The token is the empty file's extended attribute, as the NameNode itself answers it (round 24).
+    folder = posixpath.dirname(loc.path)
+    t0 = time.monotonic()
+    # A waiter whose timeout is shorter than the grace waits the grace out rather than failing.
+    with lock_module.LockFile(loc, what="backups of job orders", timeout=0.5) as held:
+        took = time.monotonic() - t0
+        # The token is the lock's extended attribute, as the NameNode itself answers it (round 24), set on its
+        # claim before the rename made it the lock: no claim is left beside it.
         attrs = loc.fs._call("GETXATTRS", "get", loc.path, encoding="text").json()["XAttrs"]
         assert [(a["name"], a["value"].strip('"')) for a in attrs] == [("user.aks.lock-owner", held.token)]
         assert loc.fs.cat_file(loc.path) == b""
+        assert [posixpath.basename(p) for p in loc.fs.ls(folder, detail=False)] == [".lock"]
+    assert 1.5 <= took <= 6.0, took
     assert not loc.fs.exists(loc.path)
     # A lock with its token in the body (an earlier version's, or a NameNode without extended attributes)
     # still names its live owner, and is not broken.
@@ -156,3 +160,34 @@ def test_an_empty_lock_file_on_hdfs_is_broken_after_its_grace(hadoop, monkeypatc
             lock_module.LockFile(loc, what="backups of job orders", timeout=0.5):
         pass
     assert loc.fs.exists(loc.path)
+
+
+
+_KILLED_BEFORE_THE_RENAME = """
+import os, signal, sys
+from airflow_kafka_spark._util import hdfs_lock
+from airflow_kafka_spark._util.fs import open_location
+from airflow_kafka_spark._util.lock import LockFile
+hdfs_lock.webhdfs_rename = lambda *a, **k: os.kill(os.getpid(), signal.SIGKILL)
+LockFile(open_location(sys.argv[1]), what="backups of job orders", timeout=5).__enter__()
+"""
+
+
+def test_a_lock_taker_sigkilled_mid_create_leaves_no_lock_on_hdfs(hadoop, monkeypatch):
+    """What the YARN soak hit (session 31's CI): a task runner SIGKILLed between making the lock and naming
+    its owner left an empty lock, and the retried task gave up on it. The owner is named on a claim first:
+    a kill before the rename leaves the claim, never a lock without an owner."""
+    from airflow_kafka_spark._util.lock import LockFile
+
+    monkeypatch.setenv("HADOOP_CONF_DIR", str(hadoop.conf_dir))
+    url = f"{hadoop.default_fs}/aks-nn/{uuid.uuid4().hex[:8]}/backups/orders/.lock"
+    killed = subprocess.run([sys.executable, "-c", _KILLED_BEFORE_THE_RENAME, url], capture_output=True, text=True,
+                            timeout=120)
+    assert killed.returncode == -9, (killed.returncode, killed.stderr[-2000:])
+    loc = open_location(url)
+    left = [posixpath.basename(p) for p in loc.fs.ls(posixpath.dirname(loc.path), detail=False)]
+    assert len(left) == 1 and left[0].startswith(".lock.claim-"), left
+    t0 = time.monotonic()
+    with LockFile(loc, what="backups of job orders", timeout=0.5):
+        took = time.monotonic() - t0
+    assert took < 1.0, f"the next taker waited {took:.1f}s"

@@ -92,17 +92,20 @@ def test_a_live_holder_is_waited_for_until_the_caller_stale_limit(tmp_path, age_
             pass
 
 
-@pytest.mark.parametrize(("age_s", "broken"), [(60, True), (2, False)])
-def test_an_empty_lock_file_is_stale_after_a_short_grace(tmp_path, age_s, broken):
+@pytest.mark.parametrize(("age_s", "waits_s"), [(60, 0.0), (2, 1.0)])
+def test_an_empty_lock_file_is_stale_after_a_short_grace(tmp_path, monkeypatch, age_s, waits_s):
     """A create whose token never landed (a kill between create and write; on HDFS a create cut off by an
-    outage, found by tests/cluster/test_store_restart.py) names no owner: broken after a grace, not 6 hours."""
+    outage, found by tests/cluster/test_store_restart.py) names no owner: broken after a grace, not 6 hours —
+    and a caller whose timeout is shorter than the grace waits it out rather than failing (the YARN soak's
+    retried ``stop`` gave up on such a record lock after 10 s)."""
+    from airflow_kafka_spark._util import lock as lock_module
+
+    monkeypatch.setattr(lock_module, "EMPTY_STALE_AFTER_S", 3.0)
     lock = tmp_path / "x.lock"
     lock.write_bytes(b"")
     os.utime(lock, (time.time() - age_s, time.time() - age_s))
-    if broken:
-        with _lock(tmp_path, timeout=0.5) as held:
-            assert lock.read_text() == held.token
-    else:
-        with pytest.raises(UserError, match="locked by another process"), _lock(tmp_path, timeout=0.2):
-            pass
-        assert lock.read_bytes() == b""
+    t0 = time.monotonic()
+    with _lock(tmp_path, timeout=0.2) as held:
+        assert lock.read_text() == held.token
+    took = time.monotonic() - t0
+    assert waits_s - 0.3 <= took <= waits_s + 1.5, took
