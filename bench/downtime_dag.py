@@ -11,6 +11,8 @@ Three restarts of the same running job alternate (bare, cli, dag; then rotated; 
 fewer), each once the job has two new batches:
 
 * **bare**: stop on a batch boundary and ``spark-submit`` the same build (``Bench.restart("bare")``);
+* **exact** (``--mode preserve`` only): the bare restart of a careful team, the new checkpoint started at
+  the old one's committed offsets by hand (``downtime_preserve.py``): the same records as the DAG's;
 * **cli**: the same stop with the pre-copy, ``aks backup`` and ``aks validate``, then the submit
   (``Bench.restart("safe")``, as in ``downtime_bench.py``);
 * **dag**: a DAG run. Its phases come from the task instances the REST API reports: each task's
@@ -182,15 +184,18 @@ def summary(rows: list[dict]) -> dict:
         by.setdefault(r["kind"], []).append(r)
     med = {k: statistics.median(r["downtime_s"] for r in v) for k, v in by.items()}
     out = {"median_downtime_s": med}
-    if "bare" in med:
-        out["ratio_to_bare"] = {k: round(v / med["bare"], 3) for k, v in med.items() if k != "bare"}
-        rounds = {r["round"]: {} for r in rows if "round" in r}
-        for r in rows:
-            if "round" in r:
-                rounds[r["round"]][r["kind"]] = r["downtime_s"]
+    rounds: dict = {}
+    for r in rows:
+        if "round" in r:
+            rounds.setdefault(r["round"], {})[r["kind"]] = r["downtime_s"]
+    for base in ("bare", "exact"):
+        if base not in med:
+            continue
+        suffix = "" if base == "bare" else "_exact"
+        out[f"ratio_to_{base}"] = {k: round(v / med[base], 3) for k, v in med.items() if k != base}
         # each round's safe window over the bare one beside it: the machine's drift falls on both
-        out["ratio_per_round"] = {k: [round(rd[k] / rd["bare"], 3) for _, rd in sorted(rounds.items())
-                                      if k in rd and "bare" in rd] for k in med if k != "bare"}
+        out[f"ratio_per_round{suffix}"] = {k: [round(rd[k] / rd[base], 3) for _, rd in sorted(rounds.items())
+                                               if k in rd and base in rd] for k in med if k != base}
     if "dag" in by:
         keys = [k for k in by["dag"][0] if k.endswith("_s") and k != "downtime_s"
                 and isinstance(by["dag"][0][k], int | float)]
@@ -205,10 +210,14 @@ def summary(rows: list[dict]) -> dict:
     return out
 
 
+#: the restarts a round can hold; ``exact`` (``--mode preserve`` only) is ``downtime_preserve.py``'s.
+KINDS = ("bare", "exact", "cli", "dag")
+
+
 def kinds_arg(text: str) -> str:
     kinds = [k.strip() for k in text.split(",")]
-    if not kinds or any(k not in ("bare", "cli", "dag") for k in kinds) or len(set(kinds)) != len(kinds):
-        raise argparse.ArgumentTypeError(f"{text!r}: give distinct kinds of bare, cli, dag, e.g. bare,dag")
+    if not kinds or any(k not in KINDS for k in kinds) or len(set(kinds)) != len(kinds):
+        raise argparse.ArgumentTypeError(f"{text!r}: give distinct kinds of {', '.join(KINDS)}, e.g. bare,dag")
     return ",".join(kinds)
 
 
@@ -225,6 +234,9 @@ def main() -> int:
     ap.add_argument("--json", type=Path, default=REPO / ".cache" / "downtime-dag.json")
     ap.add_argument("--logs", type=Path, default=None, help="keep Airflow's task logs here (the run's own are deleted)")
     args = ap.parse_args()
+    if "exact" in args.kinds.split(",") and args.mode != "preserve":
+        ap.error("--kinds exact: only with --mode preserve (a keep restart's bare row already starts where the old "
+                 "query stopped)")
     import cpu_share
 
     cpu_share.start()   # Airflow's CPU while each row's driver starts (the cluster shares these cores here)
@@ -361,7 +373,7 @@ def preserve_restart(b, dag: DagRestarts, pad_to: tuple[int, int]):
     def restart(kind: str) -> dict:
         n = next(count)
         if kind != "dag":
-            return restart_preserve(b, "safe" if kind == "cli" else "bare", n, pad_to, hdfs_padding=dag.padding)
+            return restart_preserve(b, "safe" if kind == "cli" else kind, n, pad_to, hdfs_padding=dag.padding)
         if dag.padding is not None:
             dag.padding.into(b.ck)
         elif pad_to[0]:

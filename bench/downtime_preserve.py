@@ -19,6 +19,10 @@ safe-restart DAG's ``auto`` decides a reset with ``preserve``.
 * **bare**: what a team does without the product: the same stop, the checkpoint folder renamed away
   (a fresh checkpoint), the new build submitted the same way with Spark's own default for a new
   streaming query, ``startingOffsets=latest``.
+* **exact** (``bench/downtime_dag.py --kinds`` only): a careful team without the product: as ``bare``, but
+  ``startingOffsets`` is the old checkpoint's last committed end offsets as JSON, read after the stop, so
+  the new query loses nothing and its first batch reads the same backlog as the safe restart's (the
+  ``bare`` row's first batch skips it: the comparison of the window's Spark phases is then like for like).
 
 After each restart the new application is promoted as the health gate does (``promote_submitted``),
 so the next ``auto`` compares against it. **Lost / replayed** per restart: the new query's start
@@ -87,6 +91,14 @@ def committed_offsets(ck: str) -> dict:
 
     st = read_checkpoint(ck)
     return dict(st.latest_committed.kafka_offsets) if st.latest_committed is not None else {}
+
+
+def spark_offsets(offsets: dict) -> str:
+    """``offsets`` as the Kafka source's ``startingOffsets`` JSON, as an operator passes them by hand."""
+    out: dict = {}
+    for tp, o in sorted(offsets.items()):
+        out.setdefault(tp.topic, {})[str(tp.partition)] = o
+    return json.dumps(out, separators=(",", ":"))
 
 
 def start_offsets(ck: str) -> dict:
@@ -192,7 +204,7 @@ def restart_preserve(b: Bench, kind: str, n: int, pad_to: tuple[int, int], hdfs_
         rename(b.ck, aside)                      # a fresh checkpoint: the old one renamed away
         row["reset_s"] = round(time.monotonic() - t, 3)
         spec = dataclasses.replace(b.spec, application_args=(*b.spec.application_args, "--starting-offsets",
-                                                             "latest"))
+                                                             "latest" if kind == "bare" else spark_offsets(old)))
     row["last_batch"] = last
     b.submit_and_wait(row, last_mtime, -1, spec)
     row.update(account(old, start_offsets(b.ck), end_offsets(b.bootstrap, b.topic)))
