@@ -88,7 +88,32 @@ def topics(ctx: Context, where: str, value: Any) -> list[str]:
 #: Values the product knows and a job's own arguments may ask for: ``{checkpoint}`` in
 #: ``application_args`` becomes the registry's checkpoint at submit (``{{`` and ``}}`` are literal braces).
 PLACEHOLDERS = ("name", "checkpoint", "bootstrap_servers", "topics", "output", "stop_marker")
-_PLACEHOLDER = re.compile(r"(?<!\{)\{([a-z_][a-z0-9_]*)\}(?!\})")
+_PLACEHOLDER = re.compile(r"\{([a-z_][a-z0-9_]*)\}(?!\})")
+
+
+def arg_pieces(arg: str) -> list[tuple[str, str]]:
+    """One argument of ``application_args`` read once, for the registry's check and the submit's fill alike.
+
+    Pieces: ``("text", s)``; ``("name", n)`` for a ``{n}``; ``("brace", c)`` for a doubled brace, which
+    stands for one; ``("lone", c)`` for a single brace that is no placeholder (kept as it is)."""
+    out: list[tuple[str, str]] = []
+    i = 0
+    while i < len(arg):
+        c = arg[i]
+        if arg.startswith(("{{", "}}"), i):
+            out.append(("brace", c))
+            i += 2
+        elif c == "{" and (m := _PLACEHOLDER.match(arg, i)):
+            out.append(("name", m.group(1)))
+            i = m.end()
+        elif c in "{}":
+            out.append(("lone", c))
+            i += 1
+        else:
+            j = min((k for k in (arg.find("{", i), arg.find("}", i)) if k >= 0), default=len(arg))
+            out.append(("text", arg[i:j]))
+            i = j
+    return out
 _JAVA_CLASS = re.compile(r"[A-Za-z_$][A-Za-z0-9_$]*(\.[A-Za-z_$][A-Za-z0-9_$]*)*")
 _MAVEN_COORD = re.compile(r"[A-Za-z0-9_.-]+:[A-Za-z0-9_.-]+:[A-Za-z0-9_.+-]+")
 _SPARK_LINE = re.compile(r"[1-9][0-9]*\.[0-9]+(\.[0-9]+)?")
@@ -96,7 +121,7 @@ _SPARK_LINE = re.compile(r"[1-9][0-9]*\.[0-9]+(\.[0-9]+)?")
 
 def placeholders_in(arg: str) -> list[str]:
     """The ``{name}`` placeholders of one argument (``{{x}}`` is a literal ``{x}``, not a placeholder)."""
-    return _PLACEHOLDER.findall(arg)
+    return [v for kind, v in arg_pieces(arg) if kind == "name"]
 
 
 def application_args(ctx: Context, where: str, value: Any,
@@ -117,6 +142,11 @@ def application_args(ctx: Context, where: str, value: Any,
             ctx.fail(where, f"{show(item)} is {kind(item)}, not a string", "quote it")
         args.append(str(item))
     for arg in args:
+        kinds = {kind for kind, _ in arg_pieces(arg)}
+        if {"lone", "brace"} <= kinds:   # raw JSON: its "}}" would reach the job as "}"
+            ctx.fail(where, f"{arg!r} has single braces and doubled ones, and a doubled brace stands for one "
+                     "literal brace, so the job would get it changed",
+                     "write every literal brace twice ({{ and }}), or keep the JSON in a file the job reads")
         for name in placeholders_in(arg):
             if name not in PLACEHOLDERS:
                 close = difflib.get_close_matches(name, PLACEHOLDERS, n=1)

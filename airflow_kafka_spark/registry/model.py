@@ -185,7 +185,8 @@ class JobSpec:
                                           "default `<checkpoint>.stop`"))
     application_args: tuple[str, ...] = field(default=(), metadata=key(
         "the job's own arguments, verbatim but for the placeholders `{checkpoint}` `{bootstrap_servers}` "
-        "`{topics}` `{output}` `{stop_marker}` `{name}` (`{{`/`}}` are literal braces)", app=True))
+        "`{topics}` `{output}` `{stop_marker}` `{name}` (`{{`/`}}` are literal braces; an argument with single "
+        "and doubled braces both, such as nested JSON, is an error)", app=True))
     main_class: str | None = field(default=None, metadata=key("a JAR's entry point (`--class`)", app=True))
     integration: Integration = field(default=Integration.AGENT, metadata=key(
         "what the product adds at submit: `agent` (the JVM agent, by configuration alone), `reference` (the "

@@ -165,6 +165,17 @@ def test_shipped_example_registry_loads(monkeypatch, tmp_path):
     assert moved.get("orders").checkpoint == str(tmp_path / "elsewhere" / "checkpoints" / "orders")
 
 
+def test_application_args_reach_the_job_as_written_but_for_placeholders(tmp_path, root, app):
+    from airflow_kafka_spark.runtime.integrations import LaunchFacts, own_arguments
+
+    args = ['{"t": 1}', '{{"t":{{"0":1}}}}', "--ck={checkpoint}", "{{checkpoint}}", "--servers", "{bootstrap_servers}"]
+    doc = base_doc(root, app)
+    doc["jobs"][0]["application_args"] = args
+    spec = load_registry(write(tmp_path, doc)).get("orders")
+    assert own_arguments(spec, LaunchFacts(bootstrap_servers="b:9092")) == [
+        '{"t": 1}', '{"t":{"0":1}}', f"--ck={spec.checkpoint}", "{checkpoint}", "--servers", "b:9092"]
+
+
 def test_registry_path_comes_from_env_then_dags_folder(monkeypatch, tmp_path, root, app):
     path = write(tmp_path, base_doc(root, app))
     monkeypatch.setenv(REGISTRY_ENV, str(path))
@@ -343,6 +354,9 @@ CASES = {
     "unknown placeholder in application_args": (
         lambda d, r: d["jobs"][0].update(application_args=["--ck", "{checkpiont}"]),
         ["job 'orders'.application_args", "unknown placeholder {checkpiont}", "did you mean {checkpoint}"]),
+    "nested JSON in application_args, whose '}}' would reach the job as '}'": (
+        lambda d, r: d["jobs"][0].update(application_args=["--offsets", '{"t":{"0":1}}']),
+        ["job 'orders'.application_args", "single braces and doubled ones", "write every literal brace twice"]),
     "main class of a Python application": (
         lambda d, r: d["jobs"][0].update(main_class="com.example.Main"),
         ["job 'orders'.main_class", "applies only to a .jar application"]),

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from airflow_kafka_spark.errors import UserError
-from airflow_kafka_spark.registry.fields import PLACEHOLDERS, placeholders_in
+from airflow_kafka_spark.registry.fields import PLACEHOLDERS, arg_pieces, placeholders_in
 from airflow_kafka_spark.registry.model import Integration, JobSpec
 
 
@@ -83,23 +83,9 @@ def own_arguments(spec: JobSpec, facts: LaunchFacts) -> list[str]:
 
 
 def _fill(arg: str, values: Mapping[str, str | None]) -> str:
-    # One pass: a value that itself holds "{x}" is never expanded again.
-    pieces, i = [], 0
-    while i < len(arg):
-        if arg.startswith("{{", i) or arg.startswith("}}", i):
-            pieces.append(arg[i])
-            i += 2
-            continue
-        if arg[i] == "{":
-            end = arg.find("}", i)
-            name = arg[i + 1:end] if end > 0 else ""
-            if name in values and not arg.startswith("}}", end):
-                pieces.append(str(values[name]))
-                i = end + 1
-                continue
-        pieces.append(arg[i])
-        i += 1
-    return "".join(pieces)
+    # One pass over the registry's own reading of the argument: a value holding "{x}" is never expanded again.
+    return "".join(str(values[v]) if kind == "name" and v in values else "{" + v + "}" if kind == "name" else v
+                   for kind, v in arg_pieces(arg))
 
 
 def merged_list(*parts: Sequence[str] | str | None) -> str:
