@@ -203,8 +203,9 @@ def restart_preserve(b: Bench, kind: str, n: int, pad_to: tuple[int, int], hdfs_
         t = time.monotonic()
         rename(b.ck, aside)                      # a fresh checkpoint: the old one renamed away
         row["reset_s"] = round(time.monotonic() - t, 3)
-        spec = dataclasses.replace(b.spec, application_args=(*b.spec.application_args, "--starting-offsets",
-                                                             "latest" if kind == "bare" else spark_offsets(old)))
+        # application_args are in the registry's placeholder syntax: a literal brace is written twice
+        by_hand = "latest" if kind == "bare" else spark_offsets(old).replace("{", "{{").replace("}", "}}")
+        spec = dataclasses.replace(b.spec, application_args=(*b.spec.application_args, "--starting-offsets", by_hand))
     row["last_batch"] = last
     b.submit_and_wait(row, last_mtime, -1, spec)
     row.update(account(old, start_offsets(b.ck), end_offsets(b.bootstrap, b.topic)))
