@@ -94,11 +94,13 @@ def committed_offsets(ck: str) -> dict:
 
 
 def spark_offsets(offsets: dict) -> str:
-    """``offsets`` as the Kafka source's ``startingOffsets`` JSON, as an operator passes them by hand."""
+    """``offsets`` as the Kafka source's ``startingOffsets`` JSON, as an operator passes them by hand: with no
+    ``}}`` in it, which a YARN NodeManager deletes from a container's command line (Hadoop's ``{{``/``}}``
+    parameter expansion), so that a driver in cluster mode gets the JSON whole."""
     out: dict = {}
     for tp, o in sorted(offsets.items()):
         out.setdefault(tp.topic, {})[str(tp.partition)] = o
-    return json.dumps(out, separators=(",", ":"))
+    return json.dumps(out, separators=(",", ":")).replace("}}", "} }")
 
 
 def start_offsets(ck: str) -> dict:

@@ -5,8 +5,9 @@ put in a step rather than guessed at.
 :func:`save` (called by ``downtime_dag.py --yarn --logs DIR`` after the run, while the minicluster still
 runs) writes ``DIR/yarn-apps.json`` (the RM's ``/ws/v1/cluster/apps``) and copies each application's
 driver ``stderr`` (its first container: in cluster mode the ApplicationMaster runs the driver) to
-``DIR/drivers/<application id>.log``. :func:`steps` reads them back: for each application, the seconds
-from the RM's accepting it to each step the driver logs. Run on a saved run:
+``DIR/drivers/<application id>.log``, and the RM's own container and application transitions to
+``DIR/rm-transitions.log``. :func:`steps` reads them back: for each application, the seconds from the
+RM's accepting it to each step the RM (to the millisecond) and the driver (to the second) log. Run on a saved run:
 ``.venv/bin/python bench/yarn_timeline.py .cache/r19-logs-yp .cache/r19-yarn-preserve-2g.json``
 """
 
@@ -32,6 +33,18 @@ STEPS = (
     ("query_resolved", r"ResolveWriteToStream|Starting new streaming query"),
 )
 _STAMP = re.compile(r"^(\d\d/\d\d/\d\d \d\d:\d\d:\d\d(?:[.,]\d{3})?)")
+#: The ResourceManager's log lines :func:`save` keeps (``RM_TRANSITIONS``) and :func:`rm_steps` reads.
+RM_TRANSITIONS = "rm-transitions.log"
+_RM_LINE = re.compile(r"RMAppImpl|RMContainerImpl|RMAppAttemptImpl")
+#: (step, container: the AM's ``_000001`` or the first executor's, the transition), from the RM's log.
+RM_STEPS = (
+    ("am_allocated", "am", "from NEW to ALLOCATED"),
+    ("am_running", "am", "from ACQUIRED to RUNNING"),
+    ("executor_allocated", "executor", "from NEW to ALLOCATED"),
+    ("executor_running", "executor", "from ACQUIRED to RUNNING"),
+)
+_RM_CONTAINER = re.compile(r"^(\S+ \S+) .*container_(\d+_\d+)_\d+_(\d+) Container Transitioned (from \w+ to \w+)")
+_RM_REGISTERED = re.compile(r"^(\S+ \S+) .*application_(\d+_\d+) State change from ACCEPTED to RUNNING")
 
 
 def save(hadoop, into: Path) -> None:
@@ -44,6 +57,10 @@ def save(hadoop, into: Path) -> None:
     drivers.mkdir(exist_ok=True)
     for stderr in (hadoop.data_dir / "nm-logs").glob("application_*/container_*_01_000001/stderr"):
         shutil.copyfile(stderr, drivers / f"{stderr.parent.parent.name}.log")
+    rm_log = hadoop.data_dir / "minicluster.log"   # the RM's own transitions, to the millisecond
+    if rm_log.is_file():
+        with rm_log.open(errors="replace") as src, (into / RM_TRANSITIONS).open("w") as out:
+            out.writelines(line for line in src if _RM_LINE.search(line))
 
 
 def _when(line: str) -> float | None:
@@ -55,14 +72,39 @@ def _when(line: str) -> float | None:
     return datetime.strptime(text, fmt).timestamp()   # the driver logs local time, as this process reads it
 
 
+def rm_steps(logs: Path) -> dict[str, dict[str, float]]:
+    """Application id -> {each :data:`RM_STEPS` step and ``am_registered``: epoch seconds}, from the RM's log
+    (local time, as this process reads it); empty when :func:`save` found no RM log."""
+    path = logs / RM_TRANSITIONS
+    out: dict[str, dict[str, float]] = {}
+    if not path.is_file():
+        return out
+
+    def at(stamp: str) -> float:
+        return datetime.strptime(stamp.replace(",", "."), "%Y-%m-%d %H:%M:%S.%f").timestamp()
+
+    for line in path.read_text(errors="replace").splitlines():
+        if m := _RM_REGISTERED.match(line):
+            out.setdefault(f"application_{m.group(2)}", {}).setdefault("am_registered", at(m.group(1)))
+        elif m := _RM_CONTAINER.match(line):
+            row = out.setdefault(f"application_{m.group(2)}", {})
+            which = "am" if int(m.group(3)) == 1 else "executor"
+            for name, container, transition in RM_STEPS:
+                if container == which and transition == m.group(4):
+                    row.setdefault(name, at(m.group(1)))
+    return out
+
+
 def steps(logs: Path) -> dict[str, dict]:
     """Application id -> {name, accepted (epoch s), launched_am_s, and each :data:`STEPS` step's seconds
     after acceptance (the first line that matches)}."""
     out: dict[str, dict] = {}
+    rm = rm_steps(logs)
     for app in json.loads((logs / "yarn-apps.json").read_text()):
         accepted = app["startedTime"] / 1000
         row = {"name": app.get("name"), "accepted": accepted,
                "launched_am_s": round(app["launchTime"] / 1000 - accepted, 3) if app.get("launchTime") else None}
+        row.update({f"{name}_s": round(t - accepted, 3) for name, t in rm.get(app["id"], {}).items()})
         log = logs / "drivers" / f"{app['id']}.log"
         if log.is_file():
             patterns = [(name, re.compile(rx)) for name, rx in STEPS]
@@ -96,7 +138,9 @@ def medians(rows: list[dict]) -> dict[str, dict[str, float]]:
     """Per kind, the median seconds of each step after acceptance (docs/benchmarks.md, round 19)."""
     import statistics
 
-    keys = ["launched_am_s", *(name for name, _ in STEPS), "planned"]
+    keys = ["launched_am_s", *(f"{name}_s" for name in ("am_allocated", "am_running", "am_registered",
+                                                         "executor_allocated", "executor_running")),
+            *(name for name, _ in STEPS), "planned"]
     return {kind: {k: statistics.median(r[k] for r in rows if r["kind"] == kind and r.get(k) is not None)
                    for k in keys if any(r["kind"] == kind and r.get(k) is not None for r in rows)}
             for kind in sorted({r["kind"] for r in rows})}

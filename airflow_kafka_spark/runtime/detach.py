@@ -61,6 +61,26 @@ _K8S_NAMESPACE = re.compile(r"namespace:\s*([A-Za-z0-9.-]+)")
 _STANDALONE_DRIVER = re.compile(r"\b(driver-\d{14}-\d{4,})\b")
 
 
+#: A YARN NodeManager expands ``{{NAME}}`` in a container's command line (Hadoop's cross-platform parameter
+#: expansion: ``{{`` becomes ``$`` and ``}}`` is deleted, on every argument), so a cluster-mode driver gets
+#: an argument holding either changed: the offsets JSON ``{"t":{"0":5}}`` arrives as ``{"t":{"0":5``.
+_YARN_EXPANDS = re.compile(r"\{\{|\}\}")
+_YARN_ENV_REF = re.compile(r"\{\{[A-Za-z_][A-Za-z0-9_]*\}\}")   # asked for on purpose: left to YARN
+
+
+def refuse_changed_arguments(mode: str, job: str, args: list[str]) -> None:
+    """Refuse, before anything runs, an application argument the cluster would change on its way to the driver."""
+    if mode != DETACH_YARN:
+        return
+    for arg in args:
+        if _YARN_EXPANDS.search(_YARN_ENV_REF.sub("", arg)):
+            shown = arg if len(arg) <= 80 else arg[:77] + "..."
+            raise UserError(f"job {job}: the application argument {shown!r} holds '{{{{' or '}}}}', which "
+                            "YARN deletes from a cluster-mode driver's command line (Hadoop's parameter expansion), "
+                            "so the job would get it changed; write '} }' (JSON allows the space) or pass it in a "
+                            "file the job reads")
+
+
 def detach_mode(master: str, deploy_mode: str | None) -> str:
     """How a driver on ``master`` with ``deploy_mode`` runs without holding the caller.
 

@@ -109,6 +109,8 @@ def submit_job(spec: JobSpec, *, kafka_config: Mapping[str, Any], target: SparkT
     app = app_versions.app_version(run_spec)
     master, deploy_mode = target.master, target.deploy_mode
     mode = detach.detach_mode(master, deploy_mode)
+    detach.refuse_changed_arguments(mode, spec.name, integrations.own_arguments(
+        run_spec, integrations.LaunchFacts(bootstrap_servers=bootstrap_servers_of(kafka_config))))
     kind = detach.DRIVER_KIND[mode]
     # A cluster driver's manager is found now, before anything starts: a missing address fails the submit
     # here rather than the health gate on another host later.

@@ -178,6 +178,34 @@ def submit(spec, holder: str = "dag/run_2/submit"):
                                  log=logging.getLogger("test"))
 
 
+def test_an_argument_yarn_would_change_on_its_way_to_the_driver_is_refused_before_anything(job):
+    """Round 25 of docs/benchmarks.md: a NodeManager deleted the '}}' of a cluster-mode driver's offsets JSON."""
+    import dataclasses
+
+    from airflow_kafka_spark.errors import UserError
+    from airflow_kafka_spark.runtime import start_stop
+    from airflow_kafka_spark.runtime.submit import SparkTarget
+
+    def cluster_submit(args):
+        target = SparkTarget(master="yarn", deploy_mode="cluster", spark_binary="spark-submit",
+                             build_command=lambda kwargs, app: ["/bin/false", app])
+        return start_stop.submit_job(dataclasses.replace(job, application_args=args),
+                                     kafka_config={"bootstrap.servers": NO_KAFKA}, target=target,
+                                     by=start_stop.Submitter(actor="test", holder="dag/run_2/submit", run_id="run_2"),
+                                     log=logging.getLogger("test"))
+
+    before = sorted(p.name for p in Path(job.checkpoint).parent.iterdir())
+    with pytest.raises(UserError) as info:   # the registry's doubled braces: the job's argument is {"t":{"0":5}}
+        cluster_submit(("--offsets", '{{"t":{{"0":5}}}}'))
+    message = str(info.value)
+    assert "\n" not in message and '{"t":{"0":5}}' in message and "write '} }'" in message, message
+    assert sorted(p.name for p in Path(job.checkpoint).parent.iterdir()) == before   # no record, no lock
+    for fine in (("--offsets", '{{"t":{{"0":5}} }}'), ("--dir", "{{{{PWD}}}}/x")):   # past this check
+        with pytest.raises(UserError) as info:
+            cluster_submit(fine)
+        assert "parameter expansion" not in str(info.value) and "ResourceManager" in str(info.value), info.value
+
+
 def test_already_running_another_runs_lease(job):
     LifecycleRecord.load_or_create(JOB, job.checkpoint).acquire_lease("other_dag/run_1/submit", 300, run_id="run_1")
     err = blocked(lambda: submit(job), BlockReason.ALREADY_RUNNING)
