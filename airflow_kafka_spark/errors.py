@@ -38,6 +38,9 @@ class CheckpointWritten(UserError):
     """A checkpoint file changed while a backup copied it: something still writes there (a running query,
     or on a cluster manager an executor of a finished application finishing its write)."""
 
+    #: The file's path inside the checkpoint, where the copy that saw the change knows it.
+    path: str | None = None
+
 
 class Unreachable(UserError):
     """Kafka or the storage did not answer (refused, timed out, name not resolved): exit 4, not 2."""

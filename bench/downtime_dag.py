@@ -346,6 +346,10 @@ def one_run(work: Path, bootstrap: str, args, bench_kw: dict, hadoop=None) -> di
                 row["kind"], row["round"] = kind, i
                 log.info("%s", json.dumps(row))
                 rows.append(row)
+                # so far, kept if a later restart fails the run (round 25 lost a run's rows that way)
+                args.json.parent.mkdir(parents=True, exist_ok=True)
+                args.json.with_suffix(".partial.json").write_text(json.dumps(
+                    {"mode": args.mode, "pad": args.pad, "restarts": rows, "summary": summary(rows)}, indent=1))
         b.stop()
     finally:
         feed.stop.set()

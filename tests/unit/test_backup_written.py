@@ -30,8 +30,8 @@ def _late_writer(monkeypatch, state_file: Path, listings: int) -> dict:
     """Append to ``state_file`` after each of the backup's first ``listings`` listings."""
     real, seen = take._list, {"listings": 0}
 
-    def listing(cap, state):
-        out = real(cap, state)
+    def listing(cap, state, *being_written):
+        out = real(cap, state, *being_written)
         seen["listings"] += 1
         if seen["listings"] <= listings:
             with open(state_file, "ab") as fh:
@@ -72,3 +72,33 @@ def test_a_file_that_keeps_changing_is_refused_and_nothing_is_published(checkpoi
     assert seen["listings"] == 3 and "\n" not in str(err.value)
     assert state_file.name in str(err.value) and "a file changed in each of 3 attempts" in str(err.value)
     assert list_backups(root, JOB).backups == []
+
+
+def test_a_rocksdb_upload_that_keeps_growing_is_left_out_at_once_and_the_backup_verifies(checkpoint, monkeypatch,
+                                                                                            caplog):
+    """Round 25 (docs/benchmarks.md): the reference job's stop interrupted an executor's upload of an .sst,
+    which stayed open on HDFS, growing under each of the backup's three attempts; the DAG run failed."""
+    from airflow_kafka_spark.ops.backup.selection import UNFINISHED_UPLOAD
+
+    ck, _, root = checkpoint
+    sst = Path(ck.location, "state", "0", "0", "SSTs", "000042-266c8950-c1b7-47d3-929d-778624980e83.sst")
+    sst.parent.mkdir(parents=True)
+    sst.write_bytes(b"\x01" * 8192)
+    seen = _late_writer(monkeypatch, sst, listings=99)
+    monkeypatch.setattr(take, "WRITTEN_SETTLE_S", 30.0)   # a wait would show as a timeout: there must be none
+    with caplog.at_level(logging.WARNING, logger=take.__name__):
+        result = backup_checkpoint(ck.location, root, job=JOB, settle_s=0)
+    rel = str(sst.relative_to(ck.location))
+    assert seen["listings"] == 2, seen
+    assert result.excluded[rel] == UNFINISHED_UPLOAD
+    assert rel not in {f.path for f in result.manifest.files}
+    assert any("interrupted RocksDB upload" in r.getMessage() for r in caplog.records)
+    assert verify_backup(root, JOB, result.backup_id, deep=True).backup_id == result.backup_id
+
+
+def test_only_a_rocksdb_sst_counts_as_an_interrupted_upload():
+    from airflow_kafka_spark.ops.backup.selection import is_rocksdb_immutable
+
+    assert is_rocksdb_immutable("state/0/3/SSTs/000042-266c8950.sst")
+    assert not is_rocksdb_immutable("state/0/3/36.zip") and not is_rocksdb_immutable("state/0/3/12.delta")
+    assert not is_rocksdb_immutable("offsets/SSTs/1.sst") and not is_rocksdb_immutable("state/0/3/SSTs/x.sst.tmp")

@@ -177,7 +177,7 @@ class StructuredSteps:
         backup_id = optional_text(backup_task.get("backup_id"))
         if backup_id is None:
             return {"restored_backup_id": None, "notes": [
-                "no backup was taken in this run (the job had no checkpoint): nothing to restore"]}
+                "no backup was taken in this run: nothing to restore"]}
         manifest = load_backup(spec.backup_root, spec.name, backup_id)
         record = LifecycleRecord.load(spec.checkpoint)
         unchanged = safe_restart.unchanged_since_backup(

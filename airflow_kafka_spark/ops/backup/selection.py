@@ -36,6 +36,11 @@ from airflow_kafka_spark.checkpoint.model import CHECKPOINT_CORRUPT, UNSUPPORTED
 
 _STATE_VERSION_FILE = re.compile(r"^([0-9]+)(?:_[^.]+)?\.(delta|snapshot|zip|changelog)$")
 _STATE_BASE_KINDS = ("snapshot", "zip")
+#: RocksDB's immutable files: ``state/<op>/<partition>/SSTs/<n>-<uuid>.sst``, each upload under a name of its own.
+_ROCKSDB_IMMUTABLE = re.compile(r"^state/.*/SSTs/[^/]+\.sst$")
+#: Why a RocksDB file still being written is left out (``select_files``'s ``being_written``).
+UNFINISHED_UPLOAD = ("a RocksDB file still being written: an interrupted upload no kept version lists (Spark writes "
+                     "a version's zip only after every file it lists is closed)")
 #: The top-level entries whose files the model places; anything else is copied as found.
 MODELLED = frozenset({"metadata", ".metadata.crc", "offsets", "commits", "sources", "state"})
 
@@ -69,13 +74,23 @@ def _inner_name(name: str) -> str | None:
     return inner
 
 
+def is_rocksdb_immutable(rel: str) -> bool:
+    """Is ``rel`` (a checkpoint-relative path) a RocksDB ``.sst`` a version's zip may list?"""
+    return _ROCKSDB_IMMUTABLE.match(rel) is not None
+
+
 def select_files(listing: Mapping[str, dict], committed: int | None, planned: int | None, *,
-                 keep_pending: bool, whole: str | None = None) -> Selection:
+                 keep_pending: bool, whole: str | None = None,
+                 being_written: frozenset[str] = frozenset()) -> Selection:
     """Pick the files of the last committed version out of a checkpoint listing (pure: no I/O).
 
     ``committed`` is ``C`` (newest ``commits/`` id), ``planned`` is ``L`` (newest ``offsets/`` id).
     ``keep_pending`` keeps ``offsets/L`` when ``L == C+1`` (a stopped query's write-ahead entry).
     ``whole`` (a :func:`layout_misfit` reason) copies every file but temp files of Spark's folders.
+    ``being_written``: RocksDB ``.sst`` files a copy saw grow. Such a file is an upload that has not ended
+    (an executor the stop interrupted, or one of a finished application), and Spark's file manager
+    writes a version's zip only after the files it lists are closed, so no version kept lists it:
+    left out as :data:`UNFINISHED_UPLOAD` (any other file that grows still fails the backup).
     """
     tops = {rel.partition("/")[0] for rel in listing} - MODELLED       # one pass: state stores hold 40,000 files
     unmodelled = sorted(top if top in listing else f"{top}/" for top in tops)
@@ -105,6 +120,9 @@ def select_files(listing: Mapping[str, dict], committed: int | None, planned: in
                 files[rel] = info
             continue
         if folder.startswith("state/") or folder == "state":
+            if being_written and f"{folder}/{inner}" in being_written and is_rocksdb_immutable(f"{folder}/{inner}"):
+                excluded[rel] = UNFINISHED_UPLOAD
+                continue
             versioned = _STATE_VERSION_FILE.match(inner)
             why = _state_exclusion(rel, inner, versioned, state_version, committed)
             if why:

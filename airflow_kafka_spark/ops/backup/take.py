@@ -63,7 +63,13 @@ from airflow_kafka_spark.ops.backup.reuse import (
     stat_of,
     unchanged,
 )
-from airflow_kafka_spark.ops.backup.selection import Selection, layout_misfit, log_ids, select_files
+from airflow_kafka_spark.ops.backup.selection import (
+    Selection,
+    is_rocksdb_immutable,
+    layout_misfit,
+    log_ids,
+    select_files,
+)
 from airflow_kafka_spark.ops.backup.snapshot import snapshot_writer
 from airflow_kafka_spark.ops.backup.source import job_of, offsets_at, read_source, refuse_irregular
 from airflow_kafka_spark.ops.backup.source import open_sides as open_sides  # precopy's import
@@ -190,6 +196,8 @@ _log = logging.getLogger(__name__)
 
 #: After a file changed under the copy, how long to wait before listing again (``_backup_retrying``).
 WRITTEN_SETTLE_S = 3.0
+#: At most this many growing RocksDB uploads are left out of one backup; one more fails it as any change does.
+MAX_UNFINISHED_UPLOADS = 16
 
 
 def _backup_retrying(cap: _Capture, state: CheckpointState) -> BackupResult:
@@ -200,11 +208,23 @@ def _backup_retrying(cap: _Capture, state: CheckpointState) -> BackupResult:
     executor of a finished application wrote a RocksDB ``.sst`` of the batch the stop cut for
     seconds after the AM was gone (docs/benchmarks.md, round 21): the backup after the stop listed it
     with 0 bytes and read more. Such a write ends within seconds (the NodeManager kills the
-    container); a running query's does not, and the third change still fails the backup as before."""
-    for attempt in range(3):
+    container); a running query's does not, and the third change still fails the backup as before.
+    A RocksDB ``.sst`` that grows is left out at once instead (``select_files``' ``being_written``):
+    an upload that has not ended, which no version kept lists (the YARN soak of round 25 saw one the
+    reference job's stop interrupted, never closed: its executor's lease keeps it open)."""
+    being_written: set[str] = set()
+    attempt = 0
+    while True:
         try:
-            return _backup_once(cap, state)
+            return _backup_once(cap, state, frozenset(being_written))
         except CheckpointWritten as exc:
+            if (exc.path is not None and is_rocksdb_immutable(exc.path) and exc.path not in being_written
+                    and len(being_written) < MAX_UNFINISHED_UPLOADS):
+                # An .sst that grows is an upload that has not ended: no version kept lists it (select_files).
+                _log.warning("%s; left out as an interrupted RocksDB upload, listing again", exc)
+                being_written.add(exc.path)
+                state = read_checkpoint(cap.ck)
+                continue
             if attempt == 2:
                 raise CheckpointWritten(f"{exc} (a file changed in each of 3 attempts, {WRITTEN_SETTLE_S:.0f}s "
                                         "apart)") from None
@@ -219,7 +239,7 @@ def _backup_retrying(cap: _Capture, state: CheckpointState) -> BackupResult:
                                        "backup: the query is running; stop it first (or pass force)",
                                        code="QUERY_RUNNING") from None
             state = read_checkpoint(cap.ck)
-    raise AssertionError("unreachable: the last attempt returns or raises")
+        attempt += 1
 
 
 @dataclass(frozen=True)
@@ -238,9 +258,9 @@ class _Listed:
     sel: Selection
 
 
-def _backup_once(cap: _Capture, state: CheckpointState) -> BackupResult:
+def _backup_once(cap: _Capture, state: CheckpointState, being_written: frozenset[str] = frozenset()) -> BackupResult:
     """One attempt: list and select, copy, check the checkpoint stayed quiet, compose the manifest, publish."""
-    listed = _list(cap, state)
+    listed = _list(cap, state, being_written)
     faults.crash_point("backup.listed")
     created = cap.request.now_ms if cap.request.now_ms is not None else int(time.time() * 1000)
     backup_id = new_backup_id(created, listed.committed)
@@ -272,7 +292,7 @@ def _backup_once(cap: _Capture, state: CheckpointState) -> BackupResult:
         files_vouched=writer.files_vouched, bytes_copied_by_store=writer.bytes_copied_by_store)
 
 
-def _list(cap: _Capture, state: CheckpointState) -> _Listed:
+def _list(cap: _Capture, state: CheckpointState, being_written: frozenset[str] = frozenset()) -> _Listed:
     """The first listing, the previous backup and pre-copy, and the files to copy."""
     ck, job_loc, seal_key = cap.ck, cap.job_loc, cap.run.seal_key
     listed_at, listed_wall = time.monotonic(), time.time()
@@ -292,7 +312,8 @@ def _list(cap: _Capture, state: CheckpointState) -> _Listed:
         raise OperationBlocked(f"cannot capture one consistent version of running job {cap.job}: {misfit}, so no "
                                "file can be proven garbage while Spark writes; stop it on a batch boundary and back "
                                "up again (the whole folder is copied then)", code="QUERY_RUNNING")
-    sel = select_files(listing, committed, planned, keep_pending=not capture_running, whole=misfit)
+    sel = select_files(listing, committed, planned, keep_pending=not capture_running, whole=misfit,
+                       being_written=being_written)
     return _Listed(at=listed_at, wall=listed_wall, last=last, pre=pre, previous=previous, before=before,
                    newest=newest_log_files(listing, before), committed=committed, sel=sel)
 
@@ -328,6 +349,8 @@ def _copy(ck: Location, listed: _Listed, writer: BlobWriter) -> tuple[list[FileE
     for (slot, rel, _, _, mtime, ctime), put in zip(todo, writer.put_many([(t[2], t[3]) for t in todo]),
                                                     strict=True):
         if isinstance(put, BaseException):
+            if isinstance(put, CheckpointWritten):
+                put.path = rel   # which file grew: an interrupted RocksDB upload is left out (_backup_retrying)
             raise put   # the first failure in path order, as one put after the other would raise it
         sha, actual, proof = put
         entries[slot] = FileEntry(rel, actual, sha, mtime, ctime, proof)
