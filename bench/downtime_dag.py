@@ -231,9 +231,14 @@ def main() -> int:
                     help="the restarts of a round, rotated each round (bare,dag: more pairs in the same time)")
     ap.add_argument("--mode", choices=("keep", "preserve"), default="keep")
     ap.add_argument("--yarn", action="store_true", help="the job on the devstack's YARN, its checkpoint on HDFS")
+    ap.add_argument("--snapshottable", action="store_true",
+                    help="with --yarn: make the checkpoints' folder snapshottable first, as docs/deployment.md asks of "
+                         "an administrator (every backup is then an HDFS snapshot: no state byte through the worker)")
     ap.add_argument("--json", type=Path, default=REPO / ".cache" / "downtime-dag.json")
     ap.add_argument("--logs", type=Path, default=None, help="keep Airflow's task logs here (the run's own are deleted)")
     args = ap.parse_args()
+    if args.snapshottable and not args.yarn:
+        ap.error("--snapshottable: only with --yarn (snapshots are HDFS's)")
     if "exact" in args.kinds.split(",") and args.mode != "preserve":
         ap.error("--kinds exact: only with --mode preserve (a keep restart's bare row already starts where the old "
                  "query stopped)")
@@ -253,6 +258,10 @@ def main() -> int:
         work = Path(tmp) / "run"
         work.mkdir()
         bench_kw, hadoop = yarn_bench_kw(stack, Path(tmp)) if args.yarn else ({}, None)
+        if args.snapshottable:
+            from downtime_yarn import allow_snapshots
+
+            allow_snapshots(hadoop, "/dtdag/checkpoints")   # bench_kw's data root: <fs>/dtdag
         args.pad = args.pad or ("0" if args.yarn else "10M")
         os.environ.update(airflow_env(work / "airflow", broker.bootstrap_servers))
         try:
@@ -266,7 +275,7 @@ def main() -> int:
                 import yarn_timeline
 
                 yarn_timeline.save(hadoop, args.logs)
-        result["where"] = "yarn+hdfs" if args.yarn else "local"
+        result["where"] = ("yarn+hdfs" + (", snapshottable" if args.snapshottable else "")) if args.yarn else "local"
         # A deployment's scheduler setting (Airflow's default 1 s), when the caller's environment sets it.
         result["scheduler_idle_sleep_time"] = os.environ.get("AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME", "1")
         args.json.parent.mkdir(parents=True, exist_ok=True)
