@@ -89,6 +89,9 @@ def topics(ctx: Context, where: str, value: Any) -> list[str]:
 #: ``application_args`` becomes the registry's checkpoint at submit (``{{`` and ``}}`` are literal braces).
 PLACEHOLDERS = ("name", "checkpoint", "bootstrap_servers", "topics", "output", "stop_marker")
 _PLACEHOLDER = re.compile(r"\{([a-z_][a-z0-9_]*)\}(?!\})")
+_JAVA_CLASS = re.compile(r"[A-Za-z_$][A-Za-z0-9_$]*(\.[A-Za-z_$][A-Za-z0-9_$]*)*")
+_MAVEN_COORD = re.compile(r"[A-Za-z0-9_.-]+:[A-Za-z0-9_.-]+:[A-Za-z0-9_.+-]+")
+_SPARK_LINE = re.compile(r"[1-9][0-9]*\.[0-9]+(\.[0-9]+)?")
 
 
 def arg_pieces(arg: str) -> list[tuple[str, str]]:
@@ -114,9 +117,6 @@ def arg_pieces(arg: str) -> list[tuple[str, str]]:
             out.append(("text", arg[i:j]))
             i = j
     return out
-_JAVA_CLASS = re.compile(r"[A-Za-z_$][A-Za-z0-9_$]*(\.[A-Za-z_$][A-Za-z0-9_$]*)*")
-_MAVEN_COORD = re.compile(r"[A-Za-z0-9_.-]+:[A-Za-z0-9_.-]+:[A-Za-z0-9_.+-]+")
-_SPARK_LINE = re.compile(r"[1-9][0-9]*\.[0-9]+(\.[0-9]+)?")
 
 
 def placeholders_in(arg: str) -> list[str]:

@@ -120,8 +120,8 @@ def select_files(listing: Mapping[str, dict], committed: int | None, planned: in
                 files[rel] = info
             continue
         if folder.startswith("state/") or folder == "state":
-            if being_written and f"{folder}/{inner}" in being_written and is_rocksdb_immutable(f"{folder}/{inner}"):
-                excluded[rel] = UNFINISHED_UPLOAD
+            if being_written and (upload := f"{folder}/{inner}") in being_written and is_rocksdb_immutable(upload):
+                excluded[rel] = UNFINISHED_UPLOAD   # and its .crc beside it, on a local disk
                 continue
             versioned = _STATE_VERSION_FILE.match(inner)
             why = _state_exclusion(rel, inner, versioned, state_version, committed)
