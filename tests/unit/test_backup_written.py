@@ -92,7 +92,7 @@ def test_a_rocksdb_upload_that_keeps_growing_is_left_out_at_once_and_the_backup_
     assert seen["listings"] == 2, seen
     assert result.excluded[rel] == UNFINISHED_UPLOAD
     assert rel not in {f.path for f in result.manifest.files}
-    assert any("interrupted RocksDB upload" in r.getMessage() for r in caplog.records)
+    assert any("unfinished RocksDB upload" in r.getMessage() for r in caplog.records)
     assert verify_backup(root, JOB, result.backup_id, deep=True).backup_id == result.backup_id
 
 

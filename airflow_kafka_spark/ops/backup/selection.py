@@ -39,8 +39,8 @@ _STATE_BASE_KINDS = ("snapshot", "zip")
 #: RocksDB's immutable files: ``state/<op>/<partition>/SSTs/<n>-<uuid>.sst``, each upload under a name of its own.
 _ROCKSDB_IMMUTABLE = re.compile(r"^state/.*/SSTs/[^/]+\.sst$")
 #: Why a RocksDB file still being written is left out (``select_files``'s ``being_written``).
-UNFINISHED_UPLOAD = ("a RocksDB file still being written: an interrupted upload no kept version lists (Spark writes "
-                     "a version's zip only after every file it lists is closed)")
+UNFINISHED_UPLOAD = ("a RocksDB file still being written: an upload not yet ended, which no kept version lists (Spark "
+                     "writes a version's zip only after every file it lists is closed)")
 #: The top-level entries whose files the model places; anything else is copied as found.
 MODELLED = frozenset({"metadata", ".metadata.crc", "offsets", "commits", "sources", "state"})
 

@@ -221,7 +221,7 @@ def _backup_retrying(cap: _Capture, state: CheckpointState) -> BackupResult:
             if (exc.path is not None and is_rocksdb_immutable(exc.path) and exc.path not in being_written
                     and len(being_written) < MAX_UNFINISHED_UPLOADS):
                 # An .sst that grows is an upload that has not ended: no version kept lists it (select_files).
-                _log.warning("%s; left out as an interrupted RocksDB upload, listing again", exc)
+                _log.warning("%s; left out as an unfinished RocksDB upload, listing again", exc)
                 being_written.add(exc.path)
                 state = read_checkpoint(cap.ck)
                 continue
@@ -350,7 +350,7 @@ def _copy(ck: Location, listed: _Listed, writer: BlobWriter) -> tuple[list[FileE
                                                     strict=True):
         if isinstance(put, BaseException):
             if isinstance(put, CheckpointWritten):
-                put.path = rel   # which file grew: an interrupted RocksDB upload is left out (_backup_retrying)
+                put.path = rel   # which file grew: an unfinished RocksDB upload is left out (_backup_retrying)
             raise put   # the first failure in path order, as one put after the other would raise it
         sha, actual, proof = put
         entries[slot] = FileEntry(rel, actual, sha, mtime, ctime, proof)
